@@ -1,0 +1,35 @@
+"""Print a run summary to the terminal with rich."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+_STYLE = {"passed": "green", "failed": "red", "error": "magenta", "incomplete": "magenta"}
+
+
+def print_summary(console: Console, summary: dict[str, Any], run_root: Path) -> None:
+    table = Table(title=f"run {summary['run_id']}: {summary['verdict']}")
+    for col in ("pair", "verdict", "findings", "diagnoses", "coverage"):
+        table.add_column(col)
+    for p in summary["pairs"]:
+        counts = "\n".join(f"{c}: {n}" for c, n in sorted(p["counts"].items())) or "none"
+        diags = "\n".join(f"{code} ×{d['count']}" for code, d in p["diagnoses"].items()) or "-"
+        cov = p.get("coverage", {})
+        coverage = f"{cov.get('keys_compared', 0):,} keys compared" if cov else ""
+        if p["not_covered"]:
+            coverage += ("\n" if coverage else "") + "NOT covered: " + "; ".join(p["not_covered"])
+        for name, why in p["skipped_checks"].items():
+            coverage += f"\nskipped {name}: {why}"
+        style = _STYLE.get(p["status"], "")
+        table.add_row(p["pair"], f"[{style}]{p['status']}[/]", counts, diags, coverage)
+    console.print(table)
+    for p in summary["pairs"]:
+        for f in (p.get("gate") or {}).get("failed", []):
+            console.print(f"  {p['pair']}: gate failed on [bold]{f['column']}[/] = {f['observed']} "
+                          f"(max {f['threshold']}): {f['meaning']}")
+    console.print(f"report: {run_root / 'report.html'}")
+    console.print(f"summary: {run_root / 'summary.json'}")

@@ -1,0 +1,1 @@
+"""Spark jobs that compare two snapshots. Library code: no Airflow, no servers."""

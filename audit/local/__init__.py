@@ -1,0 +1,1 @@
+"""Throwaway local servers on loopback, for the demo and the tests (never used against real pairs)."""

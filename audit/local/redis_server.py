@@ -1,0 +1,94 @@
+"""Start real `redis-server` processes on loopback: a master and a replica with `replicaof`."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RedisServer:
+    port: int
+    workdir: Path
+    extra: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def client(self, db: int = 0) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, db=db, protocol=2)
+
+    def start(self) -> RedisServer:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server not found: run `make setup` (apt-get install redis-server)")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        args = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
+                "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "redis.log",
+                "--protected-mode", "no", *self.extra]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                self.client().ping()
+                return self
+            except redis.ConnectionError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"redis-server on {self.port} exited; see {self.workdir}/redis.log") from None
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server on {self.port} did not start")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def start_pair(workdir: Path, master_port: int | None = None, replica_port: int | None = None,
+               replica_extra: list[str] | None = None) -> tuple[RedisServer, RedisServer]:
+    """A master and a replica following it, returned once the replica's link is up."""
+    master = RedisServer(master_port or free_port(), workdir / "master").start()
+    replica = RedisServer(replica_port or free_port(), workdir / "replica",
+                          ["--replicaof", "127.0.0.1", str(master.port), *(replica_extra or [])]).start()
+    wait_link_up(replica)
+    return master, replica
+
+
+def wait_link_up(replica: RedisServer, timeout_s: float = 20) -> None:
+    deadline = time.time() + timeout_s
+    c = replica.client()
+    while time.time() < deadline:
+        info = c.info("replication")
+        if info.get("master_link_status") == "up":
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"replica on {replica.port} did not connect to its master")
+
+
+def wait_in_sync(master: RedisServer, replica: RedisServer, timeout_s: float = 30) -> None:
+    """Until the replica has processed everything the master has written so far."""
+    target = int(master.client().info("replication")["master_repl_offset"])
+    deadline = time.time() + timeout_s
+    c = replica.client()
+    while time.time() < deadline:
+        if int(c.info("replication").get("slave_repl_offset", -1)) >= target:
+            return
+        time.sleep(0.05)
+    raise RuntimeError("replica did not catch up with its master")

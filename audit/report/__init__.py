@@ -1,0 +1,1 @@
+"""summary.json and report.html for a run."""

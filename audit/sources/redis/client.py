@@ -1,0 +1,66 @@
+"""Connections to Redis-protocol servers (Redis, Pika), with driver errors wrapped at the boundary."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+
+from audit import defaults
+from audit.errors import SourceConnectError
+from audit.inventory import redact_url
+
+
+def host_port(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
+
+
+def connect(url: str, *, role: str, timeout_s: float = defaults.CONNECT_TIMEOUT_S) -> redis.Redis:
+    """A client speaking RESP2 (Pika cannot do HELLO 3), checked with one INFO call.
+
+    redis-py's CLIENT SETINFO is switched off: a read-only ACL user may not run it, and Pika rejects it.
+    """
+    try:
+        client = redis.Redis.from_url(
+            url,
+            protocol=2,
+            socket_connect_timeout=timeout_s,
+            socket_timeout=max(timeout_s, 30.0),
+            lib_name=None,
+            lib_version=None,
+            decode_responses=False,
+        )
+        client.execute_command("INFO", "server")
+    except redis.AuthenticationError as e:
+        raise SourceConnectError(f"{role} {redact_url(url)}: authentication failed ({e})", where=host_port(url)) from None
+    except redis.ResponseError as e:
+        raise SourceConnectError(f"{role} {redact_url(url)}: server refused INFO ({e})", where=host_port(url)) from None
+    except (redis.ConnectionError, redis.TimeoutError, OSError, ValueError) as e:
+        raise SourceConnectError(f"{role} {host_port(url)} unreachable: {e}", where=host_port(url)) from None
+    return client
+
+
+def info_text(client: redis.Redis, section: str) -> bytes:
+    """Raw INFO text, so the parsers (and snapshot.json) see exactly what the server said."""
+    conn = client.connection_pool.get_connection()
+    try:
+        conn.send_command("INFO", section)
+        reply: Any = conn.read_response(disable_decoding=True)
+    finally:
+        client.connection_pool.release(conn)
+    return bytes(reply) if reply is not None else b""
+
+
+def client_list_text(client: redis.Redis) -> bytes | None:
+    """Raw CLIENT LIST text, or None if the auditor's user may not run it."""
+    conn = client.connection_pool.get_connection()
+    try:
+        conn.send_command("CLIENT", "LIST")
+        reply: Any = conn.read_response(disable_decoding=True)
+    except redis.ResponseError:
+        return None
+    finally:
+        client.connection_pool.release(conn)
+    return bytes(reply)

@@ -1,0 +1,138 @@
+"""Replication state of a Redis pair, from INFO replication and CLIENT LIST samples. Pure functions.
+
+Evidence, not verdicts, is what the master's `slaveN:` line gives: `offset` is the last REPLCONF ACK
+and `lag` the seconds since it. A replica attached with plain SYNC never acks (port=0, offset=0, lag
+growing for ever; reference/pika_redis.md §4.2), so for such an entry the lag is reported as
+unreliable and the keyspace diff decides whether the data is fine.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from audit.findings import Finding
+from audit.sources.redis.info import as_int, parse_client_list, replicas_listed
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """INFO replication of both sides, the replica read just before the master."""
+
+    at_ms: int
+    master: dict[str, Any]
+    replica: dict[str, Any]
+    master_clients_raw: str | None = None
+
+
+def _resolve(host: str) -> str:
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        return host
+
+
+def wrong_master(master: dict[str, Any], replica: dict[str, Any], master_host: str, master_port: int) -> Finding | None:
+    """A `wrong_master` finding if the replica does not follow this pair's master, else None."""
+    role = replica.get("role")
+    if role not in ("slave", "replica"):
+        return Finding("replication", "wrong_master", evidence={"replica_role": role, "reason": "not a replica"})
+    same_stream = replica.get("master_link_status") == "up" and replica.get("master_replid") == master.get("master_replid")
+    follows = (str(replica.get("master_host", "")), as_int(replica.get("master_port"), -1))
+    expected = (master_host, master_port)
+    same_address = follows[1] == expected[1] and _resolve(follows[0]) == _resolve(expected[0])
+    if same_stream or same_address:
+        return None
+    return Finding(
+        "replication",
+        "wrong_master",
+        evidence={
+            "follows": f"{follows[0]}:{follows[1]}",
+            "expected": f"{expected[0]}:{expected[1]}",
+            "replica_master_replid": replica.get("master_replid"),
+            "master_replid": master.get("master_replid"),
+        },
+    )
+
+
+def _pair_entry(master: dict[str, Any], replica_port: int) -> dict[str, Any] | None:
+    return next((e for e in replicas_listed(master) if e.get("port") == replica_port), None)
+
+
+def lag_of(sample: Sample, replica_port: int) -> tuple[int | None, int | None]:
+    """(lag_bytes, lag_seconds) of the pair's replica: master offset minus the replica's processed offset."""
+    m_off = as_int(sample.master.get("master_repl_offset"))
+    r_off = as_int(sample.replica.get("slave_repl_offset"))
+    entry = _pair_entry(sample.master, replica_port)
+    if r_off is None and entry is not None:
+        r_off = as_int(entry.get("offset"))
+    lag_bytes = None if m_off is None or r_off is None else m_off - r_off
+    lag_s = as_int(sample.replica.get("master_last_io_seconds_ago"))
+    return lag_bytes, lag_s
+
+
+def replication_findings(
+    samples: Sequence[Sample], replica_port: int, max_lag_bytes: int | None, max_lag_seconds: float | None
+) -> list[Finding]:
+    """link_down, lagging, replica_ahead and lag_metric_unreliable from time-ordered samples."""
+    if not samples:
+        return []
+    last = samples[-1]
+    out: list[Finding] = []
+    r = last.replica
+    if r.get("master_link_status") != "up":
+        out.append(Finding("replication", "link_down", evidence={
+            "master_link_status": r.get("master_link_status"),
+            "master_link_down_since_seconds": as_int(r.get("master_link_down_since_seconds")),
+            "master_sync_in_progress": as_int(r.get("master_sync_in_progress")),
+        }))
+    lag_bytes, lag_s = lag_of(last, replica_port)
+    same_stream = r.get("master_replid") == last.master.get("master_replid")
+    if lag_bytes is not None and lag_bytes < 0 and same_stream:
+        out.append(Finding("replication", "replica_ahead", bytes=-lag_bytes, evidence={
+            "master_repl_offset": as_int(last.master.get("master_repl_offset")),
+            "slave_repl_offset": as_int(r.get("slave_repl_offset")),
+        }))
+    too_far = lag_bytes is not None and max_lag_bytes is not None and lag_bytes > max_lag_bytes
+    too_old = lag_s is not None and max_lag_seconds is not None and lag_s > max_lag_seconds
+    if r.get("master_link_status") == "up" and (too_far or too_old):
+        out.append(Finding("replication", "lagging", bytes=lag_bytes, evidence={
+            "lag_bytes": lag_bytes, "lag_seconds": lag_s,
+            "max_lag_bytes": max_lag_bytes, "max_lag_seconds": max_lag_seconds,
+        }))
+    out.extend(_unacked_replicas(samples))
+    return out
+
+
+def _unacked_replicas(samples: Sequence[Sample]) -> list[Finding]:
+    """Entries the master lists with port=0 and offset=0: replicas that never sent REPLCONF ACK."""
+    first, last = samples[0], samples[-1]
+    clients = parse_client_list(last.master_clients_raw or "")
+    out = []
+    for entry in replicas_listed(last.master):
+        if entry.get("port") != 0 or entry.get("offset") != 0:
+            continue
+        earlier = next((e for e in replicas_listed(first.master)
+                        if e.get("ip") == entry.get("ip") and e.get("port") == 0 and e.get("offset") == 0), None)
+        lags = [earlier.get("lag") if earlier else None, entry.get("lag")]
+        growing = None
+        if earlier is not None and last.at_ms - first.at_ms >= 1000:
+            growing = bool(isinstance(lags[0], int) and isinstance(lags[1], int) and lags[1] > lags[0])
+        replica_clients = [c for c in clients if "S" in c.get("flags", "") and
+                           c.get("addr", "").rsplit(":", 1)[0] == entry.get("ip")]
+        cmds = sorted({c.get("cmd", "") for c in replica_clients})
+        out.append(Finding("replication", "lag_metric_unreliable", evidence={
+            "entry": entry.get("name"),
+            "slave_ip": entry.get("ip"),
+            "slave_port": 0,
+            "ack_offset": 0,
+            "state": entry.get("state"),
+            "lag_samples_s": lags,
+            "sample_interval_ms": last.at_ms - first.at_ms,
+            "lag_growing": growing,
+            "client_cmd": "sync" if "sync" in cmds else (cmds[0] if cmds else None),
+            "client_idle_s": [as_int(c.get("idle")) for c in replica_clients],
+        }))
+    return out
