@@ -1,0 +1,54 @@
+"""
+### consistency_audit
+
+Audits every master/replica pair of the inventory: **snapshot → diff → recheck → gate** per pair
+(one mapped task group per pair), then **report** for the run. A pair whose gate fails fails its
+`gate` task and the run; a source that cannot be reached fails `snapshot` after its retries.
+
+Params: `inventory` (YAML path), `out` (output directory; each run writes `out/<run_id>/`),
+`pairs` (optional subset). Defaults come from REPLICA_AUDIT_INVENTORY / REPLICA_AUDIT_OUT.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from airflow.sdk import DAG, Param, TriggerRule, task_group
+from replica_audit_airflow.operators import AuditReportOperator, AuditStageOperator, PlanPairsOperator
+
+INVENTORY = "{{ params.inventory }}"
+OUT = "{{ params.out }}"
+RUN_ID = "{{ run_id }}"
+PAIRS = "{{ params.pairs }}"
+
+with DAG(
+    dag_id="consistency_audit",
+    doc_md=__doc__,
+    schedule=os.environ.get("REPLICA_AUDIT_SCHEDULE", "@hourly"),
+    catchup=False,
+    max_active_runs=1,
+    render_template_as_native_obj=True,  # `pairs` stays a list
+    tags=["replica-audit", "consistency"],
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "retry_exponential_backoff": True},
+    params={
+        "inventory": Param(os.environ.get("REPLICA_AUDIT_INVENTORY", "/opt/replica-audit/inventory.yaml"),
+                           type="string", description="inventory YAML path"),
+        "out": Param(os.environ.get("REPLICA_AUDIT_OUT", "/opt/replica-audit/out"), type="string",
+                     description="output directory"),
+        "pairs": Param([], type="array", description="only these pairs (empty: all)"),
+    },
+) as dag:
+    plan = PlanPairsOperator(task_id="plan", inventory=INVENTORY, pairs=PAIRS)
+
+    @task_group(group_id="audit_pair")
+    def audit_pair(pair: str) -> None:
+        stages = [
+            AuditStageOperator(task_id=stage, stage=stage, pair=pair, inventory=INVENTORY, out_dir=OUT, run_id=RUN_ID)
+            for stage in ("snapshot", "diff", "recheck", "gate")
+        ]
+        stages[0] >> stages[1] >> stages[2] >> stages[3]
+
+    report = AuditReportOperator(task_id="report", inventory=INVENTORY, out_dir=OUT, run_id=RUN_ID, pairs=PAIRS,
+                                 trigger_rule=TriggerRule.ALL_DONE, retries=0)
+    audit_pair.expand(pair=plan.output) >> report
