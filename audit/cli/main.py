@@ -24,8 +24,9 @@ EXIT_INTERNAL = 4
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Audit whether replicas really hold what their masters hold.")
-out = Console()
-err = Console(stderr=True)
+_WIDTH = None if sys.stdout.isatty() else 140  # logs and pipes get a readable table, not 80 columns
+out = Console(width=_WIDTH)
+err = Console(stderr=True, width=_WIDTH)
 
 InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML")]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="output directory; each run writes OUT/<run_id>/")]
