@@ -131,7 +131,8 @@ def _merge_defaults(raw: dict[str, Any]) -> dict[str, Any]:
     base_gate = base.pop("gate", None) or {}
     unknown = set(base) - _SETTINGS_KEYS
     if unknown:
-        raise ConfigError(f"defaults.{sorted(unknown)[0]}: unknown setting (known: {', '.join(sorted(_SETTINGS_KEYS))})")
+        known = ", ".join(sorted(_SETTINGS_KEYS))
+        raise ConfigError(f"defaults.{sorted(unknown)[0]}: unknown setting (known: {known})")
     pairs = []
     for item in raw.get("pairs") or []:
         if not isinstance(item, dict):

@@ -9,7 +9,7 @@ import time
 class RateLimiter:
     """Blocks until `n` commands may be sent. Bursts up to one second's worth of tokens."""
 
-    def __init__(self, qps: float, clock: type[time] | None = None) -> None:
+    def __init__(self, qps: float) -> None:
         if qps <= 0:
             raise ValueError("qps must be positive")
         self.qps = float(qps)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from audit.findings import FINDING_COLUMNS, SEVERITY_BY_CATEGORY
 
 
-def _side(prefix: str) -> F.Column:
+def _side(prefix: str) -> Column:
     return F.struct(*[F.col(f"{prefix}{c}").alias(c) for c in ("type", "ttl_ms", "expire_at_ms", "length", "status")])
 
 

@@ -21,7 +21,8 @@ VALUE_COLUMNS = ("type", "ttl_ms", "expire_at_ms", "length", "digest", "status",
 def latest_read(snapshot: DataFrame) -> DataFrame:
     """SCAN may return a key twice: keep the later read of each (db, key)."""
     latest = F.max_by(F.struct(*VALUE_COLUMNS), "read_at_ms").alias("v")
-    return snapshot.groupBy("db", "key").agg(latest, F.count(F.lit(1)).alias("reads")).select("db", "key", "v.*", "reads")
+    grouped = snapshot.groupBy("db", "key").agg(latest, F.count(F.lit(1)).alias("reads"))
+    return grouped.select("db", "key", "v.*", "reads")
 
 
 def _prefixed(df: DataFrame, prefix: str) -> DataFrame:

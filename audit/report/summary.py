@@ -31,10 +31,13 @@ def display_key(key: bytes | None) -> str | None:
     return "0x" + key[:100].hex() + ("…" if len(key) > 100 else "")
 
 
-def findings_sample(run: RunDir, pair: str, per_category: int) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
+Sample = dict[str, list[dict[str, Any]]]
+
+
+def findings_sample(run: RunDir, pair: str, per_category: int) -> tuple[Sample, dict[str, int]]:
     """The first findings of each category and the count per diagnosis, streaming the pair's file."""
     path = run.findings_file(pair)
-    sample: dict[str, list[dict[str, Any]]] = {}
+    sample: Sample = {}
     diagnoses: dict[str, int] = {}
     if not path.exists():
         return sample, diagnoses

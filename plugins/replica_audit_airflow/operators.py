@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from replica_audit_airflow.hooks import airflow_conn_resolver
 

@@ -34,7 +34,8 @@ def connect(url: str, *, role: str, timeout_s: float = defaults.CONNECT_TIMEOUT_
         )
         client.execute_command("INFO", "server")
     except redis.AuthenticationError as e:
-        raise SourceConnectError(f"{role} {redact_url(url)}: authentication failed ({e})", where=host_port(url)) from None
+        where = host_port(url)
+        raise SourceConnectError(f"{role} {redact_url(url)}: authentication failed ({e})", where=where) from None
     except redis.ResponseError as e:
         raise SourceConnectError(f"{role} {redact_url(url)}: server refused INFO ({e})", where=host_port(url)) from None
     except (redis.ConnectionError, redis.TimeoutError, OSError, ValueError) as e:

@@ -39,7 +39,8 @@ def wrong_master(master: dict[str, Any], replica: dict[str, Any], master_host: s
     role = replica.get("role")
     if role not in ("slave", "replica"):
         return Finding("replication", "wrong_master", evidence={"replica_role": role, "reason": "not a replica"})
-    same_stream = replica.get("master_link_status") == "up" and replica.get("master_replid") == master.get("master_replid")
+    linked = replica.get("master_link_status") == "up"
+    same_stream = linked and replica.get("master_replid") == master.get("master_replid")
     follows = (str(replica.get("master_host", "")), as_int(replica.get("master_port"), -1))
     expected = (master_host, master_port)
     same_address = follows[1] == expected[1] and _resolve(follows[0]) == _resolve(expected[0])

@@ -36,7 +36,8 @@ def _urls(pair: Pair, resolver: ConnResolver | None) -> tuple[str, str]:
         if not url:
             raise ConfigError(f"pair {pair.name}: {side}: a redis:// URL is required for kind {pair.kind}")
         if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
-            raise ConfigError(f"pair {pair.name}: {side}: expected redis://, rediss:// or unix://, got {redact_url(url)}")
+            raise ConfigError(f"pair {pair.name}: {side}: expected redis://, rediss:// or unix://, "
+                              f"got {redact_url(url)}")
     assert m is not None and r is not None
     return m, r
 

@@ -1,0 +1,165 @@
+"""End to end against real redis-server pairs on loopback: every detector, no false positives, bad input."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import threading
+import time
+
+import pytest
+
+from audit.local.redis_server import RedisServer, free_port, start_pair, wait_in_sync
+from audit.local.sample import load_sample, plant_divergences
+from tests.integration.helpers import findings, latest_run, run_cli, summary, write_inventory
+
+pytestmark = pytest.mark.integration
+
+
+def pair_entry(name: str, master: RedisServer, replica: RedisServer, **extra: object) -> dict[str, object]:
+    return {"name": name, "kind": "redis", "master": master.url, "replica": replica.url, **extra}
+
+
+def test_planted_divergences_found_and_nothing_else(fresh_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    master, replica = fresh_pair
+    load_sample(master.client(), n_keys=5000, big_hash_fields=30_000)
+    wait_in_sync(master, replica)
+    planted = plant_divergences(replica.client())
+    # page 1000 < 30k fields: the big hash is streamed in HSCAN pages, not read whole
+    inv = write_inventory(tmp_path / "inv.yaml", [pair_entry("p", master, replica)], big_key_elements=1000)
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 1
+    root = latest_run(tmp_path / "out")
+    got = {(f["category"], f["key"]) for f in findings(root)}
+    assert got == {(p.category, p.key) for p in planted}
+    s = summary(root)["pairs"][0]
+    assert s["status"] == "failed" and s["coverage"]["keys_compared"] >= 5000
+    failed_columns = {f["column"] for f in s["gate"]["failed"]}
+    assert {"missing_on_replica", "extra_on_replica", "value_mismatch", "type_mismatch"} <= failed_columns
+    ttl = next(f for f in findings(root) if f["category"] == "ttl_mismatch")
+    assert '"ttl_delta_ms": 6' in ttl["detail"]  # ten minutes, give or take the read skew
+    for name in ("manifest.json", "summary.json", "report.html", "metrics.parquet", "gate"):
+        assert (root / name).exists(), name
+    assert (root / "snapshots" / "p" / "master" / "snapshot.json").exists()
+
+
+def _writer(master: RedisServer, stop: threading.Event) -> None:
+    c = master.client()
+    rnd = random.Random(1)
+    while not stop.is_set():
+        k = b"hot:%d" % rnd.randint(0, 500)
+        op = rnd.random()
+        if op < 0.5:
+            c.set(k, rnd.randbytes(16), px=rnd.randint(20_000, 60_000))
+        elif op < 0.7:
+            c.delete(k)
+            c.hset(k, b"f%d" % rnd.randint(0, 9), b"%d" % rnd.randint(0, 9))
+        elif op < 0.85:
+            c.delete(k)
+        else:
+            c.set(k, b"short", px=rnd.randint(1, 200))  # expires during the audit
+        time.sleep(0.0005)
+
+
+def test_healthy_pair_under_concurrent_writes_has_no_findings(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # the replica keeps hashes as hashtable and the master as listpack: encodings must not matter
+    master, replica = start_pair(tmp_path / "s", replica_extra=["--hash-max-listpack-entries", "1"])
+    try:
+        load_sample(master.client(), n_keys=20_000, big_hash_fields=20_000)
+        wait_in_sync(master, replica)
+        stop = threading.Event()
+        writer = threading.Thread(target=_writer, args=(master, stop), daemon=True)
+        writer.start()
+        inv = write_inventory(tmp_path / "inv.yaml", [pair_entry("healthy", master, replica)], big_key_elements=500)
+        try:
+            code = run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch)
+        finally:
+            stop.set()
+            writer.join()
+        root = latest_run(tmp_path / "out")
+        assert findings(root) == [], findings(root)[:5]
+        assert code == 0
+        assert summary(root)["pairs"][0]["status"] == "passed"
+    finally:
+        replica.stop()
+        master.stop()
+
+
+def test_sync_replica_is_diagnosed_while_data_is_fine(redis_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    master, replica = redis_pair
+    master.client(5).set("x", "1")
+    wait_in_sync(master, replica)
+    sync = subprocess.Popen(["redis-cli", "-p", str(master.port), "--replica"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)
+        inv = write_inventory(tmp_path / "inv.yaml", [pair_entry("p", master, replica, dbs=[5])])
+        code = run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch)
+    finally:
+        sync.terminate()
+    root = latest_run(tmp_path / "out")
+    [f] = findings(root)
+    assert (f["category"], f["diagnosis"]) == ("lag_metric_unreliable", "REDIS_SYNC_NO_ACK")
+    assert code == 0  # the lag figure is unreliable, the data is not: the gate passes
+    assert "REDIS_SYNC_NO_ACK" in summary(root)["pairs"][0]["diagnoses"]
+
+
+def test_unreachable_server_exits_3_and_other_pairs_are_audited(redis_pair, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    master, replica = redis_pair
+    dead = f"redis://127.0.0.1:{free_port()}"
+    inv = write_inventory(tmp_path / "inv.yaml", [
+        {"name": "down", "kind": "redis", "master": master.url, "replica": dead},
+        pair_entry("up", master, replica, dbs=[6]),
+    ])
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 3
+    err = capsys.readouterr().err
+    assert dead.removeprefix("redis://") in err and "Traceback" not in err
+    pairs = {p["pair"]: p for p in summary(latest_run(tmp_path / "out"))["pairs"]}
+    assert pairs["down"]["status"] == "error" and pairs["up"]["status"] == "passed"
+
+
+def test_malformed_inventory_exits_2_naming_the_field(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("pairs:\n  - {name: p, kind: redis, master: 'redis://h:1', replica: 'redis://h:2', "
+                   "gate: {max_missing: many}}\n")
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert "pairs[0] (p).gate.max_missing" in err and "Traceback" not in err
+    assert run_cli(["run", "-i", str(tmp_path / "nope.yaml"), "-o", str(tmp_path)], monkeypatch) == 2
+
+
+def test_replica_of_another_master_is_not_diffed(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    master, replica = start_pair(tmp_path / "a")
+    stranger = RedisServer(free_port(), tmp_path / "b").start()
+    try:
+        inv = write_inventory(tmp_path / "inv.yaml", [pair_entry("p", stranger, replica)])
+        assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 1
+        root = latest_run(tmp_path / "out")
+        [f] = findings(root)
+        assert f["category"] == "wrong_master" and f"127.0.0.1:{master.port}" in f["detail"]
+        assert "keyspace" in summary(root)["pairs"][0]["skipped_checks"]
+    finally:
+        for s in (replica, master, stranger):
+            s.stop()
+
+
+def test_read_only_acl_user_and_password_never_written(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    secret = "Zq9-very-secret"
+    master, replica = start_pair(tmp_path / "s")
+    try:
+        for s in (master, replica):
+            s.client().execute_command("ACL", "SETUSER", "auditor", "on", f">{secret}", "+@read", "+info",
+                                       "+client|list", "+select", "allkeys")
+        master.client().set("k", "v")
+        wait_in_sync(master, replica)
+        urls = [f"redis://auditor:{secret}@127.0.0.1:{s.port}" for s in (master, replica)]
+        inv = write_inventory(tmp_path / "inv.yaml", [{"name": "ro", "kind": "redis", "master": urls[0],
+                                                        "replica": urls[1]}])
+        assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 0
+        captured = capsys.readouterr()
+        assert secret not in captured.out + captured.err
+        for path in (tmp_path / "out").rglob("*"):
+            if path.is_file():
+                assert secret.encode() not in path.read_bytes(), path
+    finally:
+        replica.stop()
+        master.stop()

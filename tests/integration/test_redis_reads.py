@@ -1,0 +1,99 @@
+"""The snapshot's key reader on a real server: big keys in bounded pages, keys changing under it, the qps cap."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from audit.local.redis_server import RedisServer
+from audit.ratelimit import RateLimiter
+from audit.sources.redis.client import connect
+from audit.sources.redis.keys import OK, UNSTABLE, VANISHED, KeyReader
+from audit.sources.redis.resp import Command, RespPipe
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture()
+def server(redis_pair):  # type: ignore[no-untyped-def]
+    master, _ = redis_pair
+    c = master.client(9)
+    c.flushdb()
+    yield master
+    c.flushdb()
+
+
+def reader(server: RedisServer, page: int, limiter: RateLimiter | None = None) -> KeyReader:
+    pipe = RespPipe(connect(server.url, role="test"), limiter)
+    pipe.execute([(b"SELECT", b"9")])
+    return KeyReader(pipe, page, window_bytes=64)
+
+
+def test_big_keys_stream_in_pages_and_digest_as_if_read_whole(server) -> None:  # type: ignore[no-untyped-def]
+    c = server.client(9)
+    c.hset("h", mapping={f"f{i}": i for i in range(5000)})
+    c.rpush("l", *range(2500))
+    c.sadd("s", *range(3000))
+    c.zadd("z", {f"m{i}": i / 3 for i in range(2200)})
+    for i in range(1200):
+        c.xadd("x", {"i": i})
+    c.set("str", b"x" * 1000)
+    keys = [b"h", b"l", b"s", b"z", b"x", b"str"]
+    paged = {s.key: s for s in reader(server, page=100).read(keys)}
+    whole = {s.key: s for s in reader(server, page=100_000).read(keys)}
+    for k in keys:
+        assert paged[k].status == OK and paged[k].digest == whole[k].digest, k
+    assert paged[b"h"].length == 5000 and paged[b"str"].length == 1000
+
+
+class InterferingPipe(RespPipe):
+    """Runs actions on the real server right after the n-th batch: a change between two reads."""
+
+    def __init__(self, *a: Any, actions: dict[int, Any]) -> None:
+        super().__init__(*a)
+        self.actions, self.calls = actions, 0
+
+    def execute(self, commands: list[Command]) -> list[Any]:  # type: ignore[override]
+        replies = super().execute(commands)
+        self.calls += 1
+        if self.calls in self.actions:
+            self.actions[self.calls]()
+        return replies
+
+
+def test_keys_that_vanish_or_change_type_mid_read_are_handled(server) -> None:  # type: ignore[no-untyped-def]
+    c = server.client(9)
+    c.set("gone", "1")
+    c.rpush("morph", *range(10))
+    c.hset("shrinks", mapping={f"f{i}": i for i in range(2000)})
+    c.hset("shrinks", "one-more", "1")  # converts to hashtable: HSCAN pages of ~10
+
+    def change_type() -> None:  # between TYPE/PTTL and the length/value batch
+        c.delete("morph")
+        c.set("morph", "now a string")
+
+    def shrink() -> None:  # between the first HSCAN page and the next ones
+        c.hdel("shrinks", *[f"f{i}" for i in range(1000)])
+
+    pipe = InterferingPipe(connect(server.url, role="test"), None, actions={2: change_type, 3: shrink})
+    pipe.execute([(b"SELECT", b"9")])
+    states = {s.key: s for s in KeyReader(pipe, 10, 64).read([b"gone", b"morph", b"shrinks", b"never"])}
+    assert states[b"never"].status == VANISHED
+    assert states[b"morph"].status == UNSTABLE  # TYPE said list, the length read got WRONGTYPE
+    assert states[b"shrinks"].status == UNSTABLE  # HLEN said 2001, the scan found fewer
+    c.delete("gone")
+    assert KeyReader(pipe, 10, 64).read([b"gone"])[0].status == VANISHED
+
+
+def test_qps_cap_bounds_the_command_rate(server) -> None:  # type: ignore[no-untyped-def]
+    c = server.client(9)
+    c.mset({f"k{i}": i for i in range(1000)})
+    r = reader(server, page=100, limiter=RateLimiter(2000))
+    started = time.monotonic()
+    for i in range(0, 1000, 100):
+        r.read([b"k%d" % j for j in range(i, i + 100)])
+    elapsed = time.monotonic() - started
+    # 4001 commands at 2000/s, less a one-second burst of 2000: at least 1 s (unlimited: ~10 ms)
+    assert r.pipe.commands_sent == 4001 and elapsed >= 0.95

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import pytest
+
+from audit.errors import ConfigError
+from audit.inventory import endpoint_url, env_conn_resolver, parse_inventory, redact_url
+
+GOOD = """
+defaults: {qps: 500, recheck_rounds: 2, gate: {max_missing: 3}}
+pairs:
+  - name: cache-main
+    kind: redis
+    master: redis://auditor:s3cret@127.0.0.1:6379
+    replica: redis://127.0.0.1:6380
+    dbs: [2, 0, 2]
+    gate: {max_value_mismatch: 5}
+  - name: other
+    kind: redis
+    master: conn:redis_master
+    replica: redis://127.0.0.1:6382
+    qps: 50
+"""
+
+
+def test_defaults_merge_and_pair_overrides() -> None:
+    inv = parse_inventory(GOOD)
+    a, b = inv.pairs
+    assert (a.settings.qps, a.settings.recheck_rounds, a.dbs) == (500, 2, [0, 2])
+    assert (a.gate.max_missing, a.gate.max_value_mismatch, a.gate.max_type_mismatch) == (3, 5, 0)
+    assert b.settings.qps == 50
+    assert a.gate.category_limits()["missing_on_replica"] == 3
+    assert len(inv.digest) == 64
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("pairs: [{name: a, kind: redis, gate: {max_missing: lots}}]", "pairs[0] (a).gate.max_missing"),
+        ("pairs: [{name: a, kind: memcached}]", "pairs[0] (a).kind"),
+        ("pairs: [{name: a, kind: redis, mastr: x}]", "pairs[0] (a).mastr"),
+        ("pairs: [{name: a, kind: redis, dbs: [70000]}]", "pairs[0] (a).dbs"),
+        ("pairs: [{name: 'bad name!', kind: redis}]", "pairs[0] (bad name!).name"),
+        ("defaults: {qs: 1}\npairs: [{name: a, kind: redis}]", "defaults.qs"),
+        ("pairs: [{name: a, kind: redis}, {name: a, kind: redis}]", "repeated: a"),
+        ("pairs: []", "pairs"),
+        ("pairs: [", "not valid YAML"),
+    ],
+)
+def test_malformed_inventory_names_the_field(text: str, names: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_inventory(text)
+    assert names in str(e.value)
+
+
+def test_passwords_never_shown() -> None:
+    inv = parse_inventory(GOOD)
+    assert "s3cret" not in repr(inv) and "s3cret" not in str(inv.model_dump())
+    assert redact_url("redis://auditor:s3cret@h:1/0") == "redis://auditor:***@h:1/0"
+    assert redact_url("redis://:s3cret@h:1") == "redis://:***@h:1"
+    assert redact_url("redis://h:1") == "redis://h:1"
+
+
+def test_conn_reference_resolves_from_airflow_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    inv = parse_inventory(GOOD)
+    with pytest.raises(ConfigError, match="AIRFLOW_CONN_REDIS_MASTER"):
+        endpoint_url(inv.pairs[1].master)
+    monkeypatch.setenv("AIRFLOW_CONN_REDIS_MASTER", "redis://:pw@10.1.1.1:6379/0")
+    assert endpoint_url(inv.pairs[1].master) == "redis://:pw@10.1.1.1:6379/0"
+    monkeypatch.setenv("AIRFLOW_CONN_REDIS_MASTER", '{"conn_type": "redis", "host": "h", "port": 7, "password": "p"}')
+    assert env_conn_resolver("redis_master") == "redis://:p@h:7"
+    assert endpoint_url(inv.pairs[1].master, resolver=lambda cid: f"redis://{cid}:1") == "redis://redis_master:1"
