@@ -1,0 +1,152 @@
+"""Spark keyspace diff throughput on two synthetic snapshots, next to a Spark baseline from the same run.
+
+    .venv/bin/python bench/diff_bench.py [--rows 10000000] [--conf spark.sql.shuffle.partitions=16 ...]
+
+Generates master/replica `keys.parquet` files of N rows (SNAPSHOT_SCHEMA) with planted differences:
+0.1% changed digest, 0.05% missing on the replica, 0.05% extra on the replica, 0.05% TTL drift.
+Then runs the diff as `RedisSource.diff` does and checks the candidate count against the plant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from audit import defaults
+from audit.diff.keyspace import candidates, classify, coverage_metrics, join_sides, latest_read
+from audit.diff.spark import configure, get_spark
+from audit.sources.redis.snapshot import SNAPSHOT_SCHEMA
+
+TARGET_S, TARGET_ROWS = 60.0, 10_000_000
+T0 = 1_700_000_000_000
+TYPES = pa.array(["string"] * 14 + ["hash", "hash", "list", "list", "set", "zset"])
+HEX = np.array([b"%02x" % i for i in range(256)], dtype="S2")
+
+
+def mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser, vectorised: a deterministic pseudo-random uint64 per id."""
+    z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def hex32(a: np.ndarray, b: np.ndarray) -> pa.Array:
+    """32-hex-character strings from two uint64 arrays, built straight into Arrow buffers."""
+    raw = np.stack([a, b], axis=1).view(np.uint8)  # (n, 16)
+    data = HEX[raw].tobytes()
+    offsets = np.arange(0, 32 * (len(a) + 1), 32, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), len(a), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def chunk(ids: np.ndarray, n: int, replica: bool) -> pa.Table:
+    h = mix(ids)
+    has_ttl = ids % 5 == 0
+    skew = 250 if replica else 0  # the replica is read a little later; its PTTL is that much smaller
+    read_at = T0 + ids // 100 + skew
+    ttl = (3_600_000 + h % np.uint64(3_600_000)).astype(np.int64) - skew
+    key_ids = ids
+    digest_seed = np.zeros_like(h)
+    if replica:
+        ttl = np.where(ids % 2000 == 5, ttl + 10_000, ttl)                      # ttl drift
+        key_ids = np.where(ids % 2000 == 3, n + ids // 2000, ids)               # missing + extra
+        digest_seed = np.where(ids % 1000 == 1, np.uint64(77), digest_seed)     # changed value
+    keys = pc.binary_join_element_wise("key:", pc.cast(pa.array(key_ids), pa.string()), "").cast(pa.binary())
+    cols = {
+        "db": pa.array(np.zeros(len(ids), np.int32)),
+        "key": keys,
+        "type": TYPES.take(pa.array(h % np.uint64(len(TYPES)))),
+        "ttl_ms": pa.array(ttl, mask=~has_ttl),
+        "expire_at_ms": pa.array(read_at + ttl, mask=~has_ttl),
+        "length": pa.array((5 + (h >> np.uint64(8)) % np.uint64(96)).astype(np.int64)),
+        "digest": hex32(mix(h ^ digest_seed), mix(h + np.uint64(1) + digest_seed)),
+        "status": pa.array(["ok"]).take(pa.array(np.zeros(len(ids), np.int32))),
+        "error": pa.nulls(len(ids), pa.string()),
+        "read_at_ms": pa.array(read_at),
+    }
+    return pa.table(cols, schema=SNAPSHOT_SCHEMA)
+
+
+def generate(path: Path, n: int, replica: bool, step: int = 1_000_000) -> None:
+    with pq.ParquetWriter(path, SNAPSHOT_SCHEMA, compression="zstd") as w:
+        for lo in range(0, n, step):
+            w.write_table(chunk(np.arange(lo, min(n, lo + step), dtype=np.int64), n, replica))
+
+
+def planted(n: int) -> dict[str, int]:
+    ids = np.arange(n, dtype=np.int64)
+    missing = int(np.count_nonzero(ids % 2000 == 3))
+    return {"value_mismatch": int(np.count_nonzero(ids % 1000 == 1)), "missing_on_replica": missing,
+            "extra_on_replica": missing, "ttl_mismatch": int(np.count_nonzero(ids % 2000 == 5))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=TARGET_ROWS)
+    ap.add_argument("--conf", action="append", default=[], metavar="K=V", help="extra Spark setting (repeatable)")
+    args = ap.parse_args()
+    configure(conf=dict(c.split("=", 1) for c in args.conf))
+    with tempfile.TemporaryDirectory(prefix="diff-bench-") as tmp:
+        m_path, r_path, out = Path(tmp) / "master.parquet", Path(tmp) / "replica.parquet", Path(tmp) / "cand"
+        started = time.perf_counter()
+        generate(m_path, args.rows, replica=False)
+        generate(r_path, args.rows, replica=True)
+        size_mb = (m_path.stat().st_size + r_path.stat().st_size) / 1e6
+        print(f"generated 2 x {args.rows:,} rows ({size_mb:,.0f} MB) in {time.perf_counter() - started:.1f} s")
+
+        spark = get_spark()
+        spark.range(1000).selectExpr("id % 7 AS k").distinct().count()  # JVM start and warm-up, untimed
+        paths = [str(m_path), str(r_path)]
+        timings: list[tuple[str, float]] = []
+
+        t = time.perf_counter()
+        counts = [spark.read.parquet(p).count() for p in paths]
+        timings.append(("baseline: read.parquet.count() x2", time.perf_counter() - t))
+        t = time.perf_counter()
+        distinct = [spark.read.parquet(p).select("key").distinct().count() for p in paths]
+        timings.append(("baseline: select(key).distinct.count x2", time.perf_counter() - t))
+
+        t = time.perf_counter()
+        sides = [latest_read(spark.read.parquet(p)) for p in paths]
+        classified = classify(join_sides(*sides), defaults.TTL_TOLERANCE_MS).persist()
+        try:
+            coverage = coverage_metrics(classified).collect()[0].asDict()
+            t_cov = time.perf_counter()
+            candidates(classified).write.mode("overwrite").parquet(str(out))
+            t_end = time.perf_counter()
+        finally:
+            classified.unpersist()
+        timings += [("  diff: coverage_metrics collect", t_cov - t), ("  diff: candidates write", t_end - t_cov),
+                    ("replica-audit diff (total)", t_end - t)]
+
+        base = timings[1][1]
+        print(f"\nrows per side: {counts} (distinct keys {distinct}); Spark conf: "
+              f"shuffle.partitions={spark.conf.get('spark.sql.shuffle.partitions')}, "
+              f"driver.memory={spark.conf.get('spark.driver.memory')}, master={spark.conf.get('spark.master')}")
+        print(f"\n{'method':<42} {'seconds':>8} {'rows/s per side':>16} {'vs distinct':>12}")
+        for name, secs in timings:
+            print(f"{name:<42} {secs:>8.2f} {args.rows / secs:>16,.0f} {secs / base:>11.2f}x")
+
+        want = planted(args.rows)
+        got = {r["category"]: r["count"] for r in spark.read.parquet(str(out)).groupBy("category").count().collect()}
+        print(f"\ncandidates: {coverage['candidates']:,} found, {sum(want.values()):,} planted")
+        for cat in sorted(set(want) | set(got)):
+            print(f"  {cat:<20} found {got.get(cat, 0):>8,}  planted {want.get(cat, 0):>8,}")
+        print(f"coverage: { {k: v for k, v in coverage.items() if k != 'candidates'} }")
+        if got != want:
+            print("MISMATCH: candidates differ from the planted differences")
+        total = timings[-1][1]
+        scaled = f" (at {args.rows:,} rows; scale before judging)" if args.rows != TARGET_ROWS else ""
+        print(f"\ntarget: 10M keys per side diffed in < {TARGET_S:.0f} s: {total:.1f} s, "
+              f"reached {'yes' if total < TARGET_S and args.rows >= TARGET_ROWS else 'no'}{scaled}")
+
+
+if __name__ == "__main__":
+    main()
