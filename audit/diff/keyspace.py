@@ -21,7 +21,9 @@ VALUE_COLUMNS = ("type", "ttl_ms", "expire_at_ms", "length", "digest", "status",
 def latest_read(snapshot: DataFrame) -> DataFrame:
     """SCAN may return a key twice: keep the later read of each (db, key)."""
     latest = F.max_by(F.struct(*VALUE_COLUMNS), "read_at_ms").alias("v")
-    grouped = snapshot.groupBy("db", "key").agg(latest, F.count(F.lit(1)).alias("reads"))
+    # Shuffling by (db, key) first lets the aggregate and the join reuse one partitioning and sort
+    # (measured by bench/diff_bench.py: 10M rows per side went from 93 s to under 60 s).
+    grouped = snapshot.repartition("db", "key").groupBy("db", "key").agg(latest, F.count(F.lit(1)).alias("reads"))
     return grouped.select("db", "key", "v.*", "reads")
 
 
@@ -67,10 +69,10 @@ def classify(joined: DataFrame, ttl_tolerance_ms: int) -> DataFrame:
     return joined.withColumn("category", category).withColumn("unreadable", unreadable)
 
 
-def coverage_metrics(classified: DataFrame) -> DataFrame:
-    """One row: keys per side, keys compared, keys unreadable, duplicate SCAN reads, candidates per category."""
+def coverage_aggregates() -> list[Column]:
+    """Keys per side, keys compared, keys unreadable, duplicate SCAN reads, candidates."""
     m_present, r_present = F.col("m_type").isNotNull(), F.col("r_type").isNotNull()
-    aggs = [
+    return [
         F.count_if(m_present).alias("master_keys"),
         F.count_if(r_present).alias("replica_keys"),
         F.count_if(m_present & r_present & ~F.col("unreadable")).alias("keys_compared"),
@@ -80,12 +82,28 @@ def coverage_metrics(classified: DataFrame) -> DataFrame:
         F.coalesce(F.sum(F.col("r_reads") - 1), F.lit(0)).alias("replica_scan_duplicates"),
         F.count_if(F.col("category").isNotNull()).alias("candidates"),
     ]
-    return classified.agg(*aggs)
+
+
+def coverage_metrics(classified: DataFrame) -> DataFrame:
+    """The coverage aggregates as a one-row DataFrame."""
+    return classified.agg(*coverage_aggregates())
 
 
 def candidates(classified: DataFrame) -> DataFrame:
     return classified.where(F.col("category").isNotNull()).drop("unreadable")
 
 
-def read_snapshot(spark: SparkSession, path: str) -> DataFrame:
-    return spark.read.parquet(path)
+def diff_snapshots(spark: SparkSession, master_path: str, replica_path: str, candidates_path: str,
+                   ttl_tolerance_ms: int) -> dict[str, int]:
+    """The keyspace diff job: write the candidates, return the coverage counts.
+
+    One pass: the counts are observed while the candidates are written, instead of caching the joined
+    table for a second job (the cache cost more than the join itself; bench/diff_bench.py).
+    """
+    from pyspark.sql import Observation
+
+    sides = [latest_read(spark.read.parquet(p)) for p in (master_path, replica_path)]
+    classified = classify(join_sides(*sides), ttl_tolerance_ms)
+    coverage = Observation("coverage")
+    candidates(classified.observe(coverage, *coverage_aggregates())).write.mode("overwrite").parquet(candidates_path)
+    return {k: int(v or 0) for k, v in coverage.get.items()}

@@ -97,10 +97,9 @@ class _ParquetSink:
         if not self._rows:
             return
         rows = self._rows
-        cols: dict[str, list[Any]] = {
-            "db": [db for db, _ in rows],
-            **{name: [getattr(s, name) for _, s in rows] for name in SNAPSHOT_SCHEMA.names[1:]},
-        }
+        dbs, states = zip(*rows, strict=True)
+        cols: dict[str, Any] = {"db": dbs, **dict(zip(SNAPSHOT_SCHEMA.names[1:], zip(*states, strict=True),
+                                                         strict=True))}
         self._writer.write_table(pa.Table.from_pydict(cols, schema=SNAPSHOT_SCHEMA))
         self._rows = []
 

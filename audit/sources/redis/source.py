@@ -114,20 +114,15 @@ class RedisSource:
     def diff(self, pair: Pair, run: RunDir) -> None:
         state = run.require_stage(pair.name, "snapshot")
         if state["checks"].get("keyspace", {}).get("status") == "done":
-            from audit.diff.keyspace import candidates, classify, coverage_metrics, join_sides, latest_read
+            from audit.diff.keyspace import diff_snapshots
             from audit.diff.spark import get_spark
 
-            spark = get_spark()
-            sides = [latest_read(spark.read.parquet(str(run.snapshot(pair.name, side) / KEYS_FILE))) for side in SIDES]
-            classified = classify(join_sides(*sides), pair.settings.ttl_tolerance_ms).persist()
-            try:
-                started = time.time()
-                coverage = coverage_metrics(classified).collect()[0].asDict()
-                candidates(classified).write.mode("overwrite").parquet(str(run.work(pair.name) / CANDIDATES))
-                state["metrics"].update({k: int(v or 0) for k, v in coverage.items()})
-                state["metrics"]["diff_s"] = round(time.time() - started, 3)
-            finally:
-                classified.unpersist()
+            started = time.time()
+            m_path, r_path = (str(run.snapshot(pair.name, side) / KEYS_FILE) for side in SIDES)
+            coverage = diff_snapshots(get_spark(), m_path, r_path, str(run.work(pair.name) / CANDIDATES),
+                                      pair.settings.ttl_tolerance_ms)
+            state["metrics"].update(coverage)
+            state["metrics"]["diff_s"] = round(time.time() - started, 3)
         state["stages"]["diff"] = {"at_ms": int(time.time() * 1000)}
         run.save_state(pair.name, state)
 
