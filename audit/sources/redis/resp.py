@@ -24,7 +24,8 @@ _READ_SIZE = 1 << 20
 
 def pack(commands: Sequence[Command]) -> bytes:
     """RESP2 arrays of bulk strings for every command, concatenated (hiredis' C packer: 2.5x Python's)."""
-    return b"".join([hiredis.pack_command(tuple(cmd)) for cmd in commands])
+    # hiredis types its argument as a 1-tuple; any tuple of bytes is what it packs
+    return b"".join([hiredis.pack_command(tuple(cmd)) for cmd in commands])  # type: ignore[arg-type]
 
 
 class RespPipe:
