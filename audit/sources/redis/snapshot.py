@@ -62,7 +62,6 @@ class SnapshotStats:
     keys_vanished: int = 0
     keys_error: int = 0
     commands: int = 0
-    bytes_digested_hint: int = 0
     errors_sample: list[str] = field(default_factory=list)
     per_db: dict[int, int] = field(default_factory=dict)
 

@@ -78,16 +78,16 @@ class RedisSource:
         if state["checks"].get("keyspace", {}).get("status") != "skipped":
             dbs = pair.dbs or sorted(set(keyspace_dbs(states["master"]["info_keyspace"]))
                                      | set(keyspace_dbs(states["replica"]["info_keyspace"]))) or [0]
-            self._snapshot_sides(pair, run, clients, (m_url, r_url), dbs, progress, state)
+            totals = {side: sum(keyspace_dbs(s["info_keyspace"]).get(d, 0) for d in dbs) for side, s in states.items()}
+            self._snapshot_sides(pair, run, clients, (m_url, r_url), dbs, totals, progress, state)
         state["stages"]["snapshot"] = {"at_ms": int(time.time() * 1000)}
         run.save_state(pair.name, state)
 
     def _snapshot_sides(self, pair: Pair, run: RunDir, clients: dict[str, redis.Redis], urls: tuple[str, str],
-                        dbs: list[int], progress: Progress | None, state: dict[str, Any]) -> None:
+                        dbs: list[int], totals: dict[str, int], progress: Progress | None,
+                        state: dict[str, Any]) -> None:
         s = pair.settings
         options = SnapshotOptions(qps=s.qps, scan_count=s.scan_count, page=s.big_key_elements)
-        totals = {side: sum(keyspace_dbs(capture_state(c, False)["info_keyspace"]).get(d, 0) for d in dbs)
-                  for side, c in clients.items()}
 
         def one(side: str, url: str) -> dict[str, Any]:
             label = f"{pair.name} {side}"
@@ -138,8 +138,8 @@ class RedisSource:
         with pq.ParquetWriter(findings_path, FINDINGS_SCHEMA, compression="zstd") as out:
             if state["checks"].get("keyspace", {}).get("status") == "done":
                 self._recheck_keyspace(pair, run, state, master, replica, m_url, r_url, out, counts)
-            if len(samples) == 1:  # lag growth needs two samples over a second apart
-                time.sleep(max(0.0, 1.1 - (time.time() * 1000 - samples[0].at_ms) / 1000))
+            # lag growth needs two samples over a second apart
+            time.sleep(max(0.0, 1.1 - (time.time() * 1000 - samples[0].at_ms) / 1000))
             samples.append(self._sample(master, replica))
             extra = [Finding(**_finding_kwargs(row)) for row in state.get("early_findings", [])]
             if pair.check_replication and not extra:
