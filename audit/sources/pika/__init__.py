@@ -1,0 +1,3 @@
+"""Kind `pika`: a Pika master and its slave, audited from their binlog files."""
+
+from __future__ import annotations
