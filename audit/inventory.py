@@ -49,6 +49,13 @@ class Gate(_Strict):
     max_link_down: int | None = Field(0, ge=0)
     max_replica_ahead: int | None = Field(0, ge=0)
     max_wrong_master: int | None = Field(0, ge=0)
+    max_missing_range: int | None = Field(0, ge=0)
+    max_duplicate_range: int | None = Field(0, ge=0)
+    max_divergent_entry: int | None = Field(0, ge=0)
+    max_corrupt_record: int | None = Field(0, ge=0)
+    max_torn_tail: int | None = Field(None, ge=0, description="a log cut mid-record is normal while it is written")
+    max_negative_lag: int | None = Field(0, ge=0)
+    max_stale_replica_data: int | None = Field(0, ge=0)
     max_lagging: int | None = Field(None, ge=0)
     max_lag_metric_unreliable: int | None = Field(None, ge=0)
     max_lag_bytes: int | None = Field(defaults.MAX_LAG_BYTES, ge=0)
@@ -77,6 +84,21 @@ class Settings(_Strict):
     big_key_elements: int = Field(defaults.BIG_KEY_ELEMENTS, gt=0)
 
 
+class BinlogDirs(_Strict):
+    """Pika binlog locations: each holds `log_db<N>/write2file<M>` and `manifest` (Pika's `log-path`)."""
+
+    master_dir: Path | None = None
+    replica_dir: Path | None = None
+    file_size: int = Field(defaults.PIKA_BINLOG_FILE_SIZE, gt=0,
+                           description="Pika's binlog-file-size (must be equal on both sides)")
+
+    @model_validator(mode="after")
+    def _both_or_none(self) -> BinlogDirs:
+        if (self.master_dir is None) != (self.replica_dir is None):
+            raise ValueError("give both master_dir and replica_dir (or neither)")
+        return self
+
+
 class Pair(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
     kind: Kind
@@ -86,7 +108,7 @@ class Pair(_Strict):
     check_replication: bool = Field(True, description="false for two independent servers (post-migration)")
     gate: Gate = Gate()
     settings: Settings = Settings()
-    binlog: dict[str, Any] | None = None
+    binlog: BinlogDirs | None = None
     tables: list[str] | None = None
 
     @field_validator("dbs")

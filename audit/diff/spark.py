@@ -8,6 +8,7 @@ paths are plain URIs, so `s3a://` or `hdfs://` output directories work on a clus
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,6 +63,9 @@ def get_spark() -> SparkSession:
             conf = {"spark.master": defaults.SPARK_MASTER, **LOCAL_DEFAULTS, **_env_conf(), **_overrides}
             if conf["spark.master"].startswith("local"):
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback" warning
+                # Python workers (binlog/commit-log parsing) must run this interpreter, which has pyarrow
+                # and this package; on a cluster, PYSPARK_PYTHON names the executors' interpreter.
+                os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             log4j = Path(__file__).with_name("log4j2.properties")
             conf.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
             builder = SparkSession.builder.appName("replica-audit")

@@ -12,8 +12,15 @@ def _redis() -> Source:
     return RedisSource()
 
 
+def _pika() -> Source:
+    from audit.sources.pika.source import PikaSource
+
+    return PikaSource()
+
+
 SOURCE_BY_KIND = {
     "redis": _redis,
+    "pika": _pika,
 }
 """kind -> factory. Factories import lazily, so loading the registry pulls in no driver."""
 

@@ -1,0 +1,381 @@
+"""Spark diff of a Pika master's and slave's binlogs, per database (reference/pika_redis.md §1.7, §3).
+
+In a healthy pair the slave appends each master record at the same (filenum, end offset), with the same
+content (bytes 34.. of the item). So records are aligned in three passes, each over what the previous
+one left unmatched:
+
+1. by position and content: (db, end position, digest of the record and of the one before) equal: healthy;
+2. by content alone, the k-th unmatched occurrence of a content key on one side with the k-th on the
+   other, the key being the record with both neighbours, then with one, then alone: the same record at
+   another position, i.e. the slave's offsets are shifted by a gap or a replay;
+3. by position alone: same place, different content (`divergent_entry`).
+
+What remains on the master is missing on the slave (`missing_range`), unless it lies after the last
+master record the slave holds: that is replication lag, not loss. What remains on the slave is a
+replay (`duplicate_range`) when the master holds that content, else content the master never wrote.
+Contiguous runs (by record sequence number, across file boundaries) become one finding each.
+
+Positions are numbers `filenum << 32 | offset` (DESIGN's start_num/end_num for Pika).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from audit.findings import FINDING_COLUMNS, SEVERITY_BY_CATEGORY
+
+_KEYS = ["db", "seq"]
+
+
+def _pos(filenum: str, offset: str) -> Column:
+    return F.shiftleft(F.col(filenum).cast("long"), 32) + F.col(offset)
+
+
+def _where(filenum: str, offset: str) -> Column:
+    return F.concat_ws(":", F.col(filenum).cast("string"), F.col(offset).cast("string"))
+
+
+def good_records(records: DataFrame) -> DataFrame:
+    """Real log records (no padding, no damage rows) with their position numbers."""
+    return (records.where((F.col("row_kind") == "record") & (F.col("command") != "padding"))
+            .withColumn("spos", _pos("filenum", "start"))
+            .withColumn("epos", _pos("filenum", "end")))
+
+
+def live_slave_files(records: DataFrame) -> DataFrame:
+    """Drop a slave's files older than its last full sync: they belong to a previous replication life.
+
+    After a full sync the slave recreates write2file<N> padded up to the sync point; files below N that
+    survive (only file 0 is deleted) hold another incarnation's records (pika_redis.md §1.6).
+    """
+    pad = (records.where(F.col("row_kind") == "padding").groupBy("db")
+           .agg(F.max("filenum").alias("pad_file")))
+    return (records.join(F.broadcast(pad), "db", "left")
+            .where(F.col("pad_file").isNull() | (F.col("filenum") >= F.col("pad_file"))).drop("pad_file"))
+
+
+def with_seq(good: DataFrame) -> DataFrame:
+    """A sequence number per db, contiguous across files: the file's base (records before it) + index."""
+    per_file = good.groupBy("db", "filenum").agg(F.count("*").alias("n"))
+    w = Window.partitionBy("db").orderBy("filenum").rowsBetween(Window.unboundedPreceding, -1)
+    bases = per_file.withColumn("base", F.coalesce(F.sum("n").over(w), F.lit(0))).drop("n")
+    seq = good.join(F.broadcast(bases), ["db", "filenum"]).withColumn("seq", F.col("base") + F.col("idx")).drop(
+        "base")
+    return with_neighbours(seq)
+
+
+def with_neighbours(df: DataFrame) -> DataFrame:
+    """`prev_digest`/`next_digest`: the content around each record, by two joins on seq±1 (no per-db window,
+    which would put a whole database's log in one task)."""
+    near = df.select(F.col("db").alias("_db"), F.col("seq").alias("_seq"), F.col("digest").alias("_d"))
+    prev = near.withColumnRenamed("_d", "prev_digest")
+    nxt = near.withColumnRenamed("_d", "next_digest")
+    out = df.join(prev, (F.col("db") == F.col("_db")) & (F.col("seq") - 1 == F.col("_seq")), "left").drop("_db", "_seq")
+    return out.join(nxt, (F.col("db") == F.col("_db")) & (F.col("seq") + 1 == F.col("_seq")), "left").drop(
+        "_db", "_seq")
+
+
+def common_window(m: DataFrame, s: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Both sides from max(first master record, first slave record) on: earlier records are not comparable.
+
+    The master may have purged old files; the slave's history starts at its full sync.
+    """
+    lo = (m.groupBy("db").agg(F.min("spos").alias("m_lo"))
+          .join(s.groupBy("db").agg(F.min("spos").alias("s_lo")), "db")
+          .select("db", F.greatest("m_lo", "s_lo").alias("lo")))
+    lo = F.broadcast(lo)
+    return (m.join(lo, "db").where(F.col("spos") >= F.col("lo")).drop("lo"),
+            s.join(lo, "db").where(F.col("spos") >= F.col("lo")).drop("lo"))
+
+
+@dataclass(frozen=True)
+class Alignment:
+    matched: DataFrame   # db, m_seq, s_seq, m_epos, s_epos, how
+    m_rest: DataFrame    # master records matched by nothing
+    s_rest: DataFrame    # slave records matched by nothing
+    divergent: DataFrame  # db, m_*, s_* at the same position with different content
+
+
+def _side(df: DataFrame, p: str) -> DataFrame:
+    """Every column prefixed by side, `db` too: the two sides share lineage, so bare names would be ambiguous."""
+    cols = ["db", "seq", "spos", "epos", "digest", "exec_time", "command", "key", "filenum", "start", "end"]
+    ctx = {
+        "ctx3": F.xxhash64(F.col("prev_digest"), F.col("digest"), F.col("next_digest")),
+        "ctxl": F.xxhash64(F.col("prev_digest"), F.col("digest")),
+        "ctxr": F.xxhash64(F.col("digest"), F.col("next_digest")),
+    }
+    return df.select(*[F.col(c).alias(p + c) for c in cols], *[e.alias(p + n) for n, e in ctx.items()])
+
+
+def _pairs(m: DataFrame, s: DataFrame, on: list[tuple[str, str]], how: str) -> DataFrame:
+    cond = [F.col("m_db") == F.col("s_db")] + [F.col(a) == F.col(b) for a, b in on]
+    return m.join(s, cond).select(F.col("m_db").alias("db"), "m_seq", "s_seq", "m_epos", "s_epos", "m_spos",
+                                  "s_spos", F.lit(how).alias("how"))
+
+
+def _anti(df: DataFrame, matched: DataFrame, p: str) -> DataFrame:
+    return df.join(matched.select(F.col("db").alias(f"{p}db"), f"{p}seq"), [f"{p}db", f"{p}seq"], "left_anti")
+
+
+Stage = Callable[[DataFrame, str], DataFrame]
+"""Materialise a DataFrame under a name and return it re-read (the caller picks where); identity is fine
+for small data. Without it every action would recompute the whole alignment from the raw scans."""
+
+
+def _no_stage(df: DataFrame, name: str) -> DataFrame:
+    return df
+
+
+def align(m_good: DataFrame, s_good: DataFrame, stage: Stage = _no_stage) -> Alignment:
+    m, s = _side(m_good, "m_"), _side(s_good, "s_")
+    # same place, same content, same content before it: repetitive logs (a gap of whole INCR/SET cycles)
+    # put identical records at identical offsets by chance, and only the neighbour tells them apart
+    exact = stage(_pairs(m, s, [("m_epos", "s_epos"), ("m_ctxl", "s_ctxl")], "position"), "exact")
+    m1, s1 = stage(_anti(m, exact, "m_"), "m_rest1"), stage(_anti(s, exact, "s_"), "s_rest1")
+    # Content passes, most specific first: a record with its two neighbours, with its left one, with its
+    # right one, alone. Repeated commands (INCR x) only pair up once their context has; records at the edge
+    # of a gap or a replay keep one neighbour and match in the one-sided passes.
+    shifted_parts = []
+    for n, ctx in enumerate(("ctx3", "ctxl", "ctxr", "digest")):
+        if s1.isEmpty() or m1.isEmpty():
+            break  # the common case: a healthy pair is fully aligned by position
+        occ = {p: Window.partitionBy(f"{p}db", f"{p}{ctx}").orderBy(f"{p}seq") for p in ("m_", "s_")}
+        m1o = m1.withColumn("m_occ", F.row_number().over(occ["m_"]))
+        s1o = s1.withColumn("s_occ", F.row_number().over(occ["s_"]))
+        found = stage(_pairs(m1o, s1o, [(f"m_{ctx}", f"s_{ctx}"), ("m_occ", "s_occ")], "content"), f"shifted{n}")
+        shifted_parts.append(found)
+        m1, s1 = stage(_anti(m1, found, "m_"), f"m_rest{n + 2}"), stage(_anti(s1, found, "s_"), f"s_rest{n + 2}")
+    shifted = exact.limit(0)
+    for part in shifted_parts:
+        shifted = shifted.unionByName(part)
+    m2, s2 = m1, s1
+    divergent = stage(m2.join(s2, (F.col("m_db") == F.col("s_db")) & (F.col("m_epos") == F.col("s_epos"))),
+                      "divergent")
+    div_keys = divergent.select(F.col("m_db").alias("db"), "m_seq", "s_seq")
+    return Alignment(
+        matched=exact.unionByName(shifted),
+        m_rest=stage(_anti(m2, div_keys, "m_").withColumnRenamed("m_db", "db"), "m_rest"),
+        s_rest=stage(_anti(s2, div_keys, "s_").withColumnRenamed("s_db", "db"), "s_rest"),
+        divergent=divergent.withColumnRenamed("m_db", "db").drop("s_db"),
+    )
+
+
+def islands(df: DataFrame, p: str) -> DataFrame:
+    """Contiguous runs of `{p}seq` per db -> one row per run, with an order-sensitive content hash."""
+    w = Window.partitionBy("db").orderBy(f"{p}seq")
+    grouped = df.withColumn("run", F.col(f"{p}seq") - F.row_number().over(w))
+    first = F.min_by
+    return grouped.groupBy("db", "run").agg(
+        F.min(f"{p}seq").alias("first_seq"),
+        F.max(f"{p}seq").alias("last_seq"),
+        F.min(f"{p}spos").alias("spos"),
+        F.max(f"{p}epos").alias("epos"),
+        first(f"{p}filenum", f"{p}seq").alias("first_file"),
+        first(f"{p}start", f"{p}seq").alias("first_start"),
+        F.max_by(f"{p}filenum", f"{p}seq").alias("last_file"),
+        F.max_by(f"{p}end", f"{p}seq").alias("last_end"),
+        F.count("*").alias("count"),
+        F.sum(F.col(f"{p}end") - F.col(f"{p}start")).alias("bytes"),
+        first(f"{p}key", f"{p}seq").alias("first_key"),
+        first(f"{p}command", f"{p}seq").alias("first_command"),
+        F.bit_xor(F.xxhash64(f"{p}digest", F.col(f"{p}seq"))).alias("content_hash_abs"),
+    ).drop("run")
+
+
+def _distance(a: Column, b: Column, file_size: int) -> Column:
+    """Bytes from position b to position a, the way Pika computes lag: filenum x binlog-file-size + offset
+    (files run past the size by up to one record, so this is exact within a file, close across files)."""
+    low = F.lit(0xFFFFFFFF)
+    return (F.shiftright(a, 32) - F.shiftright(b, 32)) * F.lit(file_size) + (a.bitwiseAND(low) - b.bitwiseAND(low))
+
+
+def _shift_at(runs: DataFrame, matched: DataFrame, p: str, seq_expr: Column, name: str, file_size: int
+              ) -> DataFrame:
+    """Join each run with the matched record at `seq_expr`: how far behind the slave's offsets are there."""
+    look = matched.select(F.col("db").alias("_db"), F.col(f"{p}seq").alias("_seq"),
+                          _distance(F.col("m_epos"), F.col("s_epos"), file_size).alias(name))
+    return runs.join(look, (F.col("db") == F.col("_db")) & (seq_expr == F.col("_seq")), "left").drop("_db", "_seq")
+
+
+def missing_runs(al: Alignment, file_size: int) -> DataFrame:
+    """Master runs absent on the slave, before the last master record the slave holds."""
+    horizon = al.matched.groupBy("db").agg(F.max("m_seq").alias("horizon"))
+    missing = al.m_rest.join(F.broadcast(horizon), "db").where(F.col("m_seq") < F.col("horizon"))
+    runs = islands(missing, "m_")
+    runs = _shift_at(runs, al.matched, "m_", F.col("last_seq") + 1, "behind_after", file_size)
+    return _shift_at(runs, al.matched, "m_", F.col("first_seq") - 1, "behind_before", file_size)
+
+
+def unreplicated(al: Alignment) -> DataFrame:
+    """Master records after the slave's last one, per db: lag, counted in records and bytes."""
+    horizon = al.matched.groupBy("db").agg(F.max("m_seq").alias("horizon"))
+    return (al.m_rest.join(F.broadcast(horizon), "db", "left")
+            .where(F.col("horizon").isNull() | (F.col("m_seq") > F.col("horizon")))
+            .groupBy("db").agg(F.count("*").alias("records"), F.sum(F.col("m_end") - F.col("m_start")).alias("bytes")))
+
+
+def replay_runs(al: Alignment, m_good: DataFrame, s_good: DataFrame, file_size: int) -> DataFrame:
+    """Slave runs whose content the master holds: replays. Evidence: is the run a copy of what precedes it,
+    the slave's write-time pauses around it, and how far ahead the slave's offsets are after it."""
+    on_master = m_good.select("db", F.col("digest").alias("s_digest")).distinct()
+    dup = al.s_rest.join(on_master, ["db", "s_digest"], "left_semi")
+    runs = islands(dup, "s_")
+    n = F.col("count")
+    # order-sensitive hashes, relative to the run's first record, of the run and of the n records before it
+    rel = s_good.select("db", "seq", "digest", "exec_time")
+    body = (runs.alias("r").join(rel.alias("x"), (F.col("r.db") == F.col("x.db"))
+                                 & F.col("x.seq").between(F.col("r.first_seq") - n, F.col("r.last_seq")))
+            .groupBy("r.db", "r.first_seq")
+            .agg(F.bit_xor(F.when(F.col("x.seq") >= F.col("r.first_seq"),
+                                  F.xxhash64("x.digest", F.col("x.seq") - F.col("r.first_seq")))).alias("h_run"),
+                 F.bit_xor(F.when(F.col("x.seq") < F.col("r.first_seq"),
+                                  F.xxhash64("x.digest", F.col("x.seq") - F.col("r.first_seq") + n))).alias("h_before"),
+                 F.max(F.when(F.col("x.seq") == F.col("r.first_seq"), F.col("x.exec_time"))).alias("t_first"),
+                 F.max(F.when(F.col("x.seq") == F.col("r.first_seq") - 1, F.col("x.exec_time"))).alias("t_prev"),
+                 F.max(F.when(F.col("x.seq") == F.col("r.first_seq") - n, F.col("x.exec_time"))).alias("t_copy"),
+                 F.count(F.when(F.col("x.seq") < F.col("r.first_seq"), 1)).alias("n_before"))
+            .withColumnRenamed("db", "_db").withColumnRenamed("first_seq", "_first"))
+    before_copy = rel.select(F.col("db").alias("_db2"), F.col("seq").alias("_seq2"), F.col("exec_time").alias("t_pre"))
+    runs = runs.join(body, (F.col("db") == F.col("_db")) & (F.col("first_seq") == F.col("_first")), "left").drop(
+        "_db", "_first")
+    runs = runs.join(before_copy, (F.col("db") == F.col("_db2"))
+                     & (F.col("first_seq") - F.col("count") - 1 == F.col("_seq2")), "left").drop("_db2", "_seq2")
+    return _shift_at(runs, al.matched, "s_", F.col("last_seq") + 1, "behind_after", file_size)
+
+
+def _severity() -> Column:
+    return F.create_map(*[F.lit(x) for kv in SEVERITY_BY_CATEGORY.items() for x in kv])
+
+
+def _finding(df: DataFrame, category: str, run_id: str, pair: str, detail: Column, *, master_digest: Column,
+             replica_digest: Column, key: Column) -> DataFrame:
+    return df.select(
+        F.lit(run_id).alias("run_id"), F.lit(pair).alias("pair"), F.lit("pika").alias("kind"),
+        F.lit("binlog").alias("check"), F.lit(category).alias("category"),
+        _severity()[F.lit(category)].alias("severity"),
+        F.col("db").cast("int").alias("db"), key.alias("key"),
+        _where("first_file", "first_start").alias("start"), _where("last_file", "last_end").alias("end"),
+        F.col("spos").alias("start_num"), F.col("epos").alias("end_num"),
+        F.col("count").cast("long").alias("count"), F.col("bytes").cast("long").alias("bytes"),
+        master_digest.alias("master_digest"), replica_digest.alias("replica_digest"),
+        F.lit(None).cast("string").alias("diagnosis"), F.to_json(detail).alias("detail"),
+    ).select(*FINDING_COLUMNS)
+
+
+def _hex(c: Column) -> Column:
+    return F.lower(F.hex(c))
+
+
+@dataclass(frozen=True)
+class BinlogDiff:
+    findings: DataFrame  # the findings schema's columns; `detail` holds what the signature catalog matches
+    matched: DataFrame   # db, m_seq, s_seq, m_epos, s_epos, how (position | content)
+    lag: DataFrame       # db, records, bytes: master records after the slave's last one
+
+
+def binlog_findings(m_records: DataFrame, s_records: DataFrame, run_id: str, pair: str, binlog_dbs: int,
+                    file_size: int, stage: Stage = _no_stage) -> BinlogDiff:
+    """Align both logs and turn what is left into coalesced findings. Detectors whose input is empty
+    (the common case: a healthy pair) are skipped without running a job."""
+    m_good = stage(with_seq(good_records(m_records)), "m_good")
+    s_good = stage(with_seq(good_records(live_slave_files(s_records))), "s_good")
+    m_win, s_win = common_window(m_good, s_good)
+    al = align(m_win, s_win, stage)
+    parts: list[DataFrame] = []
+    if not al.m_rest.isEmpty():
+        parts.append(_gap_findings(al, run_id, pair, binlog_dbs, file_size))
+    if not al.s_rest.isEmpty():
+        parts += _slave_only_findings(al, m_good, s_good, run_id, pair, binlog_dbs, file_size)
+    if not al.divergent.isEmpty():
+        parts.append(_divergent_findings(al, run_id, pair))
+    findings = parts[0] if parts else _empty_findings(m_good)
+    for more in parts[1:]:
+        findings = findings.unionByName(more)
+    return BinlogDiff(findings, al.matched, unreplicated(al))
+
+
+def _empty_findings(any_df: DataFrame) -> DataFrame:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from audit.findings import FINDINGS_SCHEMA
+
+    return any_df.sparkSession.createDataFrame([], from_arrow_schema(FINDINGS_SCHEMA))
+
+
+def _gap_findings(al: Alignment, run_id: str, pair: str, binlog_dbs: int, file_size: int) -> DataFrame:
+    missing = missing_runs(al, file_size)
+    gap = _finding(
+        missing, "missing_range", run_id, pair,
+        F.struct(F.lit("master").alias("coordinates"), F.col("first_command").alias("first_command"),
+                 F.col("behind_after").alias("slave_behind_bytes"),
+                 F.coalesce(F.col("behind_before"), F.lit(0)).alias("slave_behind_bytes_before"),
+                 F.col("behind_after").isNotNull().alias("records_after_present"),
+                 F.lit(binlog_dbs).alias("binlog_dbs")),
+        master_digest=_hex(F.col("content_hash_abs")), replica_digest=F.lit(None).cast("string"),
+        key=F.when(F.col("count") == 1, F.col("first_key")))
+    return gap
+
+
+def _slave_only_findings(al: Alignment, m_good: DataFrame, s_good: DataFrame, run_id: str, pair: str,
+                         binlog_dbs: int, file_size: int) -> list[DataFrame]:
+    replays = replay_runs(al, m_good, s_good, file_size)
+    ahead = -F.col("behind_after")
+    dup = _finding(
+        replays, "duplicate_range", run_id, pair,
+        F.struct(F.lit("slave").alias("coordinates"), F.col("first_command").alias("first_command"),
+                 ((F.col("h_run") == F.col("h_before")) & (F.col("n_before") == F.col("count"))).alias(
+                     "adjacent_copy"),
+                 (F.col("t_first") - F.col("t_prev")).alias("pause_between_copies_s"),
+                 (F.col("t_copy") - F.col("t_pre")).alias("pause_before_copy_s"),
+                 ahead.alias("slave_ahead_bytes"),
+                 (ahead == F.col("bytes")).alias("slave_ahead_matches_span"),
+                 F.lit(binlog_dbs).alias("binlog_dbs")),
+        master_digest=F.lit(None).cast("string"), replica_digest=_hex(F.col("h_run")),
+        key=F.when(F.col("count") == 1, F.col("first_key")))
+    foreign = al.s_rest.join(m_good.select("db", F.col("digest").alias("s_digest")).distinct(),
+                             ["db", "s_digest"], "left_anti")
+    foreign_runs = islands(foreign, "s_")
+    alien = _finding(
+        foreign_runs, "divergent_entry", run_id, pair,
+        F.struct(F.lit("slave").alias("coordinates"), F.col("first_command").alias("slave_command"),
+                 F.lit("not_on_master").alias("reason")),
+        master_digest=F.lit(None).cast("string"), replica_digest=_hex(F.col("content_hash_abs")),
+        key=F.when(F.col("count") == 1, F.col("first_key")))
+    return [dup, alien]
+
+
+def _divergent_findings(al: Alignment, run_id: str, pair: str) -> DataFrame:
+    div_rows = al.divergent.select(
+        "db", F.col("m_seq").alias("seq"), F.col("m_spos").alias("spos"), F.col("m_epos").alias("epos"),
+        F.col("m_filenum").alias("first_file"), F.col("m_start").alias("first_start"),
+        F.col("m_filenum").alias("last_file"), F.col("m_end").alias("last_end"), F.lit(1).alias("count"),
+        (F.col("m_end") - F.col("m_start")).alias("bytes"), "m_key", "s_key", "m_command", "s_command",
+        "m_digest", "s_digest")
+    divergent = _finding(
+        div_rows, "divergent_entry", run_id, pair,
+        F.struct(F.col("m_command").alias("master_command"), F.col("s_command").alias("slave_command"),
+                 F.lit("same_position").alias("reason")),
+        master_digest=_hex(F.col("m_digest")), replica_digest=_hex(F.col("s_digest")), key=F.col("m_key"))
+    return divergent
+
+
+def damage_findings(records: DataFrame, side: str, run_id: str, pair: str) -> DataFrame:
+    """corrupt_record / torn_tail rows of a side's scan, as findings at their file:offset."""
+    dmg = records.where(F.col("row_kind").isin("corrupt_record", "torn_tail")).select(
+        "db", "row_kind", "detail", "path",
+        F.col("filenum").alias("first_file"), F.col("start").alias("first_start"),
+        F.col("filenum").alias("last_file"), F.col("end").alias("last_end"),
+        _pos("filenum", "start").alias("spos"), _pos("filenum", "end").alias("epos"),
+        F.lit(1).alias("count"), (F.col("end") - F.col("start")).alias("bytes"))
+    parts = []
+    for category in ("corrupt_record", "torn_tail"):
+        parts.append(_finding(
+            dmg.where(F.col("row_kind") == category), category, run_id, pair,
+            F.struct(F.lit(side).alias("side"), F.col("path").alias("file"), F.col("detail").alias("reason")),
+            master_digest=F.lit(None).cast("string"), replica_digest=F.lit(None).cast("string"),
+            key=F.lit(None).cast("binary")))
+    return parts[0].unionByName(parts[1])

@@ -1,0 +1,122 @@
+"""Find a Pika side's binlogs (`<log-path>/log_db<N>/write2file<M>` + `manifest`) and parse them in Spark.
+
+One Spark task per file: a directory of hundreds of 100 MB files parses in parallel, on a cluster too
+(the paths must then be readable by the executors). The manifest is read first, so records appended
+while the audit runs are past its `pro_offset` and ignored: each side is a consistent cut.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from audit.errors import SnapshotError
+from audit.sources.pika.binlog import RECORD_SCHEMA, Manifest, binlog_files, parse_manifest
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+_LOG_DIR = re.compile(r"^log_db(\d+)$")
+MANIFEST = "manifest"
+SCAN_SCHEMA = RECORD_SCHEMA.append(pa.field("idx", pa.int64())).append(pa.field("path", pa.string()))
+"""RECORD_SCHEMA plus `idx`, the record's index among the file's real records, and the file's path."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogFile:
+    filenum: int
+    path: str
+    size: int
+    logical_end: int | None  # manifest pro_offset for the file being written, else None (read to the end)
+
+
+@dataclass(frozen=True, slots=True)
+class DbLog:
+    db: int
+    directory: str
+    manifest: Manifest | None
+    files: tuple[LogFile, ...]
+
+
+def _readable(path: Path) -> None:
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as e:
+        raise SnapshotError(f"{path}: cannot read: {e.strerror}", where=str(path)) from None
+
+
+def discover(log_root: Path, dbs: list[int] | None, side: str) -> list[DbLog]:
+    """The binlogs of each database under `log_root`; `dbs` None means every `log_db<N>` found."""
+    if not log_root.is_dir():
+        raise SnapshotError(f"{side} binlog directory {log_root} does not exist or is not a directory",
+                            where=str(log_root))
+    found = {int(m.group(1)): log_root / d for d in os.listdir(log_root) if (m := _LOG_DIR.match(d))}
+    wanted = dbs if dbs is not None else sorted(found)
+    out = []
+    for db in wanted:
+        directory = found.get(db)
+        if directory is None:
+            raise SnapshotError(f"{side} binlog directory {log_root} has no log_db{db}/ (found: "
+                                f"{', '.join(f'log_db{d}' for d in sorted(found)) or 'none'})", where=str(log_root))
+        manifest = None
+        if (directory / MANIFEST).exists():
+            _readable(directory / MANIFEST)
+            manifest = parse_manifest((directory / MANIFEST).read_bytes()[:64])
+        files = []
+        for filenum, path in binlog_files(directory):
+            if manifest is not None and filenum > manifest.pro_num:
+                continue  # created after the manifest was read: past this side's cut
+            _readable(path)
+            end = manifest.pro_offset if manifest is not None and manifest.pro_num == filenum else None
+            files.append(LogFile(filenum, str(path), path.stat().st_size, end))
+        out.append(DbLog(db, str(directory), manifest, tuple(files)))
+    return out
+
+
+def _scan_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    from audit.sources.pika.binlog import parse_file
+
+    for batch in batches:
+        for task in batch.to_pylist():
+            rb = parse_file(task["path"], db=task["db"], filenum=task["filenum"], logical_end=task["logical_end"])
+            real = pc.fill_null(pc.and_(pc.equal(rb.column("row_kind"), "record"),
+                                        pc.not_equal(rb.column("command"), "padding")), False)
+            idx = pc.subtract(pc.cumulative_sum(pc.cast(real, pa.int64())), 1)
+            idx = pc.if_else(real, idx, pa.scalar(None, pa.int64()))
+            path = pa.array([task["path"]] * rb.num_rows, pa.string())
+            yield pa.RecordBatch.from_arrays([*rb.columns, idx, path], schema=SCAN_SCHEMA)
+
+
+def scan_logs(spark: SparkSession, logs: list[DbLog], out_path: str) -> dict[str, Any]:
+    """Parse every file of `logs` in Spark into Parquet at `out_path`; returns counts for the metrics."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    tasks = [(log.db, f.filenum, f.path, f.logical_end, f.size) for log in logs for f in log.files]
+    if not tasks:
+        empty = spark.createDataFrame([], from_arrow_schema(SCAN_SCHEMA))
+        empty.write.mode("overwrite").parquet(out_path)
+        return {"files": 0, "bytes": 0}
+    # biggest files first, so the last task to start is a small one
+    tasks.sort(key=lambda t: -t[4])
+    df = spark.createDataFrame(tasks, "db int, filenum int, path string, logical_end long, size long")
+    df = df.repartition(len(tasks))
+    parsed = df.mapInArrow(_scan_partition, from_arrow_schema(SCAN_SCHEMA))
+    parsed.write.mode("overwrite").parquet(out_path)
+    return {"files": len(tasks), "bytes": sum(t[4] if t[3] is None else t[3] for t in tasks)}
+
+
+def read_scan(spark: SparkSession, path: str) -> DataFrame:
+    return spark.read.parquet(path)
+
+
+def producer_positions(logs: list[DbLog]) -> dict[int, tuple[int, int] | None]:
+    """Per db, the manifest's (pro_num, pro_offset): what `INFO replication` reports as binlog_offset."""
+    return {log.db: (log.manifest.pro_num, log.manifest.pro_offset) if log.manifest else None for log in logs}
