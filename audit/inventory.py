@@ -280,7 +280,10 @@ def redact_url(url: str | None) -> str:
         return url
     user = parts.username or ""
     host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a port that is not a number: show nothing rather than fail on a typo
+        port = ""
     netloc = f"{user}:***@{host}{port}" if parts.password is not None else f"{user}@{host}{port}"
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 

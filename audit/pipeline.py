@@ -99,8 +99,12 @@ def audit_pair(pair: Pair, run: RunDir, resolver: ConnResolver | None = None,
     return PairOutcome(pair.name, "passed" if verdict["success"] else "failed")
 
 
-def finish_run(inventory: Inventory, run: RunDir, pairs: list[Pair]) -> dict[str, Any]:
-    """summary.json, report.html and the manifest's end; returns the summary."""
+def finish_run(inventory: Inventory, run: RunDir, pairs: list[Pair], history: str | None = None) -> dict[str, Any]:
+    """summary.json, report.html, the manifest's end, and the run appended to the results history.
+
+    `history` is the store's URL; None means $REPLICA_AUDIT_HISTORY, else `<out>/history.sqlite`. A
+    history store that cannot be written is recorded in the manifest; it never changes the verdict.
+    """
     from audit.report.html import render_report
     from audit.report.summary import build_summary
 
@@ -116,7 +120,24 @@ def finish_run(inventory: Inventory, run: RunDir, pairs: list[Pair]) -> dict[str
     manifest["servers"] = {p["pair"]: p.get("servers", {}) for p in summary["pairs"]}
     manifest["exit_code"] = summary["exit_code"]
     write_json(run.manifest, manifest)
+    manifest["history"] = record_history(run, history)
+    write_json(run.manifest, manifest)
     return summary
+
+
+def record_history(run: RunDir, url: str | None) -> dict[str, Any]:
+    import os
+
+    from audit.history import ENV_VAR, open_history
+    from audit.history.store import shown_url
+
+    url = url if url is not None else os.environ.get(ENV_VAR)
+    try:
+        with open_history(url, out=run.out) as store:
+            rows = store.append_run(run.root)
+            return {"status": "appended", "store": store.where, "rows": rows}
+    except AuditError as e:
+        return {"status": "error", "store": shown_url(url) if url else "default", "message": str(e)}
 
 
 def exit_code_for(pair_statuses: list[str]) -> int:

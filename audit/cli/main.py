@@ -7,6 +7,7 @@ Exit status (DESIGN.md): 0 every gate passed; 1 a gate failed; 2 usage or config
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
@@ -34,6 +35,9 @@ PairOpt = Annotated[list[str] | None, typer.Option("--pair", "-p", help="audit o
 RunIdOpt = Annotated[str | None, typer.Option("--run-id", help="the run to continue (stages after snapshot)")]
 SparkMasterOpt = Annotated[str | None, typer.Option("--spark-master", help="Spark master URL (default local[*])")]
 SparkConfOpt = Annotated[list[str] | None, typer.Option("--spark-conf", help="extra Spark setting key=value")]
+HistoryOpt = Annotated[str | None, typer.Option(
+    "--history", help="results history store: sqlite:///path or mysql://user:pw@host:port/db "
+    "(default $REPLICA_AUDIT_HISTORY, else OUT/history.sqlite)")]
 
 
 def _setup(inventory: Path, pairs: list[str] | None, spark_master: str | None,
@@ -78,7 +82,7 @@ def _print_summary(summary: dict[str, Any], run_root: Path) -> None:
 
 @app.command()
 def run(inventory: InventoryOpt, out_dir: OutOpt, pair: PairOpt = None, run_id: RunIdOpt = None,
-        spark_master: SparkMasterOpt = None, spark_conf: SparkConfOpt = None) -> None:
+        spark_master: SparkMasterOpt = None, spark_conf: SparkConfOpt = None, history: HistoryOpt = None) -> None:
     """Run the whole pipeline for every pair (or the --pair ones) and print a summary."""
     inv, pairs = _setup(inventory, pair, spark_master, spark_conf)
     run_dir = start_run(inv, out_dir, run_id)
@@ -95,7 +99,7 @@ def run(inventory: InventoryOpt, out_dir: OutOpt, pair: PairOpt = None, run_id: 
     finally:
         if bar is not None:
             bar.stop()
-    summary = finish_run(inv, run_dir, pairs)
+    summary = finish_run(inv, run_dir, pairs, history)
     _print_summary(summary, run_dir.root)
     raise typer.Exit(summary["exit_code"])
 
@@ -146,15 +150,68 @@ def gate(inventory: InventoryOpt, out_dir: OutOpt, run_id: RunIdOpt = None, pair
 
 
 @app.command()
-def report(inventory: InventoryOpt, out_dir: OutOpt, run_id: RunIdOpt = None, pair: PairOpt = None) -> None:
+def report(inventory: InventoryOpt, out_dir: OutOpt, run_id: RunIdOpt = None, pair: PairOpt = None,
+           history: HistoryOpt = None) -> None:
     """Stage 5: write summary.json and report.html, print the summary; exit status as for `run`."""
     inv, pairs = _setup(inventory, pair, None, None)
     if run_id is None:
         raise ConfigError("report: --run-id is required")
     run_dir = start_run(inv, out_dir, run_id)
-    summary = finish_run(inv, run_dir, pairs)
+    summary = finish_run(inv, run_dir, pairs, history)
     _print_summary(summary, run_dir.root)
     raise typer.Exit(summary["exit_code"])
+
+
+@app.command()
+def verify(source: Annotated[str, typer.Option("--source", help="source URL, or conn:<airflow_conn_id>")],
+           target: Annotated[str, typer.Option("--target", help="target URL, or conn:<airflow_conn_id>")],
+           out_dir: OutOpt,
+           kind: Annotated[str, typer.Option("--kind", help="redis | pika")] = "redis",
+           strictness: Annotated[str, typer.Option(
+               "--strictness", help="zero_tolerance | allow_ttl_drift | allow_extra_on_target")] = "zero_tolerance",
+           db: Annotated[list[int] | None, typer.Option("--db", help="only this db (repeatable; default all)")] = None,
+           name: Annotated[str, typer.Option("--name", help="the pair's name in the outputs")] = "migration",
+           setting: Annotated[list[str] | None, typer.Option(
+               "--setting", help="inventory setting key=value, e.g. qps=5000 (repeatable)")] = None,
+           run_id: RunIdOpt = None, history: HistoryOpt = None) -> None:
+    """Post-migration verification of SOURCE against TARGET: zero tolerance by default, full coverage, and a
+    verification certificate (certificate.json / certificate.html). Exit 0 only when the certificate passes."""
+    import yaml
+
+    from audit.verify import finish_verification, verification_inventory
+
+    settings: dict[str, Any] = {}
+    for item in setting or []:
+        if "=" not in item:
+            raise ConfigError(f"--setting {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        settings[k] = yaml.safe_load(v)
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    inv = verification_inventory(source, target, kind, strictness, db, name=name, settings=settings)
+    run_dir = start_run(inv, out_dir, run_id)
+    out.print(f"verification [bold]{run_dir.run_id}[/] → {run_dir.root}")
+    outcome = audit_pair(inv.pairs[0], run_dir, on_stage=lambda n, stage: err.print(f"[dim]{n}: {stage}[/]"))
+    if outcome.status == "error":
+        err.print(f"[red]{name}: could not be verified:[/] {outcome.message}")
+    cert = finish_verification(inv, run_dir, strictness=strictness, history=history)
+    _print_summary(json.loads(run_dir.summary.read_text()), run_dir.root)
+    for reason in cert["reasons"]:
+        out.print(f"  {reason}")
+    out.print(f"certificate: {run_dir.root / 'certificate.json'} ([bold]{cert['verdict']}[/]; digests "
+              f"{'equal' if cert['digests_equal'] else 'differ'})")
+    raise typer.Exit({"passed": 0, "failed": 1}.get(cert["verdict"], EXIT_SOURCE))
+
+
+@app.command("daily-report")
+def daily_report(out_dir: OutOpt, history: HistoryOpt = None,
+                 days: Annotated[int, typer.Option("--days", help="how many days back")] = 7,
+                 as_of: Annotated[str | None, typer.Option(
+                     "--as-of", help="end of the window, ISO date/time (default now)")] = None) -> None:
+    """Render OUT/reports/daily-<date>.html from the results history: trends per pair over the last days."""
+    from audit.report.daily import render_daily_report
+
+    path = render_daily_report(out_dir, history, days, as_of)
+    out.print(f"daily report: {path}")
 
 
 def main() -> None:

@@ -64,6 +64,10 @@ def test_healthy_multi_db_pair_with_padding_zero_tails_and_lag(tmp_path, monkeyp
     metrics = json.loads((root / "work" / "healthy" / "state.json").read_text())["metrics"]
     assert metrics["binlog_unreplicated_records"] == 40
     assert metrics["binlog_records_shifted"] == 0
+    from audit.history import open_history  # every finished run lands in the history (default: OUT/history.sqlite)
+
+    with open_history(None, out=tmp_path / "out") as store:
+        assert [r["run_id"] for r in store.runs()] == [root.name]
 
 
 def test_gap_in_one_db_after_a_timeout_across_a_file_boundary(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

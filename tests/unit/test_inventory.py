@@ -57,6 +57,7 @@ def test_passwords_never_shown() -> None:
     assert "s3cret" not in repr(inv) and "s3cret" not in str(inv.model_dump())
     assert redact_url("redis://auditor:s3cret@h:1/0") == "redis://auditor:***@h:1/0"
     assert redact_url("redis://:s3cret@h:1") == "redis://:***@h:1"
+    assert redact_url("mysql://u:s3cret@h:port/db") == "mysql://u:***@h/db"  # a typo in the port never crashes
     assert redact_url("redis://h:1") == "redis://h:1"
 
 

@@ -1,0 +1,65 @@
+"""Results history: each finished run appended to a store, so trends can be computed per pair.
+
+    store = open_history(None, out=Path("/data/audit"))        # <out>/history.sqlite (the default)
+    store = open_history("mysql://audit:pw@db:3306/replica_audit")
+    store.append_run(Path("/data/audit") / run_id)              # idempotent by run_id
+    store.pair_history("cache-main", limit=30)                  # verdicts, counts, lag, durations
+    to_frame(store.metric_series("cache-main", "lag_bytes"))
+
+Backends are a plain registry by URL scheme; each one describes itself (URL_HELP) and wraps its
+driver's errors into :mod:`audit.errors` at its boundary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from audit.errors import ConfigError
+from audit.history.mysql import MySQLHistory
+from audit.history.record import PairRecord, RunRecord, read_run
+from audit.history.sqlite import DEFAULT_FILE_NAME, SqliteHistory
+from audit.history.store import HistoryStore, SqlHistory, shown_url, to_frame
+
+HISTORY_BY_SCHEME: dict[str, type[SqlHistory]] = {
+    SqliteHistory.SCHEME: SqliteHistory,
+    MySQLHistory.SCHEME: MySQLHistory,
+}
+"""URL scheme -> backend. A backend imports its driver only when a store is opened."""
+
+ENV_VAR = "REPLICA_AUDIT_HISTORY"
+"""The environment variable the CLI reads the history URL from when `--history` is not given."""
+
+
+def open_history(url: str | None, *, out: Path | None = None) -> HistoryStore:
+    """Open (creating tables if missing) the store at `url`; None means `<out>/history.sqlite`.
+
+    Raises ConfigError for a malformed URL (the message names `history` and shows the URL redacted)
+    and SourceConnectError when the store cannot be reached (naming host:port, never the password).
+    """
+    if url is None or not url.strip():
+        if out is None:
+            raise ConfigError("history: no URL and no output directory to put the default "
+                              f"{DEFAULT_FILE_NAME} in")
+        return SqliteHistory.in_dir(Path(out))
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    backend = HISTORY_BY_SCHEME.get(scheme)
+    if backend is None:
+        examples = "; ".join(b.URL_HELP for b in HISTORY_BY_SCHEME.values())
+        raise ConfigError(f"history: unsupported URL {shown_url(url)!r} (expected one of: {examples})")
+    return backend.from_url(url)
+
+
+__all__ = [
+    "DEFAULT_FILE_NAME",
+    "ENV_VAR",
+    "HISTORY_BY_SCHEME",
+    "HistoryStore",
+    "MySQLHistory",
+    "PairRecord",
+    "RunRecord",
+    "SqlHistory",
+    "SqliteHistory",
+    "open_history",
+    "read_run",
+    "to_frame",
+]

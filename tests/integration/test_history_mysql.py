@@ -1,0 +1,101 @@
+"""The history store contract on a real MariaDB server (started on loopback), plus its connection errors."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit.errors import SourceConnectError
+from audit.history import HistoryStore, MySQLHistory, open_history
+from audit.local.mariadb_server import MariaDBServer, free_port, mariadb_available
+from tests.unit.test_history_sqlite import HistoryContract, build_runs
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not mariadb_available(), reason="mariadbd / mariadb-install-db not installed "
+                       "(apt-get install mariadb-server)"),
+]
+
+
+@pytest.fixture(scope="module")
+def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
+    server = MariaDBServer(free_port(), tmp_path_factory.mktemp("mariadb")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return build_runs(tmp_path_factory.mktemp("runs"))
+
+
+@pytest.fixture()
+def database(mariadb: MariaDBServer) -> Iterator[str]:
+    """An empty database of the test's own."""
+    name = "history_" + secrets.token_hex(4)
+    mariadb.execute(f"CREATE DATABASE {name}")
+    yield name
+    mariadb.execute(f"DROP DATABASE {name}")
+
+
+class TestMySQLHistory(HistoryContract):
+    @pytest.fixture()
+    def store(self, mariadb: MariaDBServer, database: str) -> Iterator[HistoryStore]:
+        s = open_history(mariadb.url(database))
+        yield s
+        s.close()
+
+    @pytest.fixture()
+    def reopen(self, mariadb: MariaDBServer, database: str) -> Any:
+        return lambda: open_history(mariadb.url(database))
+
+
+def test_tables_are_created_once_and_the_password_never_shows(mariadb: MariaDBServer, database: str) -> None:
+    with open_history(mariadb.url(database)) as store, open_history(mariadb.url(database)):
+        assert isinstance(store, MySQLHistory)
+        assert store.where == f"127.0.0.1:{mariadb.port}/{database}" and mariadb.password not in repr(store)
+    tables = {t for (t,) in mariadb.execute("SHOW TABLES", database=database)}
+    assert tables == {"history_meta", "runs", "pair_results", "metrics"}
+    assert mariadb.execute("SELECT value FROM history_meta", database=database) == [("1",)]
+
+
+def test_unreachable_server_names_host_and_port_not_the_password() -> None:
+    port = free_port()  # nothing listens there
+    with pytest.raises(SourceConnectError) as e:
+        open_history(f"mysql://auditor:S3cr%40t-pw@127.0.0.1:{port}/history?connect_timeout=2")
+    assert f"127.0.0.1:{port}" in str(e.value) and e.value.where == f"127.0.0.1:{port}"
+    assert "S3cr" not in str(e.value) and "S3cr" not in repr(e.value.__cause__)
+
+
+def test_wrong_password_and_unknown_database(mariadb: MariaDBServer, database: str) -> None:
+    with pytest.raises(SourceConnectError) as e:
+        open_history(f"mysql://audit:not-the-pw-42@127.0.0.1:{mariadb.port}/{database}")
+    assert f"127.0.0.1:{mariadb.port}" in str(e.value) and "Access denied" in str(e.value)
+    assert "not-the-pw-42" not in str(e.value)
+    with pytest.raises(SourceConnectError, match="Unknown database 'nope'") as e:
+        open_history(mariadb.url("nope"))
+    assert mariadb.password not in str(e.value)
+
+
+def test_mysql_and_sqlite_give_the_same_answers(mariadb: MariaDBServer, database: str, tmp_path: Path,
+                                                 runs_dir: dict[str, Path]) -> None:
+    with open_history(mariadb.url(database)) as mysql, open_history(f"sqlite:///{tmp_path}/h.sqlite") as lite:
+        for store in (mysql, lite):
+            for name in ("r1", "r2", "r3"):
+                store.append_run(runs_dir[name])
+
+        def same(query: Any) -> None:
+            a, b = query(mysql), query(lite)
+            for row in (*a, *b):
+                row.pop("appended_at", None)
+            assert a == b
+
+        same(lambda s: s.runs())
+        for pair in ("cache", "sessions"):
+            same(lambda s, p=pair: s.pair_history(p))
+            same(lambda s, p=pair: s.category_series(p))
+            same(lambda s, p=pair: s.metric_series(p, "master_keys"))
