@@ -18,9 +18,16 @@ def _pika() -> Source:
     return PikaSource()
 
 
+def _rocketmq() -> Source:
+    from audit.sources.rocketmq.source import RocketMQSource
+
+    return RocketMQSource()
+
+
 SOURCE_BY_KIND = {
     "redis": _redis,
     "pika": _pika,
+    "rocketmq": _rocketmq,
 }
 """kind -> factory. Factories import lazily, so loading the registry pulls in no driver."""
 
