@@ -18,7 +18,8 @@ lint: setup
 	@$(VENV)/bin/ruff check audit dags plugins tests bench scripts && $(VENV)/bin/mypy
 
 bench: setup
-	@$(PY) bench/snapshot_bench.py && $(PY) bench/diff_bench.py
+	@$(PY) bench/snapshot_bench.py && $(PY) bench/diff_bench.py && $(PY) bench/pika_binlog_bench.py --spark \
+		&& $(PY) bench/rmq_commitlog_bench.py
 
 clean:
 	rm -rf .demo .pytest_cache
