@@ -57,15 +57,37 @@ def findings_sample(run: RunDir, pair: str, per_category: int) -> tuple[Sample, 
     return sample, diagnoses
 
 
+def pair_status(state: dict[str, Any]) -> str:
+    """passed | failed (the gate's verdict) | error (a source could not be audited) | incomplete (no gate yet)."""
+    gate = state.get("gate")
+    if state.get("error"):
+        return "error"
+    if gate is None:
+        return "incomplete"
+    return "passed" if gate["success"] else "failed"
+
+
+def pair_verdict(run: RunDir, pair: str) -> dict[str, Any]:
+    """A pair's verdict in this run, small enough for an Airflow asset event: status, counts, failed checks."""
+    state = run.load_state(pair)
+    gate = state.get("gate") or {}
+    error = state.get("error") or {}
+    return {
+        "run_id": run.run_id,
+        "pair": pair,
+        "status": pair_status(state),
+        "divergences": sum(int(n) for n in state.get("counts", {}).values()),
+        "counts": {c: int(n) for c, n in sorted(state.get("counts", {}).items())},
+        "failed_checks": sorted({str(f.get("column")) for f in gate.get("failed", [])}),
+        "keys_compared": state.get("metrics", {}).get("keys_compared"),
+        "error": error.get("message"),
+    }
+
+
 def pair_summary(run: RunDir, pair: Pair, per_category: int) -> dict[str, Any]:
     state = run.load_state(pair.name)
     gate = state.get("gate")
-    if state.get("error"):
-        status = "error"
-    elif gate is None:
-        status = "incomplete"
-    else:
-        status = "passed" if gate["success"] else "failed"
+    status = pair_status(state)
     sample, diagnoses = findings_sample(run, pair.name, per_category)
     metrics = state.get("metrics", {})
     skipped = {name: c["reason"] for name, c in state.get("checks", {}).items() if c.get("status") == "skipped"}

@@ -1,0 +1,137 @@
+"""audit.verify without servers: the verification inventory, the content digest, the certificate's verdict;
+and audit.report.offsets on the sample shapes each source kind leaves in a summary."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from audit.errors import ConfigError
+from audit.report.offsets import BINLOG_UNIT, REPLICATION_UNIT, run_offsets
+from audit.sources.redis.snapshot import SNAPSHOT_SCHEMA
+from audit.verify import certificate_verdict, snapshot_digest, verification_inventory
+
+
+def test_zero_tolerance_inventory_gates_everything_at_zero() -> None:
+    inv = verification_inventory("redis://src:6379", "conn:target", "redis", dbs=[], settings={"qps": 500})
+    (pair,) = inv.pairs
+    assert pair.name == "migration" and pair.kind == "redis" and pair.check_replication is False
+    assert pair.dbs is None  # empty: every db either side has keys in
+    assert all(v == 0 for v in pair.gate.model_dump().values())
+    assert pair.settings.qps == 500
+    assert pair.master is not None and pair.master.get_secret_value() == "redis://src:6379"
+
+
+@pytest.mark.parametrize(("strictness", "relaxed"), [("allow_ttl_drift", "max_ttl_mismatch"),
+                                                      ("allow_extra_on_target", "max_extra")])
+def test_strictness_levels_relax_one_threshold(strictness: str, relaxed: str) -> None:
+    gate = verification_inventory("redis://a:1", "redis://b:2", "pika", strictness, [0, 2]).pairs[0].gate.model_dump()
+    assert gate.pop(relaxed) is None
+    assert all(v == 0 for v in gate.values())
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"kind": "mysql"}, "verification kind 'mysql'"),
+    ({"strictness": "lenient"}, "verification strictness 'lenient'"),
+    ({"source": " "}, "verification source"),
+    ({"dbs": [70000]}, "dbs"),
+    ({"settings": {"qsp": 1}}, "defaults.qsp: unknown setting"),
+])
+def test_bad_verification_arguments_are_named(kwargs: dict[str, Any], message: str) -> None:
+    args: dict[str, Any] = {"source": "redis://a:1", "target": "redis://b:2", **kwargs}
+    with pytest.raises(ConfigError, match=message):
+        verification_inventory(**args)
+
+
+def _row(db: int, key: bytes, digest: str = "d", status: str = "ok", at: int = 1000,
+         expire: int | None = None) -> dict[str, Any]:
+    return {"db": db, "key": key, "type": "string", "ttl_ms": None if expire is None else expire - at,
+            "expire_at_ms": expire, "length": 1, "digest": digest if status == "ok" else None, "status": status,
+            "error": None if status == "ok" else "boom", "read_at_ms": at}
+
+
+def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows, schema=SNAPSHOT_SCHEMA), path)
+    return path
+
+
+def test_digest_is_order_independent_and_counts_a_rescanned_key_once(tmp_path: Path) -> None:
+    rows = [_row(db, b"k%d" % i, digest=f"v{i}", expire=5000 if i % 3 == 0 else None)
+            for db in (0, 1) for i in range(300)]
+    shuffled = rows[:]
+    random.Random(4).shuffle(shuffled)
+    a = snapshot_digest(_write(tmp_path / "a.parquet", rows), dedupe=False, batch_size=64)
+    b = snapshot_digest(_write(tmp_path / "b.parquet", shuffled), dedupe=True, batch_size=50)
+    assert a.digest == b.digest and a.keys == b.keys == 600
+    assert a.keys_per_db == b.keys_per_db == {"0": 300, "1": 300}
+    # SCAN returned k5 twice; the later read is the one that counts, as in the diff
+    again = [*shuffled, _row(0, b"k5", digest="stale", at=10)]
+    c = snapshot_digest(_write(tmp_path / "c.parquet", again), dedupe=True, batch_size=50)
+    assert c.digest == a.digest and c.keys == 600 and c.scan_duplicates == 1
+
+
+def test_digest_sees_values_expiry_and_unreadable_keys(tmp_path: Path) -> None:
+    base = [_row(0, b"k%d" % i, digest=f"v{i}") for i in range(50)]
+    ref = snapshot_digest(_write(tmp_path / "ref.parquet", base)).digest
+    changed = [*base[:-1], _row(0, b"k49", digest="other")]
+    expiring = [*base[:-1], _row(0, b"k49", digest="v49", expire=99_999)]
+    unreadable = [*base[:-1], _row(0, b"k49", status="error")]
+    assert snapshot_digest(_write(tmp_path / "1.parquet", changed)).digest != ref
+    assert snapshot_digest(_write(tmp_path / "2.parquet", expiring)).digest != ref
+    broken = snapshot_digest(_write(tmp_path / "3.parquet", unreadable))
+    assert broken.digest != ref and broken.keys == 49 and broken.keys_unreadable == 1
+
+
+def _sides(a: str | None, b: str | None) -> dict[str, Any]:
+    return {"source": {"content": {"digest": a}}, "target": {"content": {"digest": b}}}
+
+
+def test_certificate_verdict() -> None:
+    passed = {"status": "passed", "metrics": {"recheck_in_flight": 0}}
+    assert certificate_verdict(passed, _sides("x", "x"), "zero_tolerance") == ("passed", [])
+    verdict, reasons = certificate_verdict(passed, _sides("x", "y"), "zero_tolerance")
+    assert verdict == "failed" and "digests of source and target differ" in reasons[0]
+    assert certificate_verdict(passed, _sides("x", "y"), "allow_ttl_drift") == ("passed", [])
+    moving = {"status": "passed", "metrics": {"recheck_in_flight": 3}}
+    verdict, reasons = certificate_verdict(moving, _sides("x", "x"), "zero_tolerance")
+    assert verdict == "failed" and reasons[0].startswith("3 keys changed on the source")
+    failed = {"status": "failed", "gate": {"failed": [{"column": "missing_on_replica", "observed": 2,
+                                                        "threshold": 0}]}}
+    assert certificate_verdict(failed, _sides("x", "y"), "zero_tolerance") == (
+        "failed", ["gate failed: missing_on_replica=2 (max 0)"])
+    error = {"status": "error", "not_covered": ["target unreachable"]}
+    assert certificate_verdict(error, _sides(None, None), "zero_tolerance") == (
+        "error", ["not verified (error): target unreachable"])
+
+
+def test_offsets_from_redis_samples_pika_info_and_metrics() -> None:
+    redis_pair = {"replication_samples": [
+        {"at_ms": 1000, "master": {"master_repl_offset": "500"}, "replica": {"slave_repl_offset": "480"}},
+        {"at_ms": 2100, "master": {"master_repl_offset": "700"}, "replica": {"slave_repl_offset": "700"}}]}
+    redis_offsets = run_offsets(redis_pair)
+    assert redis_offsets is not None and redis_offsets.unit == REPLICATION_UNIT
+    assert redis_offsets.samples == [(1000, 500.0, 480.0), (2100, 700.0, 700.0)]
+    assert redis_offsets.last == (700.0, 700.0)
+
+    info = ("# Replication\r\nrole:{role}\r\ndb0:binlog_offset={f0} {o0},safety_purge=none\r\n"
+            "db1 binlog_offset=0 {o1}\r\n")
+    pika_pair = {"replication_samples": [{"at_ms": 5, "master": info.format(role="master", f0=2, o0=100, o1=50),
+                                          "replica": info.format(role="slave", f0=2, o0=60, o1=50)}]}
+    pika = run_offsets(pika_pair, file_size=1000)
+    assert pika is not None and pika.unit == BINLOG_UNIT
+    assert pika.by_db == {"db0": {"master": 2100.0, "replica": 2060.0}, "db1": {"master": 50.0, "replica": 50.0}}
+    assert pika.last == (2150.0, 2110.0)
+
+    state = {"binlog": {"crosscheck": {"master": {"0": {"manifest": [1, 10]}}, "replica": {"0": {"manifest": [1, 4]}}}}}
+    files_only = run_offsets({"replication_samples": []}, state, file_size=100)
+    assert files_only is not None and files_only.by_db == {"db0": {"master": 110.0, "replica": 104.0}}
+
+    measured = run_offsets({"metrics": {"master_max_offset": 9000, "replica_max_offset": 8000}})
+    assert measured is not None and measured.last == (9000.0, 8000.0)
+    assert run_offsets({"replication_samples": [{"master": None, "replica": {"role": "slave"}}]}) is None
+    assert run_offsets({"replication_samples": "garbage"}) is None
