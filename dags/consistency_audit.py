@@ -2,11 +2,17 @@
 ### consistency_audit
 
 Audits every master/replica pair of the inventory: **snapshot → diff → recheck → gate** per pair
-(one mapped task group per pair), then **report** for the run. A pair whose gate fails fails its
-`gate` task and the run; a source that cannot be reached fails `snapshot` after its retries.
+(one mapped task group per pair), then **verdict** (the pair's asset event) and **report** for the run.
+
+- A source that cannot be reached or read fails `snapshot` (or `recheck`) only after its retries,
+  with exponential backoff; nothing else is retried: a failed gate fails its `gate` task at once.
+- A failed gate, or a pair that could not be audited, fails the `report` task and so the run.
+- Each pair's asset `replica-audit://<pair>` gets an event per run whose extra is the pair's verdict
+  (`status`, `divergences`, `counts`, `failed_checks`), whatever the verdict was.
 
 Params: `inventory` (YAML path), `out` (output directory; each run writes `out/<run_id>/`),
-`pairs` (optional subset). Defaults come from REPLICA_AUDIT_INVENTORY / REPLICA_AUDIT_OUT.
+`pairs` (optional subset). Defaults come from REPLICA_AUDIT_INVENTORY / REPLICA_AUDIT_OUT; the
+schedule from REPLICA_AUDIT_SCHEDULE (hourly by default).
 """
 
 from __future__ import annotations
@@ -15,7 +21,13 @@ import os
 from datetime import timedelta
 
 from airflow.sdk import DAG, Param, TriggerRule, task_group
-from replica_audit_airflow.operators import AuditReportOperator, AuditStageOperator, PlanPairsOperator
+from replica_audit_airflow.operators import (
+    SOURCE_RETRY_POLICY,
+    AuditReportOperator,
+    AuditStageOperator,
+    PairVerdictOperator,
+    PlanPairsOperator,
+)
 
 INVENTORY = "{{ params.inventory }}"
 OUT = "{{ params.out }}"
@@ -30,13 +42,19 @@ with DAG(
     max_active_runs=1,
     render_template_as_native_obj=True,  # `pairs` stays a list
     tags=["replica-audit", "consistency"],
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=30), "retry_exponential_backoff": True},
+    default_args={
+        "retries": 2,
+        "retry_delay": timedelta(seconds=30),
+        "retry_exponential_backoff": 2.0,  # 30 s, then 60 s
+        "max_retry_delay": timedelta(minutes=10),
+        "retry_policy": SOURCE_RETRY_POLICY,
+    },
     params={
         "inventory": Param(os.environ.get("REPLICA_AUDIT_INVENTORY", "/opt/replica-audit/inventory.yaml"),
                            type="string", description="inventory YAML path"),
         "out": Param(os.environ.get("REPLICA_AUDIT_OUT", "/opt/replica-audit/out"), type="string",
                      description="output directory"),
-        "pairs": Param([], type="array", description="only these pairs (empty: all)"),
+        "pairs": Param([], type="array", items={"type": "string"}, description="only these pairs (empty: all)"),
     },
 ) as dag:
     plan = PlanPairsOperator(task_id="plan", inventory=INVENTORY, pairs=PAIRS)
@@ -47,7 +65,9 @@ with DAG(
             AuditStageOperator(task_id=stage, stage=stage, pair=pair, inventory=INVENTORY, out_dir=OUT, run_id=RUN_ID)
             for stage in ("snapshot", "diff", "recheck", "gate")
         ]
-        stages[0] >> stages[1] >> stages[2] >> stages[3]
+        verdict = PairVerdictOperator(task_id="verdict", pair=pair, out_dir=OUT, run_id=RUN_ID,
+                                      trigger_rule=TriggerRule.ALL_DONE, retries=0)
+        stages[0] >> stages[1] >> stages[2] >> stages[3] >> verdict
 
     report = AuditReportOperator(task_id="report", inventory=INVENTORY, out_dir=OUT, run_id=RUN_ID, pairs=PAIRS,
                                  trigger_rule=TriggerRule.ALL_DONE, retries=0)

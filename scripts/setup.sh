@@ -10,6 +10,7 @@ need_apt=()
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 command -v mariadbd >/dev/null || command -v mysqld >/dev/null || need_apt+=(mariadb-server)
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need_apt+=(chromium)  # report tests
 if ! java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])'; then need_apt+=(openjdk-17-jre-headless); fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"

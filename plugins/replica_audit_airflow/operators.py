@@ -1,7 +1,13 @@
 """Operators: each `execute()` builds its inputs and makes one replica-audit library call.
 
-A failed gate raises AirflowFailException (no retry: the data diverges, retrying will not help); a
-source that could not be audited raises AirflowException, so the task's retries apply.
+Failures and retries: a source that could not be audited (unreachable, unreadable) raises
+:class:`SourceUnavailable`, the one exception :data:`SOURCE_RETRY_POLICY` retries (with the task's
+exponential backoff). A failed gate, a configuration mistake or anything else raises
+AirflowFailException or fails at once: the data diverges or the setup is wrong, and a retry would
+only repeat the verdict later.
+
+An inventory is given as a path (`inventory="/etc/replica-audit/inventory.yaml"`) or, for a
+post-migration verification, as the arguments of :func:`audit.verify.verification_inventory` (a dict).
 """
 
 from __future__ import annotations
@@ -9,17 +15,49 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, ExceptionRetryPolicy, RetryAction, RetryRule
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from replica_audit_airflow.assets import PAIR_VERDICTS, pair_asset
 from replica_audit_airflow.hooks import airflow_conn_resolver
+
+if TYPE_CHECKING:
+    from audit import Inventory
+
+
+class SourceUnavailable(AirflowException):
+    """A source could not be audited (unreachable, unreadable): worth another try later."""
+
+
+SOURCE_RETRY_POLICY = ExceptionRetryPolicy(
+    rules=[RetryRule(exception=SourceUnavailable, action=RetryAction.RETRY,
+                     reason="a source could not be audited; retrying with backoff")],
+    default=RetryAction.FAIL,
+)
+"""Retry source errors only; a gate verdict, a bad inventory or a bug fails the task at once."""
+
+InventorySpec = str | dict[str, Any]
 
 
 def safe_run_id(airflow_run_id: str) -> str:
     """`manual__2026-11-21T10:00:00+00:00` -> a directory name without `:` or `+`."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", airflow_run_id)
+
+
+def load(spec: InventorySpec) -> Inventory:
+    """An inventory file, or a verification's one-pair inventory built from its arguments."""
+    from audit import load_inventory
+    from audit.verify import verification_inventory
+
+    if isinstance(spec, dict):
+        return verification_inventory(**spec)
+    return load_inventory(spec)
+
+
+def _failed_checks(verdict: dict[str, Any]) -> str:
+    return ", ".join(f"{f['column']}={f['observed']} (max {f['threshold']})" for f in verdict["failed"])
 
 
 class PlanPairsOperator(BaseOperator):
@@ -33,10 +71,10 @@ class PlanPairsOperator(BaseOperator):
         self.pairs = pairs
 
     def execute(self, context: Any) -> list[str]:
-        from audit import AuditError, load_inventory
+        from audit import AuditError
 
         try:
-            return [p.name for p in load_inventory(self.inventory).select(self.pairs or None)]
+            return [p.name for p in load(self.inventory).select(self.pairs or None)]
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
 
@@ -46,24 +84,48 @@ class AuditStageOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("inventory", "out_dir", "run_id", "pair")
 
-    def __init__(self, *, stage: str, pair: str, inventory: str, out_dir: str, run_id: str, **kwargs: Any) -> None:
+    def __init__(self, *, stage: str, pair: str, inventory: InventorySpec, out_dir: str, run_id: str,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.stage, self.pair, self.inventory, self.out_dir, self.run_id = stage, pair, inventory, out_dir, run_id
 
     def execute(self, context: Any) -> Any:
-        from audit import AuditError, SourceError, load_inventory, run_stage, start_run
+        from audit import AuditError, SourceError, run_stage, start_run
 
         try:
-            inv = load_inventory(self.inventory)
+            inv = load(self.inventory)
             run = start_run(inv, Path(self.out_dir), safe_run_id(self.run_id))
             verdict = run_stage(self.stage, inv.pair(self.pair), run, resolver=airflow_conn_resolver)
         except SourceError as e:
-            raise AirflowException(f"{self.pair}: could not be audited: {e}") from None
+            raise SourceUnavailable(f"{self.pair}: could not be audited: {e}") from None
         except AuditError as e:
             raise AirflowFailException(f"{self.pair}: {e}") from None
         if verdict is not None and not verdict["success"]:
-            failed = ", ".join(f"{f['column']}={f['observed']} (max {f['threshold']})" for f in verdict["failed"])
-            raise AirflowFailException(f"{self.pair}: gate failed: {failed}")
+            raise AirflowFailException(f"{self.pair}: gate failed: {_failed_checks(verdict)}")
+        return verdict
+
+
+class PairVerdictOperator(BaseOperator):
+    """Publishes the pair's verdict in this run as an event of its asset `replica-audit://<pair>`.
+
+    Runs whatever the stages did (trigger rule ALL_DONE in the DAG), so a failed or unaudited pair
+    is published too; the run's failure comes from the gate and report tasks, not from here.
+    """
+
+    template_fields: Sequence[str] = ("pair", "out_dir", "run_id")
+
+    def __init__(self, *, pair: str, out_dir: str, run_id: str, **kwargs: Any) -> None:
+        kwargs.setdefault("outlets", [PAIR_VERDICTS])
+        super().__init__(**kwargs)
+        self.pair, self.out_dir, self.run_id = pair, out_dir, run_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from audit.layout import RunDir
+        from audit.report.summary import pair_verdict
+
+        verdict = pair_verdict(RunDir(Path(self.out_dir), safe_run_id(self.run_id)), self.pair)
+        context["outlet_events"][PAIR_VERDICTS].add(pair_asset(self.pair), extra=verdict)
+        self.log.info("%s: %s (%s divergences)", self.pair, verdict["status"], verdict["divergences"])
         return verdict
 
 
@@ -78,9 +140,9 @@ class AuditReportOperator(BaseOperator):
         self.inventory, self.out_dir, self.run_id, self.pairs = inventory, out_dir, run_id, pairs
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from audit import finish_run, load_inventory, start_run
+        from audit import finish_run, start_run
 
-        inv = load_inventory(self.inventory)
+        inv = load(self.inventory)
         run = start_run(inv, Path(self.out_dir), safe_run_id(self.run_id))
         summary = finish_run(inv, run, inv.select(self.pairs or None))
         verdicts = {p["pair"]: p["status"] for p in summary["pairs"]}
@@ -88,3 +150,55 @@ class AuditReportOperator(BaseOperator):
         if summary["exit_code"] != 0:
             raise AirflowFailException(f"audit {summary['verdict']}: {verdicts}; report: {run.report}")
         return {"verdict": summary["verdict"], "pairs": verdicts, "report": str(run.report)}
+
+
+class VerificationCertificateOperator(BaseOperator):
+    """summary, report and the verification certificate; fails unless the certificate's verdict is `passed`."""
+
+    template_fields: Sequence[str] = ("verification", "out_dir", "run_id")
+
+    def __init__(self, *, verification: dict[str, Any], out_dir: str, run_id: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.verification, self.out_dir, self.run_id = verification, out_dir, run_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from audit import AuditError, start_run
+        from audit.verify import finish_verification
+
+        try:
+            inv = load(self.verification)
+            run = start_run(inv, Path(self.out_dir), safe_run_id(self.run_id))
+            cert = finish_verification(inv, run, strictness=self.verification.get("strictness"))
+        except AuditError as e:
+            raise AirflowFailException(str(e)) from None
+        where = run.root / "certificate.json"
+        self.log.info("verification %s: %s, digests %s; certificate %s", run.run_id, cert["verdict"],
+                      "equal" if cert["digests_equal"] else "differ", where)
+        if cert["verdict"] != "passed":
+            raise AirflowFailException(f"verification {cert['verdict']}: {'; '.join(cert['reasons'])}; "
+                                       f"certificate: {where}")
+        return {"verdict": cert["verdict"], "certificate": str(where), "digests_equal": cert["digests_equal"]}
+
+
+class DailyReportOperator(BaseOperator):
+    """Renders `<out>/reports/daily-<date>.html` from the results history."""
+
+    template_fields: Sequence[str] = ("out_dir", "history", "days", "as_of")
+
+    def __init__(self, *, out_dir: str, history: str | None = None, days: int | str = 7, as_of: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.out_dir, self.history, self.days, self.as_of = out_dir, history, days, as_of
+
+    def execute(self, context: Any) -> str:
+        from audit import AuditError, SourceError
+        from audit.report.daily import render_daily_report
+
+        try:
+            path = render_daily_report(Path(self.out_dir), self.history or None, int(self.days), self.as_of or None)
+        except SourceError as e:
+            raise SourceUnavailable(f"history store: {e}") from None
+        except AuditError as e:
+            raise AirflowFailException(str(e)) from None
+        self.log.info("daily report: %s", path)
+        return str(path)

@@ -1,21 +1,30 @@
-"""The DAG files parse cleanly, and consistency_audit really runs (`airflow dags test`) against real Redis."""
+"""The DAG files parse cleanly, and the DAGs really run (`airflow dags test`) against real redis-servers.
+
+Three runs that need Spark (about a minute each on 2 cores): consistency_audit on a diverging pair
+(then data_quality_report, which needs no Spark, on the history it left), and post_migration_verification
+on a faithful migration and on one with planted divergences.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from audit.local.redis_server import start_pair, wait_in_sync
+from audit.local.redis_server import RedisServer, free_port, start_pair, wait_in_sync
+from audit.local.sample import load_sample, plant_divergences
 from tests.conftest import REPO
 from tests.integration.helpers import findings, latest_run, summary, write_inventory
 
 pytestmark = pytest.mark.airflow
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
+DAG_IDS = ("consistency_audit", "data_quality_report", "post_migration_verification")
 
 
 @pytest.fixture(scope="module")
@@ -30,24 +39,143 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return env
 
 
+def in_airflow(env: dict[str, str], code: str) -> Any:
+    """Run `code` in a Python with the test's Airflow home and the plugins importable; it prints one JSON line."""
+    prelude = f"import json, sys\nsys.path.insert(0, {str(REPO / 'plugins')!r})\n"
+    done = subprocess.run([sys.executable, "-c", prelude + code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def dags_test(env: dict[str, str], dag_id: str, conf: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([AIRFLOW, "dags", "test", dag_id, "-c", json.dumps(conf)], env=env, capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL)
+
+
 def test_dag_integrity(airflow_env: dict[str, str]) -> None:
-    code = f"""
-import json, sys
-sys.path.insert(0, {str(REPO / 'plugins')!r})
+    result = in_airflow(airflow_env, f"""
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder={str(REPO / 'dags')!r})
-print(json.dumps({{"errors": {{k: str(v) for k, v in bag.import_errors.items()}},
-                  "dags": {{d.dag_id: {{"tags": sorted(d.tags), "retries": d.default_args.get("retries")}}
-                           for d in bag.dags.values()}}}}))
-"""
-    done = subprocess.run([sys.executable, "-c", code], env=airflow_env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+def params(d):
+    return {{k: {{"default": d.params.get_param(k).value if d.params.get_param(k).has_value else None,
+                 "schema": d.params.get_param(k).schema}} for k in d.params}}
+def rejects(d, conf):
+    import copy
+    p = copy.deepcopy(d.params)
+    try:
+        for k, v in conf.items():
+            p[k] = v  # validated against the Param's schema, as the trigger form does
+    except Exception:
+        return True
+    return False
+def requires_source(d):
+    try:
+        copy.deepcopy(d.params).validate()
+    except Exception:
+        return True
+    return False
+import copy
+pmv = bag.dags["post_migration_verification"]
+good = {{"source": "redis://10.0.0.5:6379", "target": "conn:new_cache"}}
+print(json.dumps({{
+    "errors": {{k: str(v) for k, v in bag.import_errors.items()}},
+    "dags": {{d.dag_id: {{"tags": sorted(d.tags), "retries": d.default_args.get("retries"),
+                          "backoff": d.default_args.get("retry_exponential_backoff"),
+                          "policy": type(d.default_args.get("retry_policy")).__name__,
+                          "schedule": d.schedule,
+                          "params": params(d), "tasks": sorted(d.task_dict),
+                          "outlets": {{t: [o.name for o in d.task_dict[t].outlets] for t in d.task_dict}}}}
+             for d in bag.dags.values()}},
+    "verification_accepts_good": not rejects(pmv, good),
+    "verification_requires_endpoints": requires_source(pmv),
+    "verification_rejects": [rejects(pmv, {{**good, **bad}}) for bad in (
+        {{"kind": "mysql"}}, {{"strictness": "lenient"}}, {{"source": "10.0.0.5:6379"}}, {{"dbs": [-1]}},
+        {{"name": "bad name"}})],
+}}))
+""")
     assert result["errors"] == {}
-    assert result["dags"]["consistency_audit"] == {"tags": ["consistency", "replica-audit"], "retries": 2}
+    dags = result["dags"]
+    assert set(dags) == set(DAG_IDS)
+    for dag_id in DAG_IDS:
+        assert "replica-audit" in dags[dag_id]["tags"]
+        assert dags[dag_id]["retries"] == 2 and dags[dag_id]["backoff"] == 2.0, dag_id
+        assert dags[dag_id]["policy"] == "ExceptionRetryPolicy", dag_id
+
+    audit = dags["consistency_audit"]
+    assert audit["tags"] == ["consistency", "replica-audit"] and audit["schedule"] == "@hourly"
+    assert set(audit["params"]) == {"inventory", "out", "pairs"}
+    assert {"plan", "report", "audit_pair.snapshot", "audit_pair.gate", "audit_pair.verdict"} <= set(audit["tasks"])
+    assert audit["outlets"]["audit_pair.verdict"] == ["replica-audit-pair-verdicts"]
+
+    report = dags["data_quality_report"]
+    assert report["schedule"] == "@daily" and report["tasks"] == ["render"]
+    assert report["params"]["days"]["default"] == 7
+
+    verify = dags["post_migration_verification"]
+    assert verify["schedule"] is None
+    assert verify["tasks"] == ["certificate", "diff", "gate", "recheck", "snapshot"]
+    p = verify["params"]
+    assert p["source"]["default"] is None and p["target"]["default"] is None  # required in the trigger form
+    assert p["kind"]["default"] == "redis" and p["kind"]["schema"]["enum"] == ["redis", "pika"]
+    assert p["strictness"]["default"] == "zero_tolerance"
+    assert set(p["strictness"]["schema"]["enum"]) == {"zero_tolerance", "allow_ttl_drift", "allow_extra_on_target"}
+    assert p["dbs"]["default"] == []
+    assert result["verification_accepts_good"] and result["verification_requires_endpoints"]
+    assert result["verification_rejects"] == [True] * 5
 
 
-def test_consistency_audit_dag_run_fails_on_divergence(airflow_env: dict[str, str], tmp_path: Path) -> None:
+def test_hooks_and_retry_policy(airflow_env: dict[str, str]) -> None:
+    env = dict(airflow_env,
+               AIRFLOW_CONN_CACHE_NEW=json.dumps({"conn_type": "redis", "host": "10.1.2.3", "port": 7000,
+                                                  "login": "auditor", "password": "p@ss:w/rd", "extra": {"ssl": True}}),
+               AIRFLOW_CONN_ORDERS_DB="mysql://reader:pw@db.internal:3307/shop",
+               AIRFLOW_CONN_RMQ_STORE=json.dumps({"conn_type": "fs", "extra": {"path": "/data/rmq/store"}}),
+               AIRFLOW_CONN_SOMETHING_ELSE="http://example.invalid")
+    result = in_airflow(env, """
+from airflow.sdk import Connection
+from airflow.sdk.exceptions import AirflowException
+from audit import ConfigError
+from replica_audit_airflow.hooks import RedisAuditHook, MySQLAuditHook, FileStoreAuditHook, airflow_conn_resolver
+from replica_audit_airflow.operators import SOURCE_RETRY_POLICY, SourceUnavailable
+def resolve(conn_id):
+    try:
+        return airflow_conn_resolver(conn_id)
+    except ConfigError as e:
+        return "ConfigError: " + str(e)
+pika = Connection(conn_id="pika", conn_type="redis", host="127.0.0.1", port=9221)
+print(json.dumps({
+    "redis": resolve("cache_new"), "mysql": resolve("orders_db"), "fs": resolve("rmq_store"),
+    "other": resolve("something_else"), "missing": resolve("nope"),
+    "pika": RedisAuditHook.endpoint(pika),
+    "hooks": [RedisAuditHook("cache_new").get_conn(), MySQLAuditHook("orders_db").get_conn(),
+              FileStoreAuditHook("rmq_store").get_conn()],
+    "retry_source": SOURCE_RETRY_POLICY.evaluate(SourceUnavailable("down"), 1, 3).action.value,
+    "retry_other": SOURCE_RETRY_POLICY.evaluate(RuntimeError("bug"), 1, 3).action.value,
+    "retry_airflow": SOURCE_RETRY_POLICY.evaluate(AirflowException("x"), 1, 3).action.value,
+}))
+""")
+    assert result["redis"] == "rediss://auditor:p%40ss%3Aw%2Frd@10.1.2.3:7000"
+    assert result["mysql"] == "mysql://reader:pw@db.internal:3307/shop"
+    assert result["fs"] == "/data/rmq/store"
+    assert result["pika"] == "redis://127.0.0.1:9221"
+    assert result["hooks"] == [result["redis"], result["mysql"], result["fs"]]
+    assert result["other"].startswith("ConfigError: conn:something_else: connection type 'http'")
+    assert result["missing"] == "ConfigError: conn:nope: no such Airflow connection"
+    assert (result["retry_source"], result["retry_other"], result["retry_airflow"]) == ("retry", "fail", "fail")
+
+
+def asset_events(env: dict[str, str]) -> list[tuple[str, dict[str, Any], str]]:
+    db = sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db")
+    try:
+        rows = db.execute("SELECT a.uri, e.extra, e.source_task_id FROM asset_event e "
+                          "JOIN asset a ON a.id = e.asset_id ORDER BY e.id").fetchall()
+    finally:
+        db.close()
+    return [(uri, json.loads(extra), task) for uri, extra, task in rows]
+
+
+def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(airflow_env: dict[str, str],
+                                                                           tmp_path: Path) -> None:
     master, replica = start_pair(tmp_path / "servers")
     try:
         c = master.client()
@@ -57,9 +185,7 @@ def test_consistency_audit_dag_run_fails_on_divergence(airflow_env: dict[str, st
         replica.client().delete("k7")
         inv = write_inventory(tmp_path / "inv.yaml", [
             {"name": "dag-pair", "kind": "redis", "master": master.url, "replica": replica.url}])
-        conf = json.dumps({"inventory": str(inv), "out": str(tmp_path / "out")})
-        done = subprocess.run([AIRFLOW, "dags", "test", "consistency_audit", "-c", conf], env=airflow_env,
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        done = dags_test(airflow_env, "consistency_audit", {"inventory": str(inv), "out": str(tmp_path / "out")})
     finally:
         replica.stop()
         master.stop()
@@ -70,3 +196,92 @@ def test_consistency_audit_dag_run_fails_on_divergence(airflow_env: dict[str, st
     assert [(f["category"], f["key"]) for f in findings(root)] == [("missing_on_replica", b"k7")]
     assert summary(root)["pairs"][0]["status"] == "failed"
     assert (root / "report.html").exists()
+    # the pair's asset got the verdict, although its gate task failed
+    events = [e for e in asset_events(airflow_env) if e[0].startswith("replica-audit://dag-pair")]
+    assert len(events) == 1
+    _, extra, task = events[0]
+    assert task == "audit_pair.verdict"
+    assert extra["status"] == "failed" and extra["counts"] == {"missing_on_replica": 1}
+    assert extra["failed_checks"] == ["missing_on_replica"] and extra["run_id"] == root.name
+
+    done = dags_test(airflow_env, "data_quality_report", {"out": str(tmp_path / "out"), "days": 2})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    daily = list((tmp_path / "out" / "reports").glob("daily-*.html"))
+    assert len(daily) == 1
+    html = daily[0].read_text()
+    assert 'data-pair="dag-pair"' in html and f'href="../{root.name}/report.html"' in html
+    assert 'data-chart="categories"' in html
+
+
+def _migration(tmp_path: Path) -> tuple[RedisServer, RedisServer]:
+    """Two independent servers holding the same data in db 0 and db 3: a migration's source and target."""
+    source = RedisServer(free_port(), tmp_path / "source").start()
+    target = RedisServer(free_port(), tmp_path / "target").start()
+    for server in (source, target):
+        load_sample(server.client(0), n_keys=3000, big_hash_fields=2000)
+        load_sample(server.client(3), n_keys=500, big_hash_fields=10, seed=3)
+    return source, target
+
+
+def _verify(env: dict[str, str], tmp_path: Path, conf: dict[str, Any]) -> tuple[subprocess.CompletedProcess[str],
+                                                                                 Path, dict[str, Any]]:
+    out = tmp_path / "out"
+    done = dags_test(env, "post_migration_verification",
+                     {"out": str(out), "settings": {"recheck_interval_s": 0.2}, **conf})
+    roots = [p.parent for p in out.glob("*/certificate.json")]
+    assert len(roots) == 1, (done.stdout + done.stderr)[-3000:]
+    return done, roots[0], json.loads((roots[0] / "certificate.json").read_text())
+
+
+def test_post_migration_verification_certifies_a_faithful_migration(airflow_env: dict[str, str],
+                                                                     tmp_path: Path) -> None:
+    source, target = _migration(tmp_path)
+    try:
+        target.client().config_set("requirepass", "t4rget-s3cret")  # read through an Airflow connection
+        env = dict(airflow_env, AIRFLOW_CONN_MIGRATION_TARGET=json.dumps(
+            {"conn_type": "redis", "host": "127.0.0.1", "port": target.port, "password": "t4rget-s3cret"}))
+        done, root, cert = _verify(env, tmp_path, {"source": source.url, "target": "conn:migration_target",
+                                                   "name": "cache-move"})
+    finally:
+        source.stop()
+        target.stop()
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert cert["verdict"] == "passed" and cert["reasons"] == []
+    assert cert["pair"] == "cache-move" and cert["kind"] == "redis" and cert["strictness"] == "zero_tolerance"
+    assert all(v == 0 for k, v in cert["thresholds"].items() if k != "max_lag_seconds")
+    src, tgt = cert["source"]["content"], cert["target"]["content"]
+    assert src["keys"] == tgt["keys"] == 3502  # 3000 + big hash in db 0, 500 + big hash in db 3
+    assert src["keys_per_db"] == tgt["keys_per_db"] == {"0": 3001, "3": 501}
+    assert src["digest"] == tgt["digest"] and cert["digests_equal"] is True
+    assert cert["compared"]["keys_compared"] == 3502 and cert["compared"]["dbs"] == [0, 3]
+    assert cert["source"]["version"] and cert["target"]["version"] and cert["tool_version"]
+    assert cert["target"]["endpoint"].endswith(f"127.0.0.1:{target.port}")
+    assert cert["target"]["given"] == "conn:migration_target" and cert["source"]["given"] == source.url
+    assert cert["gate"]["success"] is True and cert["gate"]["failed"] == []
+    html = (root / "certificate.html").read_text()
+    assert 'id="verdict">passed<' in html and src["digest"] in html
+    for path in root.rglob("*"):  # the target's password is in no output
+        if path.is_file() and path.suffix in (".json", ".html", ".yml", ".yaml"):
+            assert "t4rget-s3cret" not in path.read_text(errors="replace"), path
+
+
+def test_post_migration_verification_refuses_a_diverging_target(airflow_env: dict[str, str], tmp_path: Path) -> None:
+    source, target = _migration(tmp_path)
+    try:
+        planted = plant_divergences(target.client(3), db=3)
+        done, root, cert = _verify(airflow_env, tmp_path, {"source": source.url, "target": target.url})
+    finally:
+        source.stop()
+        target.stop()
+    log = done.stdout + done.stderr
+    assert done.returncode != 0, log[-3000:]
+    assert "verification failed" in log
+    assert cert["verdict"] == "failed"
+    failed = {f["column"] for f in cert["gate"]["failed"]}
+    assert {p.category for p in planted} <= failed  # zero tolerance: the TTL drift fails too
+    assert cert["findings"]["missing_on_replica"] == 1 and cert["findings"]["value_mismatch"] == 2
+    assert cert["digests_equal"] is False
+    assert cert["source"]["content"]["keys_per_db"]["3"] == 501 and cert["target"]["content"]["keys_per_db"]["3"] == 501
+    assert any(r.startswith("gate failed: ") for r in cert["reasons"])
+    assert 'id="verdict">failed<' in (root / "certificate.html").read_text()
+    assert summary(root)["pairs"][0]["status"] == "failed"

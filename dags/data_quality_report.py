@@ -1,0 +1,45 @@
+"""
+### data_quality_report
+
+Daily: reads the results history of the audit runs (the store every run is appended to) and renders
+`out/reports/daily-<date>.html`: per pair the latest verdict, divergences by category over time, lag
+over time, master vs replica offsets where measured, and the recent runs with links to their
+report.html and Great Expectations Data Docs.
+
+Params: `out` (the audits' output directory, default REPLICA_AUDIT_OUT), `history` (the store's URL;
+empty: REPLICA_AUDIT_HISTORY, else `out/history.sqlite`), `days` (how far back, default 7).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from airflow.sdk import DAG, Param
+from replica_audit_airflow.operators import SOURCE_RETRY_POLICY, DailyReportOperator
+
+with DAG(
+    dag_id="data_quality_report",
+    doc_md=__doc__,
+    schedule=os.environ.get("REPLICA_AUDIT_REPORT_SCHEDULE", "@daily"),
+    catchup=False,
+    max_active_runs=1,
+    render_template_as_native_obj=True,  # `days` stays a number
+    tags=["replica-audit", "report"],
+    default_args={
+        "retries": 2,
+        "retry_delay": timedelta(minutes=1),
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": timedelta(minutes=10),
+        "retry_policy": SOURCE_RETRY_POLICY,
+    },
+    params={
+        "out": Param(os.environ.get("REPLICA_AUDIT_OUT", "/opt/replica-audit/out"), type="string",
+                     description="the audits' output directory; the report goes to out/reports/"),
+        "history": Param(os.environ.get("REPLICA_AUDIT_HISTORY", ""), type="string",
+                         description="history store URL (empty: out/history.sqlite)"),
+        "days": Param(7, type="integer", minimum=1, maximum=366, description="days of history in the report"),
+    },
+) as dag:
+    DailyReportOperator(task_id="render", out_dir="{{ params.out }}", history="{{ params.history }}",
+                        days="{{ params.days }}", as_of="{{ dag_run.run_after.isoformat() }}")
