@@ -15,7 +15,16 @@ from audit.layout import RunDir
 COVERAGE_KEYS = ("master_keys", "replica_keys", "keys_compared", "master_keys_unreadable",
                  "replica_keys_unreadable", "master_scan_duplicates", "replica_scan_duplicates",
                  "master_keys_vanished", "replica_keys_vanished", "recheck_candidates", "recheck_converged",
-                 "recheck_in_flight", "recheck_unrechecked")
+                 "recheck_in_flight", "recheck_unrechecked",
+                 # Pika binlogs
+                 "master_binlog_files", "replica_binlog_files", "master_binlog_bytes", "replica_binlog_bytes",
+                 "master_binlog_records", "replica_binlog_records", "binlog_records_aligned",
+                 "binlog_records_shifted", "binlog_unreplicated_records", "binlog_unreplicated_bytes",
+                 # RocketMQ commit logs
+                 "master_files", "replica_files", "master_bytes", "replica_bytes", "master_records", "replica_records",
+                 "common_bytes", "bytes_compared", "bytes_not_compared", "chunks_equal", "chunks_different",
+                 "master_records_compared", "replica_records_compared", "master_damaged_records",
+                 "replica_damaged_records")
 
 
 def display_key(key: bytes | None) -> str | None:

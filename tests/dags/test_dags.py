@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import pytest
 
 from audit.local.redis_server import RedisServer, free_port, start_pair, wait_in_sync
 from audit.local.sample import load_sample, plant_divergences
-from tests.conftest import REPO
+from tests.conftest import REPO, SHARED
 from tests.integration.helpers import findings, latest_run, summary, write_inventory
 
 pytestmark = pytest.mark.airflow
@@ -183,8 +184,17 @@ def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(airflo
         wait_in_sync(master, replica)
         replica.client().config_set("replica-read-only", "no")
         replica.client().delete("k7")
+        # every kind goes through the same mapped task group: a healthy files-only Pika pair and a
+        # RocketMQ pair built from the real broker-written commit log ride along
+        pika = _healthy_pika_logs(tmp_path / "pika")
+        rmq = tmp_path / "rmq" / "commitlog"
+        rmq.mkdir(parents=True)
+        shutil.copy(SHARED / "fixtures" / "rocketmq" / "00000000000000000000", rmq)
         inv = write_inventory(tmp_path / "inv.yaml", [
-            {"name": "dag-pair", "kind": "redis", "master": master.url, "replica": replica.url}])
+            {"name": "dag-pair", "kind": "redis", "master": master.url, "replica": replica.url},
+            {"name": "dag-pika", "kind": "pika", "dbs": [0, 1], "binlog": pika},
+            {"name": "dag-mq", "kind": "rocketmq", "master": {"store_dir": str(rmq.parent)},
+             "replica": {"store_dir": str(rmq.parent)}}])
         done = dags_test(airflow_env, "consistency_audit", {"inventory": str(inv), "out": str(tmp_path / "out")})
     finally:
         replica.stop()
@@ -194,7 +204,8 @@ def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(airflo
     assert "gate failed: missing_on_replica=1" in log
     root = latest_run(tmp_path / "out")
     assert [(f["category"], f["key"]) for f in findings(root)] == [("missing_on_replica", b"k7")]
-    assert summary(root)["pairs"][0]["status"] == "failed"
+    statuses = {p["pair"]: p["status"] for p in summary(root)["pairs"]}
+    assert statuses == {"dag-pair": "failed", "dag-pika": "passed", "dag-mq": "passed"}
     assert (root / "report.html").exists()
     # the pair's asset got the verdict, although its gate task failed
     events = [e for e in asset_events(airflow_env) if e[0].startswith("replica-audit://dag-pair")]
@@ -211,6 +222,15 @@ def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(airflo
     html = daily[0].read_text()
     assert 'data-pair="dag-pair"' in html and f'href="../{root.name}/report.html"' in html
     assert 'data-chart="categories"' in html
+
+
+def _healthy_pika_logs(root: Path) -> dict[str, Any]:
+    from tests.pika_scenarios import commands, healthy_plan, write_master, write_slave
+
+    for db in (0, 1):
+        m = write_master(root / "m", db, commands(600, db), 64 * 1024)
+        write_slave(root / "s", db, m, healthy_plan(0, 600), 64 * 1024)
+    return {"master_dir": str(root / "m"), "replica_dir": str(root / "s"), "file_size": 64 * 1024}
 
 
 def _migration(tmp_path: Path) -> tuple[RedisServer, RedisServer]:

@@ -58,6 +58,7 @@ def test_healthy_multi_db_pair_with_padding_zero_tails_and_lag(tmp_path, monkeyp
     assert code == 0
     s = summary(root)["pairs"][0]
     assert s["status"] == "passed"
+    assert s["coverage"]["master_binlog_records"] == 9000 and s["coverage"]["binlog_unreplicated_records"] == 40
     checks = s["checks"]
     assert checks["binlog"]["status"] == "done"
     assert checks["keyspace"]["status"] == "skipped" and "files-only" in checks["keyspace"]["reason"]
