@@ -14,19 +14,18 @@ import time
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-import pyarrow.parquet as pq
 import redis
 
-from audit.diagnose import diagnose
 from audit.errors import ConfigError
-from audit.findings import FINDINGS_SCHEMA, Finding, findings_table
+from audit.findings import Finding
 from audit.inventory import ConnResolver, Pair, endpoint_url, redact_url
 from audit.layout import RunDir, write_json
 from audit.sources.base import Progress
 from audit.sources.pika.info import PikaReplication, parse_pika_replication
 from audit.sources.pika.replication import PikaSample, lag_total, pika_replication_findings, wrong_master
 from audit.sources.redis.client import connect, info_text
-from audit.sources.redis.source import CANDIDATES, SIDES, RedisSource, _copy_diagnosed, _finding_kwargs
+from audit.sources.redis.source import SIDES, RedisSource, diff_keyspace
+from audit.sources.sink import FindingsSink, finding_from_row
 
 BINLOG_SCAN = "binlog.parquet"
 BINLOG_META = "binlog.json"
@@ -149,16 +148,7 @@ class PikaSource(RedisSource):
     def diff(self, pair: Pair, run: RunDir) -> None:
         state = run.require_stage(pair.name, "snapshot")
         if state["checks"].get("keyspace", {}).get("status") == "done":
-            from audit.diff.keyspace import diff_snapshots
-            from audit.diff.spark import get_spark
-            from audit.sources.redis.snapshot import KEYS_FILE
-
-            started = time.time()
-            m_path, r_path = (str(run.snapshot(pair.name, side) / KEYS_FILE) for side in SIDES)
-            coverage = diff_snapshots(get_spark(), m_path, r_path, str(run.work(pair.name) / CANDIDATES),
-                                      pair.settings.ttl_tolerance_ms)
-            state["metrics"].update(coverage)
-            state["metrics"]["diff_s"] = round(time.time() - started, 3)
+            diff_keyspace(pair, run, state)
         if state["checks"].get("binlog", {}).get("status") == "done":
             self._diff_binlogs(pair, run, state)
         state["stages"]["diff"] = {"at_ms": int(time.time() * 1000)}
@@ -209,30 +199,23 @@ class PikaSource(RedisSource):
     def recheck(self, pair: Pair, run: RunDir, resolver: ConnResolver | None) -> None:
         state = run.require_stage(pair.name, "diff")
         urls = _urls(pair, resolver)
-        findings_path = run.findings_file(pair.name)
-        findings_path.parent.mkdir(parents=True, exist_ok=True)
-        counts: dict[str, int] = {}
-        extra = [Finding(**_finding_kwargs(row)) for row in state.get("early_findings", [])]
-        extra += [Finding(**_finding_kwargs(row)) for row in state.get("binlog", {}).get("ahead", [])]
-        with pq.ParquetWriter(findings_path, FINDINGS_SCHEMA, compression="zstd") as out:
+        extra = [finding_from_row(row) for row in state.get("early_findings", [])]
+        extra += [finding_from_row(row) for row in state.get("binlog", {}).get("ahead", [])]
+        with FindingsSink(run, pair.name, pair.kind) as sink:
             if urls is not None:
                 master = connect(urls[0], role=f"{pair.name} master")
                 replica = connect(urls[1], role=f"{pair.name} replica")
                 first = self._pika_sample(master, replica)
                 if state["checks"].get("keyspace", {}).get("status") == "done":
-                    self._recheck_keyspace(pair, run, state, master, replica, urls[0], urls[1], out, counts)
+                    self._recheck_keyspace(pair, run, state, master, replica, sink)
                 time.sleep(max(0.0, 1.1 - (time.time() * 1000 - first.at_ms) / 1000))
                 samples = [first, self._pika_sample(master, replica)]
                 if pair.check_replication and not state.get("early_findings"):
                     extra += self._replication(pair, state, samples, _host_port(urls[1])[1])
             if state["checks"].get("binlog", {}).get("status") == "done":
-                _copy_diagnosed(run.work(pair.name) / BINLOG_FINDINGS, pair.kind, out, counts)
-            rows = [f.to_row(run.run_id, pair.name, pair.kind) for f in diagnose(pair.kind, extra)]
-            for row in rows:
-                counts[row["category"]] = counts.get(row["category"], 0) + 1
-            if rows:
-                out.write_table(findings_table(rows))
-        state["counts"] = counts
+                sink.copy(run.work(pair.name) / BINLOG_FINDINGS)
+            sink.add(extra)
+        state["counts"] = sink.counts
         state["stages"]["recheck"] = {"at_ms": int(time.time() * 1000)}
         run.save_state(pair.name, state)
 

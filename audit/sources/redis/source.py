@@ -5,17 +5,12 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 import redis
 
-from audit.diagnose import diagnose
 from audit.errors import ConfigError, SourceError
-from audit.findings import FINDINGS_SCHEMA, Finding, findings_table
 from audit.inventory import ConnResolver, Pair, endpoint_url, redact_url
 from audit.layout import RunDir
 from audit.sources.base import Progress
@@ -24,6 +19,7 @@ from audit.sources.redis.info import keyspace_dbs
 from audit.sources.redis.replication import Sample, lag_of, replication_findings, wrong_master
 from audit.sources.redis.resp import RespPipe
 from audit.sources.redis.snapshot import KEYS_FILE, META_FILE, SnapshotOptions, capture_state, snapshot_side
+from audit.sources.sink import FindingsSink, finding_from_row
 
 SIDES = ("master", "replica")
 CANDIDATES = "candidates.parquet"
@@ -114,15 +110,7 @@ class RedisSource:
     def diff(self, pair: Pair, run: RunDir) -> None:
         state = run.require_stage(pair.name, "snapshot")
         if state["checks"].get("keyspace", {}).get("status") == "done":
-            from audit.diff.keyspace import diff_snapshots
-            from audit.diff.spark import get_spark
-
-            started = time.time()
-            m_path, r_path = (str(run.snapshot(pair.name, side) / KEYS_FILE) for side in SIDES)
-            coverage = diff_snapshots(get_spark(), m_path, r_path, str(run.work(pair.name) / CANDIDATES),
-                                      pair.settings.ttl_tolerance_ms)
-            state["metrics"].update(coverage)
-            state["metrics"]["diff_s"] = round(time.time() - started, 3)
+            diff_keyspace(pair, run, state)
         state["stages"]["diff"] = {"at_ms": int(time.time() * 1000)}
         run.save_state(pair.name, state)
 
@@ -132,30 +120,23 @@ class RedisSource:
         m_url, r_url = _urls(pair, resolver)
         master, replica = connect(m_url, role=f"{pair.name} master"), connect(r_url, role=f"{pair.name} replica")
         samples = [self._sample(master, replica)]
-        findings_path = run.findings_file(pair.name)
-        findings_path.parent.mkdir(parents=True, exist_ok=True)
-        counts: dict[str, int] = {}
-        with pq.ParquetWriter(findings_path, FINDINGS_SCHEMA, compression="zstd") as out:
+        with FindingsSink(run, pair.name, pair.kind) as sink:
             if state["checks"].get("keyspace", {}).get("status") == "done":
-                self._recheck_keyspace(pair, run, state, master, replica, m_url, r_url, out, counts)
+                self._recheck_keyspace(pair, run, state, master, replica, sink)
             # lag growth needs two samples over a second apart
             time.sleep(max(0.0, 1.1 - (time.time() * 1000 - samples[0].at_ms) / 1000))
             samples.append(self._sample(master, replica))
-            extra = [Finding(**_finding_kwargs(row)) for row in state.get("early_findings", [])]
+            extra = [finding_from_row(row) for row in state.get("early_findings", [])]
             if pair.check_replication and not extra:
                 extra += replication_findings(samples, _host_port(r_url)[1], pair.gate.max_lag_bytes,
                                               pair.gate.max_lag_seconds)
                 lag_bytes, lag_s = lag_of(samples[-1], _host_port(r_url)[1])
                 state["metrics"].update(lag_bytes=lag_bytes, lag_seconds=lag_s)
                 state["checks"]["replication"] = {"status": "done", "reason": f"{len(samples)} INFO samples"}
-            rows = [f.to_row(run.run_id, pair.name, pair.kind) for f in diagnose(pair.kind, extra)]
-            for row in rows:
-                counts[row["category"]] = counts.get(row["category"], 0) + 1
-            if rows:
-                out.write_table(findings_table(rows))
+            sink.add(extra)
         state["replication_samples"] = [{"at_ms": s.at_ms, "master": _repl_view(s.master),
                                          "replica": _repl_view(s.replica)} for s in samples]
-        state["counts"] = counts
+        state["counts"] = sink.counts
         state["stages"]["recheck"] = {"at_ms": int(time.time() * 1000)}
         run.save_state(pair.name, state)
 
@@ -166,8 +147,7 @@ class RedisSource:
                       master_clients_raw=m.get("client_list_raw"))
 
     def _recheck_keyspace(self, pair: Pair, run: RunDir, state: dict[str, Any], master: redis.Redis,
-                          replica: redis.Redis, m_url: str, r_url: str, out: pq.ParquetWriter,
-                          counts: dict[str, int]) -> None:
+                          replica: redis.Redis, sink: FindingsSink) -> None:
         from audit.diff.findings import keyspace_findings
         from audit.diff.spark import get_spark
         from audit.sources.redis.recheck import recheck
@@ -194,7 +174,7 @@ class RedisSource:
         tmp = run.work(pair.name) / SURVIVORS
         df = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
         df.write.mode("overwrite").parquet(str(tmp))
-        _copy_diagnosed(tmp, pair.kind, out, counts)
+        sink.copy(tmp)
         state["metrics"].update(
             recheck_candidates=stats.candidates, recheck_converged=stats.converged,
             recheck_in_flight=stats.in_flight, recheck_rounds=stats.rounds_run,
@@ -202,23 +182,17 @@ class RedisSource:
         )
 
 
-def _finding_kwargs(row: dict[str, Any]) -> dict[str, Any]:
-    keep = {k: v for k, v in row.items() if k not in ("run_id", "pair", "kind", "detail")}
-    keep["evidence"] = json.loads(row.get("detail") or "{}")
-    return keep
+def diff_keyspace(pair: Pair, run: RunDir, state: dict[str, Any]) -> None:
+    """The Spark diff of the two keys.parquet snapshots; coverage into the pair's metrics (Redis and Pika)."""
+    from audit.diff.keyspace import diff_snapshots
+    from audit.diff.spark import get_spark
 
-
-def _copy_diagnosed(src: Path, kind: str, out: pq.ParquetWriter, counts: dict[str, int]) -> None:
-    """Stream Spark's findings into the pair's file, batch by batch, through the signature catalog."""
-    for batch in ds.dataset(src, format="parquet").to_batches(batch_size=10_000):
-        rows = batch.to_pylist()
-        meta = [(r["run_id"], r["pair"]) for r in rows]
-        diagnosed = diagnose(kind, [Finding(**_finding_kwargs(r)) for r in rows])
-        fixed = [f.to_row(run_id, pair, kind) for f, (run_id, pair) in zip(diagnosed, meta, strict=True)]
-        for r in fixed:
-            counts[r["category"]] = counts.get(r["category"], 0) + 1
-        if fixed:
-            out.write_table(findings_table(fixed))
+    started = time.time()
+    m_path, r_path = (str(run.snapshot(pair.name, side) / KEYS_FILE) for side in SIDES)
+    coverage = diff_snapshots(get_spark(), m_path, r_path, str(run.work(pair.name) / CANDIDATES),
+                              pair.settings.ttl_tolerance_ms)
+    state["metrics"].update(coverage)
+    state["metrics"]["diff_s"] = round(time.time() - started, 3)
 
 
 _REPL_FIELDS = ("role", "master_host", "master_port", "master_link_status", "master_last_io_seconds_ago",

@@ -19,15 +19,11 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-import pyarrow.parquet as pq
-
-from audit.diagnose import diagnose
 from audit.errors import ConfigError, SnapshotError
-from audit.findings import FINDINGS_SCHEMA, Finding, findings_table
 from audit.inventory import ConnResolver, Pair
 from audit.layout import RunDir, write_json
 from audit.sources.base import Progress
-from audit.sources.redis.source import _copy_diagnosed
+from audit.sources.sink import FindingsSink
 
 SIDES = ("master", "replica")
 STORE_META = "store.json"
@@ -147,19 +143,12 @@ class RocketMQSource:
         if not pair.check_replication:
             ha = []
             state["checks"]["ha"] = {"status": "skipped", "reason": "check_replication: false"}
-        findings_path = run.findings_file(pair.name)
-        findings_path.parent.mkdir(parents=True, exist_ok=True)
-        counts: dict[str, int] = {}
-        with pq.ParquetWriter(findings_path, FINDINGS_SCHEMA, compression="zstd") as out:
-            _copy_diagnosed(run.work(pair.name) / COMMITLOG_FINDINGS, pair.kind, out, counts)
-            rows = [f.to_row(run.run_id, pair.name, pair.kind) for f in diagnose(pair.kind, ha)]
-            for row in rows:
-                counts[row["category"]] = counts.get(row["category"], 0) + 1
-            if rows:
-                out.write_table(findings_table(rows))
-        state["counts"] = counts
+        with FindingsSink(run, pair.name, pair.kind) as sink:
+            sink.copy(run.work(pair.name) / COMMITLOG_FINDINGS)
+            sink.add(ha)
+        state["counts"] = sink.counts
         state["stages"]["recheck"] = {"at_ms": int(time.time() * 1000)}
         run.save_state(pair.name, state)
 
 
-__all__ = ["Finding", "RocketMQSource"]
+__all__ = ["RocketMQSource"]
