@@ -18,11 +18,10 @@ schedule from REPLICA_AUDIT_SCHEDULE (hourly by default).
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 
 from airflow.sdk import DAG, Param, TriggerRule, task_group
 from replica_audit_airflow.operators import (
-    SOURCE_RETRY_POLICY,
+    SOURCE_RETRY_ARGS,
     AuditReportOperator,
     AuditStageOperator,
     PairVerdictOperator,
@@ -42,13 +41,7 @@ with DAG(
     max_active_runs=1,
     render_template_as_native_obj=True,  # `pairs` stays a list
     tags=["replica-audit", "consistency"],
-    default_args={
-        "retries": 2,
-        "retry_delay": timedelta(seconds=30),
-        "retry_exponential_backoff": 2.0,  # 30 s, then 60 s
-        "max_retry_delay": timedelta(minutes=10),
-        "retry_policy": SOURCE_RETRY_POLICY,
-    },
+    default_args=SOURCE_RETRY_ARGS,
     params={
         "inventory": Param(os.environ.get("REPLICA_AUDIT_INVENTORY", "/opt/replica-audit/inventory.yaml"),
                            type="string", description="inventory YAML path"),

@@ -13,10 +13,9 @@ empty: REPLICA_AUDIT_HISTORY, else `out/history.sqlite`), `days` (how far back, 
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 
 from airflow.sdk import DAG, Param
-from replica_audit_airflow.operators import SOURCE_RETRY_POLICY, DailyReportOperator
+from replica_audit_airflow.operators import SOURCE_RETRY_ARGS, DailyReportOperator
 
 with DAG(
     dag_id="data_quality_report",
@@ -26,13 +25,7 @@ with DAG(
     max_active_runs=1,
     render_template_as_native_obj=True,  # `days` stays a number
     tags=["replica-audit", "report"],
-    default_args={
-        "retries": 2,
-        "retry_delay": timedelta(minutes=1),
-        "retry_exponential_backoff": 2.0,
-        "max_retry_delay": timedelta(minutes=10),
-        "retry_policy": SOURCE_RETRY_POLICY,
-    },
+    default_args=SOURCE_RETRY_ARGS,
     params={
         "out": Param(os.environ.get("REPLICA_AUDIT_OUT", "/opt/replica-audit/out"), type="string",
                      description="the audits' output directory; the report goes to out/reports/"),

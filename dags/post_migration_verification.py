@@ -20,10 +20,9 @@ which keeps the password in an Airflow connection (type `redis`).
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 
 from airflow.sdk import DAG, Param, TriggerRule
-from replica_audit_airflow.operators import SOURCE_RETRY_POLICY, AuditStageOperator, VerificationCertificateOperator
+from replica_audit_airflow.operators import SOURCE_RETRY_ARGS, AuditStageOperator, VerificationCertificateOperator
 
 from audit.verify import DEFAULT_NAME, DEFAULT_STRICTNESS, STRICTNESS, VERIFIABLE_KINDS
 
@@ -47,13 +46,7 @@ with DAG(
     catchup=False,
     render_template_as_native_obj=True,  # dbs and settings stay a list and a dict
     tags=["replica-audit", "verification"],
-    default_args={
-        "retries": 2,
-        "retry_delay": timedelta(seconds=30),
-        "retry_exponential_backoff": 2.0,
-        "max_retry_delay": timedelta(minutes=10),
-        "retry_policy": SOURCE_RETRY_POLICY,
-    },
+    default_args=SOURCE_RETRY_ARGS,
     params={
         "source": Param(type="string", pattern=ENDPOINT, title="Source",
                         description="where the data came from: redis://host:port or conn:<airflow_conn_id>"),

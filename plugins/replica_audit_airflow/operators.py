@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,15 @@ SOURCE_RETRY_POLICY = ExceptionRetryPolicy(
     default=RetryAction.FAIL,
 )
 """Retry source errors only; a gate verdict, a bad inventory or a bug fails the task at once."""
+
+SOURCE_RETRY_ARGS: dict[str, Any] = {
+    "retries": 2,
+    "retry_delay": timedelta(seconds=30),
+    "retry_exponential_backoff": 2.0,  # a multiplier in Airflow 3.3 (True would mean 1.0): 30 s, then 60 s
+    "max_retry_delay": timedelta(minutes=10),
+    "retry_policy": SOURCE_RETRY_POLICY,
+}
+"""The DAGs' default_args: every task retries an unreachable source twice, with backoff, and nothing else."""
 
 InventorySpec = str | dict[str, Any]
 
