@@ -226,6 +226,12 @@ class CommitLogWriter:
             self._flush()
         return at
 
+    def sync(self) -> None:
+        """Make everything appended so far visible to other readers of the files, as a broker's mmap is."""
+        self._flush()
+        if self._fh is not None:
+            self._fh.flush()
+
     def extend(self, messages: Iterable[Message]) -> list[int]:
         return [self.append(m) for m in messages]
 
