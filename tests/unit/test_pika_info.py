@@ -113,3 +113,15 @@ def test_lag_figure_that_contradicts_the_offsets_is_unreliable(reported: str) ->
     assert [(f.category, f.db) for f in found] == [("lag_metric_unreliable", 1)]
     assert found[0].evidence["master_reported_lag"] == (0 if reported == "0" else reported)
 
+
+
+def test_a_manifest_behind_the_servers_binlog_offset_is_flagged() -> None:
+    from audit.sources.pika.replication import manifest_behind_info
+
+    info = BinlogOffset(3, 500)
+    assert manifest_behind_info("master", 0, info, (3, 500)) is None  # the same position
+    assert manifest_behind_info("master", 0, info, (3, 900)) is None  # written between the two reads
+    stale = manifest_behind_info("replica", 1, info, (2, 99_000))
+    assert stale is not None and (stale.category, stale.db, stale.start, stale.end) == (
+        "lag_metric_unreliable", 1, "3:500", "2:99000")
+    assert stale.evidence["side"] == "replica"

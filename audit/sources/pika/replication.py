@@ -99,3 +99,18 @@ def lag_total(sample: PikaSample, dbs: Sequence[int], file_size: int) -> int | N
     lags = [offset_lag(sample.master.binlog[d], sample.slave.binlog[d], file_size) for d in dbs
             if d in sample.master.binlog and d in sample.slave.binlog]
     return max(lags) if lags else None
+
+
+def manifest_behind_info(side: str, db: int, info: BinlogOffset | None, manifest: tuple[int, int] | None
+                         ) -> Finding | None:
+    """INFO is read just before the manifest, so the manifest can only be at or past INFO's binlog_offset.
+
+    Behind it, the binlog directory given is not this server's (or is a stale copy): the offsets the
+    server reports cannot be tied to the files audited, so its lag figures are not evidence here.
+    """
+    if info is None or manifest is None or manifest >= (info.filenum, info.offset):
+        return None
+    return Finding("binlog", "lag_metric_unreliable", db=db, start=str(info), end=f"{manifest[0]}:{manifest[1]}",
+                   evidence={"side": side, "info_binlog_offset": str(info),
+                             "manifest_position": f"{manifest[0]}:{manifest[1]}",
+                             "reason": "the binlog directory's manifest is behind the server's binlog_offset"})

@@ -21,8 +21,14 @@ from audit.findings import Finding
 from audit.inventory import ConnResolver, Pair, endpoint_url, redact_url
 from audit.layout import RunDir, write_json
 from audit.sources.base import Progress
-from audit.sources.pika.info import PikaReplication, parse_pika_replication
-from audit.sources.pika.replication import PikaSample, lag_total, pika_replication_findings, wrong_master
+from audit.sources.pika.info import BinlogOffset, PikaReplication, parse_pika_replication
+from audit.sources.pika.replication import (
+    PikaSample,
+    lag_total,
+    manifest_behind_info,
+    pika_replication_findings,
+    wrong_master,
+)
 from audit.sources.redis.client import connect, info_text
 from audit.sources.redis.source import SIDES, RedisSource, diff_keyspace
 from audit.sources.sink import FindingsSink, finding_from_row
@@ -140,7 +146,8 @@ class PikaSource(RedisSource):
             state["metrics"][f"{side}_binlog_files"] = counts["files"]
             state["metrics"][f"{side}_binlog_bytes"] = counts["bytes"]
             state["metrics"][f"{side}_binlog_scan_s"] = meta[side]["scan_s"]
-        state["binlog"] = {"dbs": meta["master"]["dbs"], "crosscheck": _crosscheck(meta)}
+        state["binlog"] = {"dbs": meta["master"]["dbs"], "crosscheck": _crosscheck(meta),
+                           "crosscheck_findings": _crosscheck_findings(pair, run, meta)}
         state["checks"]["binlog"] = {"status": "done", "reason": f"dbs {meta['master']['dbs']}, "
                                      f"{meta['master']['files']}+{meta['replica']['files']} files"}
 
@@ -201,6 +208,7 @@ class PikaSource(RedisSource):
         urls = _urls(pair, resolver)
         extra = [finding_from_row(row) for row in state.get("early_findings", [])]
         extra += [finding_from_row(row) for row in state.get("binlog", {}).get("ahead", [])]
+        extra += [finding_from_row(row) for row in state.get("binlog", {}).get("crosscheck_findings", [])]
         with FindingsSink(run, pair.name, pair.kind) as sink:
             if urls is not None:
                 master = connect(urls[0], role=f"{pair.name} master")
@@ -251,6 +259,17 @@ def _crosscheck(meta: dict[str, Any]) -> dict[str, Any]:
         out[side] = {d: {"info": info.get(d), "manifest": pos, "equal": info.get(d) == pos}
                      for d, pos in m["manifest"].items()}
     return out
+
+
+def _crosscheck_findings(pair: Pair, run: RunDir, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for side, m in meta.items():
+        for d, pos in (m.get("info_binlog_offset") or {}).items():
+            manifest = m["manifest"].get(d)
+            f = manifest_behind_info(side, int(d), BinlogOffset(*pos), tuple(manifest) if manifest else None)
+            if f is not None:
+                rows.append(f.to_row(run.run_id, pair.name, pair.kind))
+    return rows
 
 
 def _producer_ahead(pair: Pair, run: RunDir, state: dict[str, Any]) -> list[dict[str, Any]]:
