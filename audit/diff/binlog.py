@@ -247,16 +247,12 @@ def replay_runs(al: Alignment, m_good: DataFrame, s_good: DataFrame, file_size: 
     return _shift_at(runs, al.matched, "s_", F.col("last_seq") + 1, "behind_after", file_size)
 
 
-def _severity() -> Column:
-    return F.create_map(*[F.lit(x) for kv in SEVERITY_BY_CATEGORY.items() for x in kv])
-
-
 def _finding(df: DataFrame, category: str, run_id: str, pair: str, detail: Column, *, master_digest: Column,
              replica_digest: Column, key: Column) -> DataFrame:
     return df.select(
         F.lit(run_id).alias("run_id"), F.lit(pair).alias("pair"), F.lit("pika").alias("kind"),
         F.lit("binlog").alias("check"), F.lit(category).alias("category"),
-        _severity()[F.lit(category)].alias("severity"),
+        F.lit(SEVERITY_BY_CATEGORY[category]).alias("severity"),
         F.col("db").cast("int").alias("db"), key.alias("key"),
         _where("first_file", "first_start").alias("start"), _where("last_file", "last_end").alias("end"),
         F.col("spos").alias("start_num"), F.col("epos").alias("end_num"),

@@ -34,7 +34,8 @@ import xxhash
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from audit.findings import FINDING_COLUMNS, FINDINGS_SCHEMA, SEVERITY_BY_CATEGORY, Finding
+from audit.diff.findings import severity_of
+from audit.findings import FINDING_COLUMNS, FINDINGS_SCHEMA, Finding
 from audit.sources.rocketmq.commitlog import RECORD_SCHEMA, CommitLogFile, data_end, parse_file
 
 if TYPE_CHECKING:
@@ -450,14 +451,13 @@ def ranges(runs_df: DataFrame, master_hosts: Sequence[str], master_first_ts: int
 
 def findings_frame(ranges_df: DataFrame, run_id: str, pair: str, kind: str = "rocketmq") -> DataFrame:
     """Range rows as rows of the findings schema (check `commitlog`)."""
-    severity = F.create_map(*[F.lit(x) for kv in SEVERITY_BY_CATEGORY.items() for x in kv])
     return ranges_df.select(
         F.lit(run_id).alias("run_id"),
         F.lit(pair).alias("pair"),
         F.lit(kind).alias("kind"),
         F.lit("commitlog").alias("check"),
         F.col("category"),
-        severity[F.col("category")].alias("severity"),
+        severity_of(F.col("category")).alias("severity"),
         F.lit(None).cast("int").alias("db"),
         F.lit(None).cast("binary").alias("key"),
         F.col("start_num").cast("string").alias("start"),

@@ -12,9 +12,13 @@ def _side(prefix: str) -> Column:
     return F.struct(*[F.col(f"{prefix}{c}").alias(c) for c in ("type", "ttl_ms", "expire_at_ms", "length", "status")])
 
 
+def severity_of(category: Column) -> Column:
+    """The findings schema's severity of a category column: SEVERITY_BY_CATEGORY as a Spark map."""
+    return F.create_map(*[F.lit(x) for kv in SEVERITY_BY_CATEGORY.items() for x in kv])[category]
+
+
 def keyspace_findings(rows: DataFrame, run_id: str, pair: str, kind: str, rechecked_rounds: int) -> DataFrame:
     """One finding per diverged key, with what each side holds in `detail`."""
-    severity = F.create_map(*[F.lit(x) for kv in SEVERITY_BY_CATEGORY.items() for x in kv])
     ttl_delta = F.col("r_expire_at_ms") - F.col("m_expire_at_ms")
     detail = F.to_json(
         F.struct(
@@ -30,7 +34,7 @@ def keyspace_findings(rows: DataFrame, run_id: str, pair: str, kind: str, rechec
         F.lit(kind).alias("kind"),
         F.lit("keyspace").alias("check"),
         F.col("category"),
-        severity[F.col("category")].alias("severity"),
+        severity_of(F.col("category")).alias("severity"),
         F.col("db").cast("int").alias("db"),
         F.col("key"),
         F.lit(None).cast("string").alias("start"),

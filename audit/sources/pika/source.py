@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import redis
 
+from audit import defaults
 from audit.errors import ConfigError
 from audit.findings import Finding
 from audit.inventory import ConnResolver, Pair, endpoint_url, redact_url
@@ -236,17 +237,16 @@ class PikaSource(RedisSource):
     def _replication(self, pair: Pair, state: dict[str, Any], samples: list[PikaSample], slave_port: int
                      ) -> list[Finding]:
         dbs = state["dbs"]
-        size = pair.binlog.file_size if pair.binlog is not None else _default_file_size()
+        size = _file_size(pair)
         state["replication_samples"] = [{"at_ms": s.at_ms, **s.raw} for s in samples]
         state["metrics"]["lag_bytes"] = lag_total(samples[-1], dbs, size)
         state["checks"]["replication"] = {"status": "done", "reason": f"{len(samples)} INFO samples, dbs {dbs}"}
         return pika_replication_findings(samples, dbs, slave_port, size, pair.gate.max_lag_bytes)
 
 
-def _default_file_size() -> int:
-    from audit import defaults
-
-    return defaults.PIKA_BINLOG_FILE_SIZE
+def _file_size(pair: Pair) -> int:
+    """Pika's binlog-file-size for the pair: its `binlog.file_size`, else Pika's default."""
+    return pair.binlog.file_size if pair.binlog is not None else defaults.PIKA_BINLOG_FILE_SIZE
 
 
 def _crosscheck(meta: dict[str, Any]) -> dict[str, Any]:
@@ -280,7 +280,7 @@ def _producer_ahead(pair: Pair, run: RunDir, state: dict[str, Any]) -> list[dict
         m_pos, s_pos = metas["master"]["manifest"].get(str(d)), metas["replica"]["manifest"].get(str(d))
         if not m_pos or not s_pos or tuple(s_pos) <= tuple(m_pos):
             continue
-        size = pair.binlog.file_size if pair.binlog is not None else _default_file_size()
+        size = _file_size(pair)
         ahead = (s_pos[0] - m_pos[0]) * size + s_pos[1] - m_pos[1]
         f = Finding("binlog", "replica_ahead", db=d, bytes=ahead,
                     start=f"{m_pos[0]}:{m_pos[1]}", end=f"{s_pos[0]}:{s_pos[1]}",
