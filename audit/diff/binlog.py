@@ -99,6 +99,11 @@ class Alignment:
     s_rest: DataFrame    # slave records matched by nothing
     divergent: DataFrame  # db, m_*, s_* at the same position with different content
 
+    @property
+    def horizon(self) -> DataFrame:
+        """Per db, the last master record the slave holds: master records after it are lag, not loss."""
+        return self.matched.groupBy("db").agg(F.max("m_seq").alias("horizon"))
+
 
 def _side(df: DataFrame, p: str) -> DataFrame:
     """Every column prefixed by side, `db` too: the two sides share lineage, so bare names would be ambiguous."""
@@ -203,8 +208,7 @@ def _shift_at(runs: DataFrame, matched: DataFrame, p: str, seq_expr: Column, nam
 
 def missing_runs(al: Alignment, file_size: int) -> DataFrame:
     """Master runs absent on the slave, before the last master record the slave holds."""
-    horizon = al.matched.groupBy("db").agg(F.max("m_seq").alias("horizon"))
-    missing = al.m_rest.join(F.broadcast(horizon), "db").where(F.col("m_seq") < F.col("horizon"))
+    missing = al.m_rest.join(F.broadcast(al.horizon), "db").where(F.col("m_seq") < F.col("horizon"))
     runs = islands(missing, "m_")
     runs = _shift_at(runs, al.matched, "m_", F.col("last_seq") + 1, "behind_after", file_size)
     return _shift_at(runs, al.matched, "m_", F.col("first_seq") - 1, "behind_before", file_size)
@@ -212,8 +216,7 @@ def missing_runs(al: Alignment, file_size: int) -> DataFrame:
 
 def unreplicated(al: Alignment) -> DataFrame:
     """Master records after the slave's last one, per db: lag, counted in records and bytes."""
-    horizon = al.matched.groupBy("db").agg(F.max("m_seq").alias("horizon"))
-    return (al.m_rest.join(F.broadcast(horizon), "db", "left")
+    return (al.m_rest.join(F.broadcast(al.horizon), "db", "left")
             .where(F.col("horizon").isNull() | (F.col("m_seq") > F.col("horizon")))
             .groupBy("db").agg(F.count("*").alias("records"), F.sum(F.col("m_end") - F.col("m_start")).alias("bytes")))
 
