@@ -89,8 +89,9 @@ class BinlogDirs(_Strict):
 
     master_dir: Path | None = None
     replica_dir: Path | None = None
-    file_size: int = Field(defaults.PIKA_BINLOG_FILE_SIZE, gt=0,
-                           description="Pika's binlog-file-size (must be equal on both sides)")
+    file_size: int = Field(
+        defaults.PIKA_BINLOG_FILE_SIZE, gt=0, description="Pika's binlog-file-size (must be equal on both sides)"
+    )
 
     @model_validator(mode="after")
     def _both_or_none(self) -> BinlogDirs:
@@ -259,7 +260,7 @@ def endpoint_url(value: SecretStr | dict[str, Any] | None, resolver: ConnResolve
         return None
     raw = value.get_secret_value()
     if raw.startswith("conn:"):
-        return (resolver or env_conn_resolver)(raw[len("conn:"):])
+        return (resolver or env_conn_resolver)(raw[len("conn:") :])
     return raw
 
 

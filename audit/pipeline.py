@@ -36,19 +36,29 @@ def start_run(inventory: Inventory, out: Path, run_id: str | None = None) -> Run
     run = RunDir(Path(out), run_id or new_run_id())
     run.root.mkdir(parents=True, exist_ok=True)
     if not run.manifest.exists():
-        write_json(run.manifest, {
-            "run_id": run.run_id,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "inventory_digest": inventory.digest,
-            "tool_version": tool_version(),
-            "pairs": {p.name: {"kind": p.kind, "master": display_endpoint(p.master),
-                               "replica": display_endpoint(p.replica)} for p in inventory.pairs},
-        })
+        write_json(
+            run.manifest,
+            {
+                "run_id": run.run_id,
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "inventory_digest": inventory.digest,
+                "tool_version": tool_version(),
+                "pairs": {
+                    p.name: {
+                        "kind": p.kind,
+                        "master": display_endpoint(p.master),
+                        "replica": display_endpoint(p.replica),
+                    }
+                    for p in inventory.pairs
+                },
+            },
+        )
     return run
 
 
-def run_stage(stage: str, pair: Pair, run: RunDir, resolver: ConnResolver | None = None,
-              progress: Progress | None = None) -> dict[str, Any] | None:
+def run_stage(
+    stage: str, pair: Pair, run: RunDir, resolver: ConnResolver | None = None, progress: Progress | None = None
+) -> dict[str, Any] | None:
     """Run one stage for one pair. A source failure is recorded in the pair's state, then re-raised."""
     source = source_for(pair.kind)
     try:
@@ -72,8 +82,12 @@ def run_stage(stage: str, pair: Pair, run: RunDir, resolver: ConnResolver | None
 
 def record_error(run: RunDir, pair: Pair, stage: str, error: AuditError) -> None:
     state = run.load_state(pair.name)
-    state["error"] = {"stage": stage, "message": str(error), "where": getattr(error, "where", ""),
-                      "type": type(error).__name__}
+    state["error"] = {
+        "stage": stage,
+        "message": str(error),
+        "where": getattr(error, "where", ""),
+        "type": type(error).__name__,
+    }
     run.save_state(pair.name, state)
 
 
@@ -84,8 +98,13 @@ class PairOutcome:
     message: str = ""
 
 
-def audit_pair(pair: Pair, run: RunDir, resolver: ConnResolver | None = None,
-               progress: Progress | None = None, on_stage: Callable[[str, str], None] | None = None) -> PairOutcome:
+def audit_pair(
+    pair: Pair,
+    run: RunDir,
+    resolver: ConnResolver | None = None,
+    progress: Progress | None = None,
+    on_stage: Callable[[str, str], None] | None = None,
+) -> PairOutcome:
     """All stages for one pair. Source errors end this pair only; they become its outcome."""
     try:
         verdict = None

@@ -59,9 +59,16 @@ _MASK = (1 << 128) - 1
 _ROW_HEAD = struct.Struct("<iI")  # db, key length
 
 
-def verification_inventory(source: str, target: str, kind: str = "redis", strictness: str = DEFAULT_STRICTNESS,
-                           dbs: list[int] | None = None, *, name: str = DEFAULT_NAME,
-                           settings: dict[str, Any] | None = None) -> Inventory:
+def verification_inventory(
+    source: str,
+    target: str,
+    kind: str = "redis",
+    strictness: str = DEFAULT_STRICTNESS,
+    dbs: list[int] | None = None,
+    *,
+    name: str = DEFAULT_NAME,
+    settings: dict[str, Any] | None = None,
+) -> Inventory:
     """A one-pair inventory: `source` as the master side, `target` as the replica side.
 
     `source` and `target` are URLs (`redis://user:pw@host:port`) or `conn:<airflow_conn_id>`; `dbs`
@@ -77,8 +84,15 @@ def verification_inventory(source: str, target: str, kind: str = "redis", strict
             raise ConfigError(f"verification {label}: give a URL (redis://host:port) or conn:<airflow_conn_id>")
     gate: dict[str, int | None] = {f: 0 for f in Gate.model_fields}
     gate.update(STRICTNESS[strictness][0])
-    pair = {"name": name, "kind": kind, "master": source.strip(), "replica": target.strip(),
-            "dbs": list(dbs) if dbs else None, "check_replication": False, "gate": gate}
+    pair = {
+        "name": name,
+        "kind": kind,
+        "master": source.strip(),
+        "replica": target.strip(),
+        "dbs": list(dbs) if dbs else None,
+        "check_replication": False,
+        "gate": gate,
+    }
     raw = {"defaults": dict(settings or {}), "pairs": [pair]}
     return parse_inventory(json.dumps(raw), source="verification")  # JSON is YAML
 
@@ -95,16 +109,29 @@ class SideDigest:
     scan_duplicates: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"algorithm": DIGEST_ALGORITHM, "digest": self.digest, "keys": self.keys,
-                "keys_per_db": self.keys_per_db, "keys_unreadable": self.keys_unreadable,
-                "scan_duplicates": self.scan_duplicates}
+        return {
+            "algorithm": DIGEST_ALGORITHM,
+            "digest": self.digest,
+            "keys": self.keys,
+            "keys_per_db": self.keys_per_db,
+            "keys_unreadable": self.keys_unreadable,
+            "scan_duplicates": self.scan_duplicates,
+        }
 
 
 def _row_hash(db: int, key: bytes, type_: str | None, digest: str | None, expires: bool) -> int:
     import xxhash
 
-    data = b"".join((_ROW_HEAD.pack(db, len(key)), key, (type_ or "").encode(), b"\0", (digest or "").encode(),
-                     b"\1" if expires else b"\0"))
+    data = b"".join(
+        (
+            _ROW_HEAD.pack(db, len(key)),
+            key,
+            (type_ or "").encode(),
+            b"\0",
+            (digest or "").encode(),
+            b"\1" if expires else b"\0",
+        )
+    )
     return int(xxhash.xxh3_128_intdigest(data))
 
 
@@ -142,10 +169,16 @@ def snapshot_digest(path: Path, dedupe: bool = True, batch_size: int = 50_000) -
             else:
                 result.keys_unreadable += 1
         if dedupe:
-            kept.append((np.array(key_ids, np.uint64), np.array(read_at, np.int64),
-                         np.array([h >> 64 for h in hashes], np.uint64),
-                         np.array([h & ((1 << 64) - 1) for h in hashes], np.uint64),
-                         np.array(ok, bool), np.array(db_of, np.int64)))
+            kept.append(
+                (
+                    np.array(key_ids, np.uint64),
+                    np.array(read_at, np.int64),
+                    np.array([h >> 64 for h in hashes], np.uint64),
+                    np.array([h & ((1 << 64) - 1) for h in hashes], np.uint64),
+                    np.array(ok, bool),
+                    np.array(db_of, np.int64),
+                )
+            )
     if dedupe and kept:
         key_id, at, hi, lo, good, dbs = (np.concatenate(parts) for parts in zip(*kept, strict=True))
         order = np.lexsort((at, key_id))  # by key, then read time: the last row of each key is its later read
@@ -185,8 +218,11 @@ def _side(root: Path, pair: dict[str, Any], side: str, metrics: dict[str, Any], 
         "version": server.get("version") or info_server.get("pika_version") or info_server.get("redis_version"),
         "role": server.get("role"),
         "server_run_id": info_server.get("run_id"),
-        "keys_reported_by_server": {db: int(v["keys"]) for db, v in sorted(info_keyspace.items())
-                                    if isinstance(v, dict) and str(v.get("keys", "")).isdigit()},
+        "keys_reported_by_server": {
+            db: int(v["keys"])
+            for db, v in sorted(info_keyspace.items())
+            if isinstance(v, dict) and str(v.get("keys", "")).isdigit()
+        },
         "snapshot_started_at_ms": meta.get("started_at_ms"),
         "snapshot_ended_at_ms": meta.get("ended_at_ms"),
     }
@@ -204,27 +240,35 @@ def certificate_verdict(pair: dict[str, Any], sides: dict[str, Any], strictness:
     status = pair.get("status", "incomplete")
     reasons = []
     if status == "failed":
-        failed = ", ".join(f"{f['column']}={f['observed']} (max {f['threshold']})"
-                           for f in (pair.get("gate") or {}).get("failed", []))
+        failed = ", ".join(
+            f"{f['column']}={f['observed']} (max {f['threshold']})" for f in (pair.get("gate") or {}).get("failed", [])
+        )
         reasons.append(f"gate failed: {failed}")
     elif status != "passed":
         why = pair.get("not_covered") or ["the audit did not finish"]
         reasons.append(f"not verified ({status}): " + "; ".join(why))
     in_flight = int((pair.get("metrics") or {}).get("recheck_in_flight") or 0)
     if in_flight:
-        reasons.append(f"{in_flight} keys changed on the source while they were verified: the source was not "
-                       "quiescent, so its content cannot be certified")
+        reasons.append(
+            f"{in_flight} keys changed on the source while they were verified: the source was not "
+            "quiescent, so its content cannot be certified"
+        )
     digests = [((sides.get(s) or {}).get("content") or {}).get("digest") for s in ("source", "target")]
     if strictness == "zero_tolerance" and status == "passed" and (None in digests or digests[0] != digests[1]):
-        reasons.append("the content digests of source and target differ (keys that differed when snapshotted "
-                       "agreed only when re-read)" if None not in digests else "no content digest for a side")
+        reasons.append(
+            "the content digests of source and target differ (keys that differed when snapshotted "
+            "agreed only when re-read)"
+            if None not in digests
+            else "no content digest for a side"
+        )
     if status in ("error", "incomplete"):
         return status, reasons
     return ("passed" if not reasons else "failed"), reasons
 
 
-def write_certificate(run_dir: Path, *, strictness: str | None = None,
-                      thresholds: dict[str, Any] | None = None) -> Path:
+def write_certificate(
+    run_dir: Path, *, strictness: str | None = None, thresholds: dict[str, Any] | None = None
+) -> Path:
     """Write certificate.json and certificate.html for a finished one-pair run; returns the JSON's path."""
     from audit.report.html import environment
 
@@ -232,8 +276,9 @@ def write_certificate(run_dir: Path, *, strictness: str | None = None,
     manifest = _read_json(root / "manifest.json")
     summary = _read_json(root / "summary.json")
     if len(summary.get("pairs", [])) != 1:
-        raise ConfigError(f"{root}: a verification certificate covers one pair; this run has "
-                          f"{len(summary.get('pairs', []))}")
+        raise ConfigError(
+            f"{root}: a verification certificate covers one pair; this run has {len(summary.get('pairs', []))}"
+        )
     pair = summary["pairs"][0]
     metrics = pair.get("metrics") or {}
     given = (manifest.get("pairs") or {}).get(pair["pair"]) or {}  # as the inventory named it, redacted
@@ -272,9 +317,14 @@ def write_certificate(run_dir: Path, *, strictness: str | None = None,
         },
         "digests_equal": None not in digests and digests[0] == digests[1],
         "findings": pair.get("counts") or {},
-        "gate": {"status": pair.get("status"), "success": gate.get("success"), "evaluated": gate.get("evaluated"),
-                 "failed": gate.get("failed", []), "results": gate.get("results_path"),
-                 "data_docs": gate.get("data_docs")},
+        "gate": {
+            "status": pair.get("status"),
+            "success": gate.get("success"),
+            "evaluated": gate.get("evaluated"),
+            "failed": gate.get("failed", []),
+            "results": gate.get("results_path"),
+            "data_docs": gate.get("data_docs"),
+        },
         "error": pair.get("error"),
         "report": "report.html",
     }
@@ -284,8 +334,9 @@ def write_certificate(run_dir: Path, *, strictness: str | None = None,
     return path
 
 
-def finish_verification(inventory: Inventory, run: RunDir, *, strictness: str | None,
-                        history: str | None = None) -> dict[str, Any]:
+def finish_verification(
+    inventory: Inventory, run: RunDir, *, strictness: str | None, history: str | None = None
+) -> dict[str, Any]:
     """summary.json, report.html and the history entry (:func:`audit.pipeline.finish_run`), then the
     certificate; returns the certificate."""
     from audit.pipeline import finish_run

@@ -55,9 +55,9 @@ def chunk(ids: np.ndarray, n: int, replica: bool) -> pa.Table:
     key_ids = ids
     digest_seed = np.zeros_like(h)
     if replica:
-        ttl = np.where(ids % 2000 == 5, ttl + 10_000, ttl)                      # ttl drift
-        key_ids = np.where(ids % 2000 == 3, n + ids // 2000, ids)               # missing + extra
-        digest_seed = np.where(ids % 1000 == 1, np.uint64(77), digest_seed)     # changed value
+        ttl = np.where(ids % 2000 == 5, ttl + 10_000, ttl)  # ttl drift
+        key_ids = np.where(ids % 2000 == 3, n + ids // 2000, ids)  # missing + extra
+        digest_seed = np.where(ids % 1000 == 1, np.uint64(77), digest_seed)  # changed value
     keys = pc.binary_join_element_wise("key:", pc.cast(pa.array(key_ids), pa.string()), "").cast(pa.binary())
     cols = {
         "db": pa.array(np.zeros(len(ids), np.int32)),
@@ -83,8 +83,12 @@ def generate(path: Path, n: int, replica: bool, step: int = 1_000_000) -> None:
 def planted(n: int) -> dict[str, int]:
     ids = np.arange(n, dtype=np.int64)
     missing = int(np.count_nonzero(ids % 2000 == 3))
-    return {"value_mismatch": int(np.count_nonzero(ids % 1000 == 1)), "missing_on_replica": missing,
-            "extra_on_replica": missing, "ttl_mismatch": int(np.count_nonzero(ids % 2000 == 5))}
+    return {
+        "value_mismatch": int(np.count_nonzero(ids % 1000 == 1)),
+        "missing_on_replica": missing,
+        "extra_on_replica": missing,
+        "ttl_mismatch": int(np.count_nonzero(ids % 2000 == 5)),
+    }
 
 
 def main() -> None:
@@ -118,9 +122,11 @@ def main() -> None:
         timings.append(("replica-audit diff (total)", time.perf_counter() - t))
 
         base = timings[1][1]
-        print(f"\nrows per side: {counts} (distinct keys {distinct}); Spark conf: "
-              f"shuffle.partitions={spark.conf.get('spark.sql.shuffle.partitions')}, "
-              f"driver.memory={spark.conf.get('spark.driver.memory')}, master={spark.conf.get('spark.master')}")
+        print(
+            f"\nrows per side: {counts} (distinct keys {distinct}); Spark conf: "
+            f"shuffle.partitions={spark.conf.get('spark.sql.shuffle.partitions')}, "
+            f"driver.memory={spark.conf.get('spark.driver.memory')}, master={spark.conf.get('spark.master')}"
+        )
         print(f"\n{'method':<42} {'seconds':>8} {'rows/s per side':>16} {'vs distinct':>12}")
         for name, secs in timings:
             print(f"{name:<42} {secs:>8.2f} {args.rows / secs:>16,.0f} {secs / base:>11.2f}x")
@@ -135,8 +141,10 @@ def main() -> None:
             print("MISMATCH: candidates differ from the planted differences")
         total = timings[-1][1]
         scaled = f" (at {args.rows:,} rows; scale before judging)" if args.rows != TARGET_ROWS else ""
-        print(f"\ntarget: 10M keys per side diffed in < {TARGET_S:.0f} s: {total:.1f} s, "
-              f"reached {'yes' if total < TARGET_S and args.rows >= TARGET_ROWS else 'no'}{scaled}")
+        print(
+            f"\ntarget: 10M keys per side diffed in < {TARGET_S:.0f} s: {total:.1f} s, "
+            f"reached {'yes' if total < TARGET_S and args.rows >= TARGET_ROWS else 'no'}{scaled}"
+        )
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def generate(log_dir: Path, total_mb: int, file_mb: int, seed: int = 7) -> int:
     def val(lo: int, hi: int) -> bytes:
         size = rnd.randint(lo, hi)
         off = rnd.randrange(len(blob) - size)
-        return blob[off:off + size]
+        return blob[off : off + size]
 
     def key() -> bytes:
         return b"user:%d:" % rnd.randrange(10**7) + val(8, 56).hex().encode()[: rnd.randint(8, 56)]
@@ -114,8 +114,11 @@ def main() -> None:
     ap.add_argument("--chunk-mb", type=int, default=8, help="parse_file read size, in MiB")
     ap.add_argument("--repeat", type=int, default=2, help="runs per method; the best is reported")
     ap.add_argument("--regenerate", action="store_true", help="rewrite the cached files")
-    ap.add_argument("--spark", action="store_true",
-                    help="also parse through the audit's Spark job (one task per file) and print MB/s per core")
+    ap.add_argument(
+        "--spark",
+        action="store_true",
+        help="also parse through the audit's Spark job (one task per file) and print MB/s per core",
+    )
     args = ap.parse_args()
 
     log_dir = Path(tempfile.gettempdir()) / f"pika-binlog-bench-{args.mb}mb-{args.file_mb}mb" / "log_db0"
@@ -151,11 +154,15 @@ def main() -> None:
         print(f"{name:<40} {secs:>8.3f} {mb / secs:>9,.1f} {cpu:>7.3f} {mb / max(cpu, 1e-9):>9,.1f} {recs}")
     parse_s, parse_cpu, rows = results[2][1], results[2][2], results[2][3]
     rate = mb / parse_s
-    print(f"\nrows: {rows:,} ({mb * 1e6 / rows:,.0f} bytes per row); parse is {parse_s / results[0][1]:,.1f}x the "
-          f"plain read time and {parse_s / results[1][1]:,.1f}x read + xxh3")
+    print(
+        f"\nrows: {rows:,} ({mb * 1e6 / rows:,.0f} bytes per row); parse is {parse_s / results[0][1]:,.1f}x the "
+        f"plain read time and {parse_s / results[1][1]:,.1f}x read + xxh3"
+    )
     reached = "yes" if rate >= TARGET_MB_S else "no"
-    print(f"target: >= {TARGET_MB_S:.0f} MB/s per core: {rate:,.1f} MB/s wall ({mb / parse_cpu:,.1f} MB per CPU "
-          f"second), reached {reached}; load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"target: >= {TARGET_MB_S:.0f} MB/s per core: {rate:,.1f} MB/s wall ({mb / parse_cpu:,.1f} MB per CPU "
+        f"second), reached {reached}; load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     if args.spark:
         spark_scan(log_dir, mb, args.repeat)
 
@@ -171,8 +178,10 @@ def spark_scan(log_dir: Path, mb: float, repeat: int) -> None:
     out = tempfile.mkdtemp(prefix="pika-scan-")
     scan_logs(spark, logs, out)  # warm-up: JVM, Python workers
     best = min(_timed_once(lambda: scan_logs(spark, logs, out)) for _ in range(repeat))
-    print(f"\nSpark scan_logs ({len(logs[0].files)} files, local[{cores}]): {best:.2f} s, {mb / best:,.1f} MB/s, "
-          f"{mb / best / cores:,.1f} MB/s per core (including writing the Parquet scan)")
+    print(
+        f"\nSpark scan_logs ({len(logs[0].files)} files, local[{cores}]): {best:.2f} s, {mb / best:,.1f} MB/s, "
+        f"{mb / best / cores:,.1f} MB/s per core (including writing the Parquet scan)"
+    )
 
 
 def _timed_once(fn: Callable[[], object]) -> float:

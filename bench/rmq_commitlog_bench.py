@@ -121,8 +121,10 @@ def best(fn, reps: int = 3):  # type: ignore[no-untyped-def]
 
 def bench_parse(cache: Path, mib: int, bodies: list[int]) -> None:
     print(f"\nparse, one core, {mib} MiB file per record size (best of 3, page cache warm)")
-    print(f"{'body':>6} {'record':>7} {'records':>10} {'read MB/s':>10} {'read+xxh3':>10} {'parse MB/s':>11} "
-          f"{'us/record':>10} {'vs read':>8}  target")
+    print(
+        f"{'body':>6} {'record':>7} {'records':>10} {'read MB/s':>10} {'read+xxh3':>10} {'parse MB/s':>11} "
+        f"{'us/record':>10} {'vs read':>8}  target"
+    )
     for body in bodies:
         store, n = cached_store(cache, f"parse-{mib}m-b{body}", mib << 20, body, (mib << 20) + (1 << 20))
         (f,) = commitlog_files(store)
@@ -133,9 +135,11 @@ def bench_parse(cache: Path, mib: int, bodies: list[int]) -> None:
         parse_s, rows = best(lambda f=f: parse(f.path))
         data = mib << 20  # the bytes holding records (the file's zero tail is checked, not parsed)
         mb_s = data / parse_s / 1e6
-        print(f"{body:>6} {len(template(body)[0]):>7} {rows:>10,} {size / read_s / 1e6:>10,.0f} "
-              f"{size / hash_s / 1e6:>10,.0f} {mb_s:>11,.1f} {parse_s / max(rows, 1) * 1e6:>10.2f} "
-              f"{read_s / parse_s:>7.3f}x  {'ok' if mb_s >= TARGET_MB_S else 'MISSED'} (>= {TARGET_MB_S:.0f} MB/s)")
+        print(
+            f"{body:>6} {len(template(body)[0]):>7} {rows:>10,} {size / read_s / 1e6:>10,.0f} "
+            f"{size / hash_s / 1e6:>10,.0f} {mb_s:>11,.1f} {parse_s / max(rows, 1) * 1e6:>10.2f} "
+            f"{read_s / parse_s:>7.3f}x  {'ok' if mb_s >= TARGET_MB_S else 'MISSED'} (>= {TARGET_MB_S:.0f} MB/s)"
+        )
         assert rows == n, (rows, n)
 
 
@@ -165,12 +169,18 @@ def bench_diff(cache: Path, gib: float, file_mib: int, body: int) -> None:
     secs = time.perf_counter() - t
     result.release()
     m = result.metrics
-    print(f"\ndiff of two {gib:g} GiB stores ({len(files)} files of {file_mib} MiB, {n:,} records each side, "
-          f"Spark {spark.conf.get('spark.master')})")
-    print(f"  {secs:.1f} s, {2 * size / secs / 1e6:,.0f} MB/s over both sides; findings: "
-          f"{sorted((r.category, r.start_num) for r in rows)}")
-    print(f"  chunks equal/different {m['chunks_equal']}/{m['chunks_different']}, records compared "
-          f"{m['master_records_compared']}/{m['replica_records_compared']}, bytes compared {m['bytes_compared']:,}")
+    print(
+        f"\ndiff of two {gib:g} GiB stores ({len(files)} files of {file_mib} MiB, {n:,} records each side, "
+        f"Spark {spark.conf.get('spark.master')})"
+    )
+    print(
+        f"  {secs:.1f} s, {2 * size / secs / 1e6:,.0f} MB/s over both sides; findings: "
+        f"{sorted((r.category, r.start_num) for r in rows)}"
+    )
+    print(
+        f"  chunks equal/different {m['chunks_equal']}/{m['chunks_different']}, records compared "
+        f"{m['master_records_compared']}/{m['replica_records_compared']}, bytes compared {m['bytes_compared']:,}"
+    )
 
 
 def main() -> None:

@@ -38,7 +38,7 @@ def load(client: redis.Redis, n: int, seed: int = 1) -> float:
     def val(lo: int, hi: int) -> bytes:
         size = rnd.randint(lo, hi)
         off = rnd.randrange(len(blob) - size)
-        return blob[off:off + size]
+        return blob[off : off + size]
 
     pipe, started = RespPipe(client), time.time()
     cmds: list[Command] = []
@@ -101,8 +101,7 @@ def naive_dump(client: redis.Redis) -> int:
 
 
 def replica_audit(client: redis.Redis, url: str, out: Path) -> int:
-    meta = snapshot_side(client, side="master", endpoint=url, dbs=[0], out_dir=out,
-                         options=SnapshotOptions(qps=10**9))
+    meta = snapshot_side(client, side="master", endpoint=url, dbs=[0], out_dir=out, options=SnapshotOptions(qps=10**9))
     rows = pq.ParquetFile(out / KEYS_FILE).metadata.num_rows
     ok = meta["stats"]["keys_ok"]
     if rows != ok:
@@ -126,8 +125,12 @@ def timed(client: redis.Redis, fn: Callable[[], int]) -> tuple[float, int, float
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keys", type=int, default=1_000_000)
-    ap.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
-                    help="also run replica-audit's snapshot once under cProfile (default: yes)")
+    ap.add_argument(
+        "--profile",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run replica-audit's snapshot once under cProfile (default: yes)",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="snapshot-bench-") as tmp:
         server = RedisServer(free_port(), Path(tmp) / "redis").start()
@@ -135,8 +138,10 @@ def main() -> None:
             client = connect(server.url, role="bench")
             load_s = load(client, args.keys)
             dbsize = client.dbsize()
-            print(f"loaded {dbsize:,} keys in {load_s:.1f} s ({dbsize / load_s:,.0f} keys/s); "
-                  f"redis used_memory {client.info('memory')['used_memory_human']}")
+            print(
+                f"loaded {dbsize:,} keys in {load_s:.1f} s ({dbsize / load_s:,.0f} keys/s); "
+                f"redis used_memory {client.info('memory')['used_memory_human']}"
+            )
             methods: list[tuple[str, Callable[[], int]]] = [
                 ("raw SCAN COUNT 1000 (baseline 1)", lambda: raw_scan(client)),
                 ("SCAN + redis-py DUMP/PTTL (baseline 2)", lambda: naive_dump(client)),
@@ -144,14 +149,20 @@ def main() -> None:
             ]
             results = [(name, *timed(client, fn)) for name, fn in methods]
             base = results[0][2] / results[0][1]
-            print(f"\n{'method':<40} {'seconds':>8} {'keys':>10} {'keys/s':>10} {'vs SCAN':>8} "
-                  f"{'client CPU s':>12} {'redis CPU s':>11}")
+            print(
+                f"\n{'method':<40} {'seconds':>8} {'keys':>10} {'keys/s':>10} {'vs SCAN':>8} "
+                f"{'client CPU s':>12} {'redis CPU s':>11}"
+            )
             for name, secs, n, cpu, srv in results:
-                print(f"{name:<40} {secs:>8.2f} {n:>10,} {n / secs:>10,.0f} {n / secs / base:>8.3f} "
-                      f"{cpu:>12.2f} {srv:>11.2f}")
+                print(
+                    f"{name:<40} {secs:>8.2f} {n:>10,} {n / secs:>10,.0f} {n / secs / base:>8.3f} "
+                    f"{cpu:>12.2f} {srv:>11.2f}"
+                )
             rate = results[2][2] / results[2][1]
-            print(f"\ntarget: >= {TARGET:,} keys/s (type, TTL and digest per key): "
-                  f"{rate:,.0f} keys/s, reached {'yes' if rate >= TARGET else 'no'}")
+            print(
+                f"\ntarget: >= {TARGET:,} keys/s (type, TTL and digest per key): "
+                f"{rate:,.0f} keys/s, reached {'yes' if rate >= TARGET else 'no'}"
+            )
             print(f"snapshot_side vs naive DUMP: {rate / (results[1][2] / results[1][1]):.2f}x")
             if args.profile:
                 prof = cProfile.Profile()

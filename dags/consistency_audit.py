@@ -43,10 +43,14 @@ with DAG(
     tags=["replica-audit", "consistency"],
     default_args=SOURCE_RETRY_ARGS,
     params={
-        "inventory": Param(os.environ.get("REPLICA_AUDIT_INVENTORY", "/opt/replica-audit/inventory.yaml"),
-                           type="string", description="inventory YAML path"),
-        "out": Param(os.environ.get("REPLICA_AUDIT_OUT", "/opt/replica-audit/out"), type="string",
-                     description="output directory"),
+        "inventory": Param(
+            os.environ.get("REPLICA_AUDIT_INVENTORY", "/opt/replica-audit/inventory.yaml"),
+            type="string",
+            description="inventory YAML path",
+        ),
+        "out": Param(
+            os.environ.get("REPLICA_AUDIT_OUT", "/opt/replica-audit/out"), type="string", description="output directory"
+        ),
         "pairs": Param([], type="array", items={"type": "string"}, description="only these pairs (empty: all)"),
     },
 ) as dag:
@@ -58,10 +62,18 @@ with DAG(
             AuditStageOperator(task_id=stage, stage=stage, pair=pair, inventory=INVENTORY, out_dir=OUT, run_id=RUN_ID)
             for stage in ("snapshot", "diff", "recheck", "gate")
         ]
-        verdict = PairVerdictOperator(task_id="verdict", pair=pair, out_dir=OUT, run_id=RUN_ID,
-                                      trigger_rule=TriggerRule.ALL_DONE, retries=0)
+        verdict = PairVerdictOperator(
+            task_id="verdict", pair=pair, out_dir=OUT, run_id=RUN_ID, trigger_rule=TriggerRule.ALL_DONE, retries=0
+        )
         stages[0] >> stages[1] >> stages[2] >> stages[3] >> verdict
 
-    report = AuditReportOperator(task_id="report", inventory=INVENTORY, out_dir=OUT, run_id=RUN_ID, pairs=PAIRS,
-                                 trigger_rule=TriggerRule.ALL_DONE, retries=0)
+    report = AuditReportOperator(
+        task_id="report",
+        inventory=INVENTORY,
+        out_dir=OUT,
+        run_id=RUN_ID,
+        pairs=PAIRS,
+        trigger_rule=TriggerRule.ALL_DONE,
+        retries=0,
+    )
     audit_pair.expand(pair=plan.output) >> report

@@ -27,12 +27,23 @@ with DAG(
     tags=["replica-audit", "report"],
     default_args=SOURCE_RETRY_ARGS,
     params={
-        "out": Param(os.environ.get("REPLICA_AUDIT_OUT", "/opt/replica-audit/out"), type="string",
-                     description="the audits' output directory; the report goes to out/reports/"),
-        "history": Param(os.environ.get("REPLICA_AUDIT_HISTORY", ""), type="string",
-                         description="history store URL (empty: out/history.sqlite)"),
+        "out": Param(
+            os.environ.get("REPLICA_AUDIT_OUT", "/opt/replica-audit/out"),
+            type="string",
+            description="the audits' output directory; the report goes to out/reports/",
+        ),
+        "history": Param(
+            os.environ.get("REPLICA_AUDIT_HISTORY", ""),
+            type="string",
+            description="history store URL (empty: out/history.sqlite)",
+        ),
         "days": Param(7, type="integer", minimum=1, maximum=366, description="days of history in the report"),
     },
 ) as dag:
-    DailyReportOperator(task_id="render", out_dir="{{ params.out }}", history="{{ params.history }}",
-                        days="{{ params.days }}", as_of="{{ dag_run.run_after.isoformat() }}")
+    DailyReportOperator(
+        task_id="render",
+        out_dir="{{ params.out }}",
+        history="{{ params.history }}",
+        days="{{ params.days }}",
+        as_of="{{ dag_run.run_after.isoformat() }}",
+    )

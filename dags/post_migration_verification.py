@@ -48,30 +48,69 @@ with DAG(
     tags=["replica-audit", "verification"],
     default_args=SOURCE_RETRY_ARGS,
     params={
-        "source": Param(type="string", pattern=ENDPOINT, title="Source",
-                        description="where the data came from: redis://host:port or conn:<airflow_conn_id>"),
-        "target": Param(type="string", pattern=ENDPOINT, title="Target",
-                        description="where it was migrated to: redis://host:port or conn:<airflow_conn_id>"),
+        "source": Param(
+            type="string",
+            pattern=ENDPOINT,
+            title="Source",
+            description="where the data came from: redis://host:port or conn:<airflow_conn_id>",
+        ),
+        "target": Param(
+            type="string",
+            pattern=ENDPOINT,
+            title="Target",
+            description="where it was migrated to: redis://host:port or conn:<airflow_conn_id>",
+        ),
         "kind": Param("redis", type="string", enum=list(VERIFIABLE_KINDS), title="Kind"),
-        "strictness": Param(DEFAULT_STRICTNESS, type="string", enum=list(STRICTNESS), title="Strictness",
-                            description="; ".join(f"{k}: {why}" for k, (_, why) in STRICTNESS.items())),
-        "dbs": Param([], type="array", items={"type": "integer", "minimum": 0, "maximum": 65535}, title="Databases",
-                     description="db indexes to verify; empty: every db either side has keys in"),
-        "name": Param(DEFAULT_NAME, type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", title="Name",
-                      description="the pair's name in the outputs"),
-        "out": Param(os.environ.get("REPLICA_AUDIT_VERIFY_OUT",
-                                    os.path.join(os.environ.get("REPLICA_AUDIT_OUT", "/opt/replica-audit/out"),
-                                                 "verifications")),
-                     type="string", title="Output directory", description="each run writes out/<run_id>/"),
-        "settings": Param({}, type="object", title="Settings",
-                          description='inventory settings, e.g. {"qps": 5000, "recheck_rounds": 3}'),
+        "strictness": Param(
+            DEFAULT_STRICTNESS,
+            type="string",
+            enum=list(STRICTNESS),
+            title="Strictness",
+            description="; ".join(f"{k}: {why}" for k, (_, why) in STRICTNESS.items()),
+        ),
+        "dbs": Param(
+            [],
+            type="array",
+            items={"type": "integer", "minimum": 0, "maximum": 65535},
+            title="Databases",
+            description="db indexes to verify; empty: every db either side has keys in",
+        ),
+        "name": Param(
+            DEFAULT_NAME,
+            type="string",
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
+            title="Name",
+            description="the pair's name in the outputs",
+        ),
+        "out": Param(
+            os.environ.get(
+                "REPLICA_AUDIT_VERIFY_OUT",
+                os.path.join(os.environ.get("REPLICA_AUDIT_OUT", "/opt/replica-audit/out"), "verifications"),
+            ),
+            type="string",
+            title="Output directory",
+            description="each run writes out/<run_id>/",
+        ),
+        "settings": Param(
+            {},
+            type="object",
+            title="Settings",
+            description='inventory settings, e.g. {"qps": 5000, "recheck_rounds": 3}',
+        ),
     },
 ) as dag:
     stages = [
-        AuditStageOperator(task_id=stage, stage=stage, pair="{{ params.name }}", inventory=VERIFICATION,
-                           out_dir=OUT, run_id=RUN_ID)
+        AuditStageOperator(
+            task_id=stage, stage=stage, pair="{{ params.name }}", inventory=VERIFICATION, out_dir=OUT, run_id=RUN_ID
+        )
         for stage in ("snapshot", "diff", "recheck", "gate")
     ]
-    certificate = VerificationCertificateOperator(task_id="certificate", verification=VERIFICATION, out_dir=OUT,
-                                                  run_id=RUN_ID, trigger_rule=TriggerRule.ALL_DONE, retries=0)
+    certificate = VerificationCertificateOperator(
+        task_id="certificate",
+        verification=VERIFICATION,
+        out_dir=OUT,
+        run_id=RUN_ID,
+        trigger_rule=TriggerRule.ALL_DONE,
+        retries=0,
+    )
     stages[0] >> stages[1] >> stages[2] >> stages[3] >> certificate

@@ -25,15 +25,26 @@ from audit.local.sample import load_sample, plant_divergences  # noqa: E402
 
 
 def airflow_env(home: Path) -> dict[str, str]:
-    return dict(os.environ, AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
-                AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
-                AIRFLOW__LOGGING__LOGGING_LEVEL="WARNING", GX_ANALYTICS_ENABLED="false")
+    return dict(
+        os.environ,
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
+        AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__LOGGING__LOGGING_LEVEL="WARNING",
+        GX_ANALYTICS_ENABLED="false",
+    )
 
 
 def airflow(env: dict[str, str], *args: str, log: Path) -> int:
     with log.open("a") as f:
-        return subprocess.run([str(Path(sys.executable).parent / "airflow"), *args], env=env, stdout=f,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        return subprocess.run(
+            [str(Path(sys.executable).parent / "airflow"), *args],
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        ).returncode
 
 
 def main() -> int:
@@ -50,8 +61,9 @@ def main() -> int:
         print(f"demo: planted {len(planted)} divergences on the replica:")
         for p in planted:
             print(f"        {p.category:20} {p.key!r}")
-        sync_client = subprocess.Popen(["redis-cli", "-p", str(master.port), "--replica"],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sync_client = subprocess.Popen(
+            ["redis-cli", "-p", str(master.port), "--replica"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         time.sleep(1)
         inventory = DEMO / "inventory.yaml"
         inventory.write_text(f"""# written by scripts/demo.py
@@ -71,13 +83,33 @@ pairs:
         airflow(env, "db", "migrate", log=log)
         airflow(env, "dags", "reserialize", log=log)
         started = time.time()
-        rc = airflow(env, "dags", "test", "consistency_audit", "-c",
-                     json.dumps({"inventory": str(inventory), "out": str(out)}), log=log)
-        print(f"demo: DAG run finished in {time.time() - started:.0f}s ({'failed' if rc else 'succeeded'}, "
-              "as a run must when the gate fails)")
+        rc = airflow(
+            env,
+            "dags",
+            "test",
+            "consistency_audit",
+            "-c",
+            json.dumps({"inventory": str(inventory), "out": str(out)}),
+            log=log,
+        )
+        print(
+            f"demo: DAG run finished in {time.time() - started:.0f}s ({'failed' if rc else 'succeeded'}, "
+            "as a run must when the gate fails)"
+        )
         run_root = max((p.parent for p in out.glob("*/summary.json")), key=lambda p: p.stat().st_mtime)
-        subprocess.run([str(Path(sys.executable).parent / "replica-audit"), "report", "-i", str(inventory),
-                        "-o", str(out), "--run-id", run_root.name], stdin=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                str(Path(sys.executable).parent / "replica-audit"),
+                "report",
+                "-i",
+                str(inventory),
+                "-o",
+                str(out),
+                "--run-id",
+                run_root.name,
+            ],
+            stdin=subprocess.DEVNULL,
+        )
         return check(json.loads((run_root / "summary.json").read_text()), planted)
     finally:
         if sync_client is not None:
@@ -96,9 +128,11 @@ def check(summary: dict[str, object], planted: list) -> int:  # type: ignore[typ
     want = {(p.category, p.key) for p in planted}
     diagnosed = [f for f in found if f["diagnosis"] == "REDIS_SYNC_NO_ACK"]
     ok = got == want and diagnosed and pair["status"] == "failed"
-    print(f"demo: planted {len(want)}, found {len(got & want)}, extra findings {sorted(got - want)}, "
-          f"missed {sorted(want - got)}; SYNC client diagnosed REDIS_SYNC_NO_ACK: {bool(diagnosed)}; "
-          f"gate: {pair['status']}")
+    print(
+        f"demo: planted {len(want)}, found {len(got & want)}, extra findings {sorted(got - want)}, "
+        f"missed {sorted(want - got)}; SYNC client diagnosed REDIS_SYNC_NO_ACK: {bool(diagnosed)}; "
+        f"gate: {pair['status']}"
+    )
     print("demo: OK" if ok else "demo: MISMATCH (see above)")
     return 0 if ok else 1
 

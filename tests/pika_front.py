@@ -30,10 +30,10 @@ def reply_end(buf: bytes, pos: int) -> int | None:
     nl = buf.find(b"\r\n", pos)
     if nl < 0:
         return None
-    kind, head = buf[pos:pos + 1], nl + 2
+    kind, head = buf[pos : pos + 1], nl + 2
     if kind in (b"+", b"-", b":"):
         return head
-    n = int(buf[pos + 1:nl])
+    n = int(buf[pos + 1 : nl])
     if kind == b"$":
         end = head + n + 2 if n >= 0 else head
         return end if end <= len(buf) else None
@@ -175,28 +175,44 @@ def master_info(log_dir: Path | None, dbs: list[int], slave_port: int) -> Callab
     def text() -> str:
         offsets = manifest_offsets(log_dir, dbs)
         lag = "".join(f"(db{d}:0)" for d in dbs)
-        lines = ["# Replication(MASTER)", "role:master", "ReplicationID:d77e4a521800d9dc619df52612a484f44c597",
-                 "connected_slaves:1", f"slave0:ip=127.0.0.1,port={slave_port},conn_fd=155,lag={lag}",
-                 "is_eligible_for_master_election:true"]
+        lines = [
+            "# Replication(MASTER)",
+            "role:master",
+            "ReplicationID:d77e4a521800d9dc619df52612a484f44c597",
+            "connected_slaves:1",
+            f"slave0:ip=127.0.0.1,port={slave_port},conn_fd=155,lag={lag}",
+            "is_eligible_for_master_election:true",
+        ]
         lines += [f"db{d}:binlog_offset={f} {o},safety_purge=none" for d, (f, o) in offsets.items()]
         return "\n".join(lines) + "\n"
+
     return text
 
 
 def slave_info(log_dir: Path | None, dbs: list[int], master_port: int) -> Callable[[], str]:
     def text() -> str:
         offsets = manifest_offsets(log_dir, dbs)
-        lines = ["# Replication(SLAVE)", "role:slave", "ReplicationID:d77e4a521800d9dc619df52612a484f44c597",
-                 "master_host:127.0.0.1", f"master_port:{master_port}", "master_link_status:up",
-                 "repl_connect_status:", *[f"db{d}:connected" for d in dbs], "slave_priority:100",
-                 "slave_read_only:1"]
+        lines = [
+            "# Replication(SLAVE)",
+            "role:slave",
+            "ReplicationID:d77e4a521800d9dc619df52612a484f44c597",
+            "master_host:127.0.0.1",
+            f"master_port:{master_port}",
+            "master_link_status:up",
+            "repl_connect_status:",
+            *[f"db{d}:connected" for d in dbs],
+            "slave_priority:100",
+            "slave_read_only:1",
+        ]
         lines += [f"db{d}:binlog_offset={f} {o},safety_purge=none" for d, (f, o) in offsets.items()]
         return "\n".join(lines) + "\n"
+
     return text
 
 
-def start_pika_pair(master_port: int, replica_port: int, dbs: list[int], master_log: Path | None = None,
-                    replica_log: Path | None = None) -> tuple[PikaFront, PikaFront]:
+def start_pika_pair(
+    master_port: int, replica_port: int, dbs: list[int], master_log: Path | None = None, replica_log: Path | None = None
+) -> tuple[PikaFront, PikaFront]:
     """Two Pika faces over a real redis master/replica pair; each names the other's front port."""
     m_port, s_port = free_port(), free_port()
     master = PikaFront(master_port, master_info(master_log, dbs, s_port))

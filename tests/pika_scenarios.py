@@ -58,8 +58,14 @@ def write_master(log_root: Path, db: int, cmds: list[list[bytes]], file_size: in
     return log
 
 
-def write_slave(log_root: Path, db: int, master: MasterLog, plan: Sequence[tuple[int, int]], file_size: int,
-                full_sync_before: int | None = None) -> None:
+def write_slave(
+    log_root: Path,
+    db: int,
+    master: MasterLog,
+    plan: Sequence[tuple[int, int]],
+    file_size: int,
+    full_sync_before: int | None = None,
+) -> None:
     """Append master records in `plan` order, each (master index, slave exec_time).
 
     `full_sync_before`: the slave was full-synced at the master's position just before that record, so its

@@ -23,8 +23,12 @@ from audit.pipeline import EXIT_SOURCE, EXIT_USAGE, audit_pair, finish_run, run_
 
 EXIT_INTERNAL = 4
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Audit whether replicas really hold what their masters hold.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Audit whether replicas really hold what their masters hold.",
+)
 _WIDTH = None if sys.stdout.isatty() else 140  # logs and pipes get a readable table, not 80 columns
 out = Console(width=_WIDTH)
 err = Console(stderr=True, width=_WIDTH)
@@ -35,13 +39,19 @@ PairOpt = Annotated[list[str] | None, typer.Option("--pair", "-p", help="audit o
 RunIdOpt = Annotated[str | None, typer.Option("--run-id", help="the run to continue (stages after snapshot)")]
 SparkMasterOpt = Annotated[str | None, typer.Option("--spark-master", help="Spark master URL (default local[*])")]
 SparkConfOpt = Annotated[list[str] | None, typer.Option("--spark-conf", help="extra Spark setting key=value")]
-HistoryOpt = Annotated[str | None, typer.Option(
-    "--history", help="results history store: sqlite:///path or mysql://user:pw@host:port/db "
-    "(default $REPLICA_AUDIT_HISTORY, else OUT/history.sqlite)")]
+HistoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--history",
+        help="results history store: sqlite:///path or mysql://user:pw@host:port/db "
+        "(default $REPLICA_AUDIT_HISTORY, else OUT/history.sqlite)",
+    ),
+]
 
 
-def _setup(inventory: Path, pairs: list[str] | None, spark_master: str | None,
-           spark_conf: list[str] | None) -> tuple[Inventory, list[Pair]]:
+def _setup(
+    inventory: Path, pairs: list[str] | None, spark_master: str | None, spark_conf: list[str] | None
+) -> tuple[Inventory, list[Pair]]:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     inv = load_inventory(inventory)
     conf = {}
@@ -62,8 +72,14 @@ def _progress() -> tuple[Any, Any]:
         return None, None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                   console=out, transient=True)
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=out,
+        transient=True,
+    )
     tasks: dict[str, Any] = {}
 
     def advance(label: str, n: int, total: int | None) -> None:
@@ -81,8 +97,15 @@ def _print_summary(summary: dict[str, Any], run_root: Path) -> None:
 
 
 @app.command()
-def run(inventory: InventoryOpt, out_dir: OutOpt, pair: PairOpt = None, run_id: RunIdOpt = None,
-        spark_master: SparkMasterOpt = None, spark_conf: SparkConfOpt = None, history: HistoryOpt = None) -> None:
+def run(
+    inventory: InventoryOpt,
+    out_dir: OutOpt,
+    pair: PairOpt = None,
+    run_id: RunIdOpt = None,
+    spark_master: SparkMasterOpt = None,
+    spark_conf: SparkConfOpt = None,
+    history: HistoryOpt = None,
+) -> None:
     """Run the whole pipeline for every pair (or the --pair ones) and print a summary."""
     inv, pairs = _setup(inventory, pair, spark_master, spark_conf)
     run_dir = start_run(inv, out_dir, run_id)
@@ -92,8 +115,9 @@ def run(inventory: InventoryOpt, out_dir: OutOpt, pair: PairOpt = None, run_id: 
         bar.start()
     try:
         for p in pairs:
-            outcome = audit_pair(p, run_dir, progress=advance,
-                                 on_stage=lambda name, stage: err.print(f"[dim]{name}: {stage}[/]"))
+            outcome = audit_pair(
+                p, run_dir, progress=advance, on_stage=lambda name, stage: err.print(f"[dim]{name}: {stage}[/]")
+            )
             if outcome.status == "error":
                 err.print(f"[red]{p.name}: could not be audited:[/] {outcome.message}")
     finally:
@@ -104,8 +128,15 @@ def run(inventory: InventoryOpt, out_dir: OutOpt, pair: PairOpt = None, run_id: 
     raise typer.Exit(summary["exit_code"])
 
 
-def _stage(stage: str, inventory: Path, out_dir: Path, pairs: list[str] | None, run_id: str | None,
-           spark_master: str | None = None, spark_conf: list[str] | None = None) -> None:
+def _stage(
+    stage: str,
+    inventory: Path,
+    out_dir: Path,
+    pairs: list[str] | None,
+    run_id: str | None,
+    spark_master: str | None = None,
+    spark_conf: list[str] | None = None,
+) -> None:
     inv, selected = _setup(inventory, pairs, spark_master, spark_conf)
     if run_id is None and stage != "snapshot":
         raise ConfigError(f"{stage}: --run-id is required (the run whose snapshots to use)")
@@ -131,8 +162,14 @@ def snapshot(inventory: InventoryOpt, out_dir: OutOpt, pair: PairOpt = None, run
 
 
 @app.command()
-def diff(inventory: InventoryOpt, out_dir: OutOpt, run_id: RunIdOpt = None, pair: PairOpt = None,
-         spark_master: SparkMasterOpt = None, spark_conf: SparkConfOpt = None) -> None:
+def diff(
+    inventory: InventoryOpt,
+    out_dir: OutOpt,
+    run_id: RunIdOpt = None,
+    pair: PairOpt = None,
+    spark_master: SparkMasterOpt = None,
+    spark_conf: SparkConfOpt = None,
+) -> None:
     """Stage 2: Spark diff of the snapshots."""
     _stage("diff", inventory, out_dir, pair, run_id, spark_master, spark_conf)
 
@@ -150,8 +187,9 @@ def gate(inventory: InventoryOpt, out_dir: OutOpt, run_id: RunIdOpt = None, pair
 
 
 @app.command()
-def report(inventory: InventoryOpt, out_dir: OutOpt, run_id: RunIdOpt = None, pair: PairOpt = None,
-           history: HistoryOpt = None) -> None:
+def report(
+    inventory: InventoryOpt, out_dir: OutOpt, run_id: RunIdOpt = None, pair: PairOpt = None, history: HistoryOpt = None
+) -> None:
     """Stage 5: write summary.json and report.html, print the summary; exit status as for `run`."""
     inv, pairs = _setup(inventory, pair, None, None)
     if run_id is None:
@@ -163,17 +201,22 @@ def report(inventory: InventoryOpt, out_dir: OutOpt, run_id: RunIdOpt = None, pa
 
 
 @app.command()
-def verify(source: Annotated[str, typer.Option("--source", help="source URL, or conn:<airflow_conn_id>")],
-           target: Annotated[str, typer.Option("--target", help="target URL, or conn:<airflow_conn_id>")],
-           out_dir: OutOpt,
-           kind: Annotated[str, typer.Option("--kind", help="redis | pika")] = "redis",
-           strictness: Annotated[str, typer.Option(
-               "--strictness", help="zero_tolerance | allow_ttl_drift | allow_extra_on_target")] = "zero_tolerance",
-           db: Annotated[list[int] | None, typer.Option("--db", help="only this db (repeatable; default all)")] = None,
-           name: Annotated[str, typer.Option("--name", help="the pair's name in the outputs")] = "migration",
-           setting: Annotated[list[str] | None, typer.Option(
-               "--setting", help="inventory setting key=value, e.g. qps=5000 (repeatable)")] = None,
-           run_id: RunIdOpt = None, history: HistoryOpt = None) -> None:
+def verify(
+    source: Annotated[str, typer.Option("--source", help="source URL, or conn:<airflow_conn_id>")],
+    target: Annotated[str, typer.Option("--target", help="target URL, or conn:<airflow_conn_id>")],
+    out_dir: OutOpt,
+    kind: Annotated[str, typer.Option("--kind", help="redis | pika")] = "redis",
+    strictness: Annotated[
+        str, typer.Option("--strictness", help="zero_tolerance | allow_ttl_drift | allow_extra_on_target")
+    ] = "zero_tolerance",
+    db: Annotated[list[int] | None, typer.Option("--db", help="only this db (repeatable; default all)")] = None,
+    name: Annotated[str, typer.Option("--name", help="the pair's name in the outputs")] = "migration",
+    setting: Annotated[
+        list[str] | None, typer.Option("--setting", help="inventory setting key=value, e.g. qps=5000 (repeatable)")
+    ] = None,
+    run_id: RunIdOpt = None,
+    history: HistoryOpt = None,
+) -> None:
     """Post-migration verification of SOURCE against TARGET: zero tolerance by default, full coverage, and a
     verification certificate (certificate.json / certificate.html). Exit 0 only when the certificate passes."""
     import yaml
@@ -197,16 +240,20 @@ def verify(source: Annotated[str, typer.Option("--source", help="source URL, or 
     _print_summary(json.loads(run_dir.summary.read_text()), run_dir.root)
     for reason in cert["reasons"]:
         out.print(f"  {reason}")
-    out.print(f"certificate: {run_dir.root / 'certificate.json'} ([bold]{cert['verdict']}[/]; digests "
-              f"{'equal' if cert['digests_equal'] else 'differ'})")
+    out.print(
+        f"certificate: {run_dir.root / 'certificate.json'} ([bold]{cert['verdict']}[/]; digests "
+        f"{'equal' if cert['digests_equal'] else 'differ'})"
+    )
     raise typer.Exit({"passed": 0, "failed": 1}.get(cert["verdict"], EXIT_SOURCE))
 
 
 @app.command("daily-report")
-def daily_report(out_dir: OutOpt, history: HistoryOpt = None,
-                 days: Annotated[int, typer.Option("--days", help="how many days back")] = 7,
-                 as_of: Annotated[str | None, typer.Option(
-                     "--as-of", help="end of the window, ISO date/time (default now)")] = None) -> None:
+def daily_report(
+    out_dir: OutOpt,
+    history: HistoryOpt = None,
+    days: Annotated[int, typer.Option("--days", help="how many days back")] = 7,
+    as_of: Annotated[str | None, typer.Option("--as-of", help="end of the window, ISO date/time (default now)")] = None,
+) -> None:
     """Render OUT/reports/daily-<date>.html from the results history: trends per pair over the last days."""
     from audit.report.daily import render_daily_report
 
@@ -238,6 +285,3 @@ def main() -> None:
         traceback.print_exc()
         err.print(f"[red]internal error[/] (a bug in replica-audit; please report it): {e}")
         sys.exit(EXIT_INTERNAL)
-
-
-

@@ -29,7 +29,9 @@ def print_summary(console: Console, summary: dict[str, Any], run_root: Path) -> 
     console.print(table)
     for p in summary["pairs"]:
         for f in (p.get("gate") or {}).get("failed", []):
-            console.print(f"  {p['pair']}: gate failed on [bold]{f['column']}[/] = {f['observed']} "
-                          f"(max {f['threshold']}): {f['meaning']}")
+            console.print(
+                f"  {p['pair']}: gate failed on [bold]{f['column']}[/] = {f['observed']} "
+                f"(max {f['threshold']}): {f['meaning']}"
+            )
     console.print(f"report: {run_root / 'report.html'}")
     console.print(f"summary: {run_root / 'summary.json'}")

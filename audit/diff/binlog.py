@@ -41,9 +41,11 @@ def _where(filenum: str, offset: str) -> Column:
 
 def good_records(records: DataFrame) -> DataFrame:
     """Real log records (no padding, no damage rows) with their position numbers."""
-    return (records.where((F.col("row_kind") == "record") & (F.col("command") != "padding"))
-            .withColumn("spos", _pos("filenum", "start"))
-            .withColumn("epos", _pos("filenum", "end")))
+    return (
+        records.where((F.col("row_kind") == "record") & (F.col("command") != "padding"))
+        .withColumn("spos", _pos("filenum", "start"))
+        .withColumn("epos", _pos("filenum", "end"))
+    )
 
 
 def live_slave_files(records: DataFrame) -> DataFrame:
@@ -52,10 +54,12 @@ def live_slave_files(records: DataFrame) -> DataFrame:
     After a full sync the slave recreates write2file<N> padded up to the sync point; files below N that
     survive (only file 0 is deleted) hold another incarnation's records (pika_redis.md §1.6).
     """
-    pad = (records.where(F.col("row_kind") == "padding").groupBy("db")
-           .agg(F.max("filenum").alias("pad_file")))
-    return (records.join(F.broadcast(pad), "db", "left")
-            .where(F.col("pad_file").isNull() | (F.col("filenum") >= F.col("pad_file"))).drop("pad_file"))
+    pad = records.where(F.col("row_kind") == "padding").groupBy("db").agg(F.max("filenum").alias("pad_file"))
+    return (
+        records.join(F.broadcast(pad), "db", "left")
+        .where(F.col("pad_file").isNull() | (F.col("filenum") >= F.col("pad_file")))
+        .drop("pad_file")
+    )
 
 
 def with_seq(good: DataFrame) -> DataFrame:
@@ -63,8 +67,7 @@ def with_seq(good: DataFrame) -> DataFrame:
     per_file = good.groupBy("db", "filenum").agg(F.count("*").alias("n"))
     w = Window.partitionBy("db").orderBy("filenum").rowsBetween(Window.unboundedPreceding, -1)
     bases = per_file.withColumn("base", F.coalesce(F.sum("n").over(w), F.lit(0))).drop("n")
-    seq = good.join(F.broadcast(bases), ["db", "filenum"]).withColumn("seq", F.col("base") + F.col("idx")).drop(
-        "base")
+    seq = good.join(F.broadcast(bases), ["db", "filenum"]).withColumn("seq", F.col("base") + F.col("idx")).drop("base")
     return with_neighbours(seq)
 
 
@@ -76,7 +79,8 @@ def with_neighbours(df: DataFrame) -> DataFrame:
     nxt = near.withColumnRenamed("_d", "next_digest")
     out = df.join(prev, (F.col("db") == F.col("_db")) & (F.col("seq") - 1 == F.col("_seq")), "left").drop("_db", "_seq")
     return out.join(nxt, (F.col("db") == F.col("_db")) & (F.col("seq") + 1 == F.col("_seq")), "left").drop(
-        "_db", "_seq")
+        "_db", "_seq"
+    )
 
 
 def common_window(m: DataFrame, s: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -84,19 +88,24 @@ def common_window(m: DataFrame, s: DataFrame) -> tuple[DataFrame, DataFrame]:
 
     The master may have purged old files; the slave's history starts at its full sync.
     """
-    lo = (m.groupBy("db").agg(F.min("spos").alias("m_lo"))
-          .join(s.groupBy("db").agg(F.min("spos").alias("s_lo")), "db")
-          .select("db", F.greatest("m_lo", "s_lo").alias("lo")))
+    lo = (
+        m.groupBy("db")
+        .agg(F.min("spos").alias("m_lo"))
+        .join(s.groupBy("db").agg(F.min("spos").alias("s_lo")), "db")
+        .select("db", F.greatest("m_lo", "s_lo").alias("lo"))
+    )
     lo = F.broadcast(lo)
-    return (m.join(lo, "db").where(F.col("spos") >= F.col("lo")).drop("lo"),
-            s.join(lo, "db").where(F.col("spos") >= F.col("lo")).drop("lo"))
+    return (
+        m.join(lo, "db").where(F.col("spos") >= F.col("lo")).drop("lo"),
+        s.join(lo, "db").where(F.col("spos") >= F.col("lo")).drop("lo"),
+    )
 
 
 @dataclass(frozen=True)
 class Alignment:
-    matched: DataFrame   # db, m_seq, s_seq, m_epos, s_epos, how
-    m_rest: DataFrame    # master records matched by nothing
-    s_rest: DataFrame    # slave records matched by nothing
+    matched: DataFrame  # db, m_seq, s_seq, m_epos, s_epos, how
+    m_rest: DataFrame  # master records matched by nothing
+    s_rest: DataFrame  # slave records matched by nothing
     divergent: DataFrame  # db, m_*, s_* at the same position with different content
 
     @property
@@ -118,8 +127,9 @@ def _side(df: DataFrame, p: str) -> DataFrame:
 
 def _pairs(m: DataFrame, s: DataFrame, on: list[tuple[str, str]], how: str) -> DataFrame:
     cond = [F.col("m_db") == F.col("s_db")] + [F.col(a) == F.col(b) for a, b in on]
-    return m.join(s, cond).select(F.col("m_db").alias("db"), "m_seq", "s_seq", "m_epos", "s_epos", "m_spos",
-                                  "s_spos", F.lit(how).alias("how"))
+    return m.join(s, cond).select(
+        F.col("m_db").alias("db"), "m_seq", "s_seq", "m_epos", "s_epos", "m_spos", "s_spos", F.lit(how).alias("how")
+    )
 
 
 def _anti(df: DataFrame, matched: DataFrame, p: str) -> DataFrame:
@@ -158,8 +168,7 @@ def align(m_good: DataFrame, s_good: DataFrame, stage: Stage = _no_stage) -> Ali
     for part in shifted_parts:
         shifted = shifted.unionByName(part)
     m2, s2 = m1, s1
-    divergent = stage(m2.join(s2, (F.col("m_db") == F.col("s_db")) & (F.col("m_epos") == F.col("s_epos"))),
-                      "divergent")
+    divergent = stage(m2.join(s2, (F.col("m_db") == F.col("s_db")) & (F.col("m_epos") == F.col("s_epos"))), "divergent")
     div_keys = divergent.select(F.col("m_db").alias("db"), "m_seq", "s_seq")
     return Alignment(
         matched=exact.unionByName(shifted),
@@ -174,21 +183,25 @@ def islands(df: DataFrame, p: str) -> DataFrame:
     w = Window.partitionBy("db").orderBy(f"{p}seq")
     grouped = df.withColumn("run", F.col(f"{p}seq") - F.row_number().over(w))
     first = F.min_by
-    return grouped.groupBy("db", "run").agg(
-        F.min(f"{p}seq").alias("first_seq"),
-        F.max(f"{p}seq").alias("last_seq"),
-        F.min(f"{p}spos").alias("spos"),
-        F.max(f"{p}epos").alias("epos"),
-        first(f"{p}filenum", f"{p}seq").alias("first_file"),
-        first(f"{p}start", f"{p}seq").alias("first_start"),
-        F.max_by(f"{p}filenum", f"{p}seq").alias("last_file"),
-        F.max_by(f"{p}end", f"{p}seq").alias("last_end"),
-        F.count("*").alias("count"),
-        F.sum(F.col(f"{p}end") - F.col(f"{p}start")).alias("bytes"),
-        first(f"{p}key", f"{p}seq").alias("first_key"),
-        first(f"{p}command", f"{p}seq").alias("first_command"),
-        F.bit_xor(F.xxhash64(f"{p}digest", F.col(f"{p}seq"))).alias("content_hash_abs"),
-    ).drop("run")
+    return (
+        grouped.groupBy("db", "run")
+        .agg(
+            F.min(f"{p}seq").alias("first_seq"),
+            F.max(f"{p}seq").alias("last_seq"),
+            F.min(f"{p}spos").alias("spos"),
+            F.max(f"{p}epos").alias("epos"),
+            first(f"{p}filenum", f"{p}seq").alias("first_file"),
+            first(f"{p}start", f"{p}seq").alias("first_start"),
+            F.max_by(f"{p}filenum", f"{p}seq").alias("last_file"),
+            F.max_by(f"{p}end", f"{p}seq").alias("last_end"),
+            F.count("*").alias("count"),
+            F.sum(F.col(f"{p}end") - F.col(f"{p}start")).alias("bytes"),
+            first(f"{p}key", f"{p}seq").alias("first_key"),
+            first(f"{p}command", f"{p}seq").alias("first_command"),
+            F.bit_xor(F.xxhash64(f"{p}digest", F.col(f"{p}seq"))).alias("content_hash_abs"),
+        )
+        .drop("run")
+    )
 
 
 def _distance(a: Column, b: Column, file_size: int) -> Column:
@@ -198,11 +211,13 @@ def _distance(a: Column, b: Column, file_size: int) -> Column:
     return (F.shiftright(a, 32) - F.shiftright(b, 32)) * F.lit(file_size) + (a.bitwiseAND(low) - b.bitwiseAND(low))
 
 
-def _shift_at(runs: DataFrame, matched: DataFrame, p: str, seq_expr: Column, name: str, file_size: int
-              ) -> DataFrame:
+def _shift_at(runs: DataFrame, matched: DataFrame, p: str, seq_expr: Column, name: str, file_size: int) -> DataFrame:
     """Join each run with the matched record at `seq_expr`: how far behind the slave's offsets are there."""
-    look = matched.select(F.col("db").alias("_db"), F.col(f"{p}seq").alias("_seq"),
-                          _distance(F.col("m_epos"), F.col("s_epos"), file_size).alias(name))
+    look = matched.select(
+        F.col("db").alias("_db"),
+        F.col(f"{p}seq").alias("_seq"),
+        _distance(F.col("m_epos"), F.col("s_epos"), file_size).alias(name),
+    )
     return runs.join(look, (F.col("db") == F.col("_db")) & (seq_expr == F.col("_seq")), "left").drop("_db", "_seq")
 
 
@@ -216,9 +231,12 @@ def missing_runs(al: Alignment, file_size: int) -> DataFrame:
 
 def unreplicated(al: Alignment) -> DataFrame:
     """Master records after the slave's last one, per db: lag, counted in records and bytes."""
-    return (al.m_rest.join(F.broadcast(al.horizon), "db", "left")
-            .where(F.col("horizon").isNull() | (F.col("m_seq") > F.col("horizon")))
-            .groupBy("db").agg(F.count("*").alias("records"), F.sum(F.col("m_end") - F.col("m_start")).alias("bytes")))
+    return (
+        al.m_rest.join(F.broadcast(al.horizon), "db", "left")
+        .where(F.col("horizon").isNull() | (F.col("m_seq") > F.col("horizon")))
+        .groupBy("db")
+        .agg(F.count("*").alias("records"), F.sum(F.col("m_end") - F.col("m_start")).alias("bytes"))
+    )
 
 
 def replay_runs(al: Alignment, m_good: DataFrame, s_good: DataFrame, file_size: int) -> DataFrame:
@@ -230,38 +248,76 @@ def replay_runs(al: Alignment, m_good: DataFrame, s_good: DataFrame, file_size: 
     n = F.col("count")
     # order-sensitive hashes, relative to the run's first record, of the run and of the n records before it
     rel = s_good.select("db", "seq", "digest", "exec_time")
-    body = (runs.alias("r").join(rel.alias("x"), (F.col("r.db") == F.col("x.db"))
-                                 & F.col("x.seq").between(F.col("r.first_seq") - n, F.col("r.last_seq")))
-            .groupBy("r.db", "r.first_seq")
-            .agg(F.bit_xor(F.when(F.col("x.seq") >= F.col("r.first_seq"),
-                                  F.xxhash64("x.digest", F.col("x.seq") - F.col("r.first_seq")))).alias("h_run"),
-                 F.bit_xor(F.when(F.col("x.seq") < F.col("r.first_seq"),
-                                  F.xxhash64("x.digest", F.col("x.seq") - F.col("r.first_seq") + n))).alias("h_before"),
-                 F.max(F.when(F.col("x.seq") == F.col("r.first_seq"), F.col("x.exec_time"))).alias("t_first"),
-                 F.max(F.when(F.col("x.seq") == F.col("r.first_seq") - 1, F.col("x.exec_time"))).alias("t_prev"),
-                 F.max(F.when(F.col("x.seq") == F.col("r.first_seq") - n, F.col("x.exec_time"))).alias("t_copy"),
-                 F.count(F.when(F.col("x.seq") < F.col("r.first_seq"), 1)).alias("n_before"))
-            .withColumnRenamed("db", "_db").withColumnRenamed("first_seq", "_first"))
+    body = (
+        runs.alias("r")
+        .join(
+            rel.alias("x"),
+            (F.col("r.db") == F.col("x.db")) & F.col("x.seq").between(F.col("r.first_seq") - n, F.col("r.last_seq")),
+        )
+        .groupBy("r.db", "r.first_seq")
+        .agg(
+            F.bit_xor(
+                F.when(
+                    F.col("x.seq") >= F.col("r.first_seq"),
+                    F.xxhash64("x.digest", F.col("x.seq") - F.col("r.first_seq")),
+                )
+            ).alias("h_run"),
+            F.bit_xor(
+                F.when(
+                    F.col("x.seq") < F.col("r.first_seq"),
+                    F.xxhash64("x.digest", F.col("x.seq") - F.col("r.first_seq") + n),
+                )
+            ).alias("h_before"),
+            F.max(F.when(F.col("x.seq") == F.col("r.first_seq"), F.col("x.exec_time"))).alias("t_first"),
+            F.max(F.when(F.col("x.seq") == F.col("r.first_seq") - 1, F.col("x.exec_time"))).alias("t_prev"),
+            F.max(F.when(F.col("x.seq") == F.col("r.first_seq") - n, F.col("x.exec_time"))).alias("t_copy"),
+            F.count(F.when(F.col("x.seq") < F.col("r.first_seq"), 1)).alias("n_before"),
+        )
+        .withColumnRenamed("db", "_db")
+        .withColumnRenamed("first_seq", "_first")
+    )
     before_copy = rel.select(F.col("db").alias("_db2"), F.col("seq").alias("_seq2"), F.col("exec_time").alias("t_pre"))
     runs = runs.join(body, (F.col("db") == F.col("_db")) & (F.col("first_seq") == F.col("_first")), "left").drop(
-        "_db", "_first")
-    runs = runs.join(before_copy, (F.col("db") == F.col("_db2"))
-                     & (F.col("first_seq") - F.col("count") - 1 == F.col("_seq2")), "left").drop("_db2", "_seq2")
+        "_db", "_first"
+    )
+    runs = runs.join(
+        before_copy,
+        (F.col("db") == F.col("_db2")) & (F.col("first_seq") - F.col("count") - 1 == F.col("_seq2")),
+        "left",
+    ).drop("_db2", "_seq2")
     return _shift_at(runs, al.matched, "s_", F.col("last_seq") + 1, "behind_after", file_size)
 
 
-def _finding(df: DataFrame, category: str, run_id: str, pair: str, detail: Column, *, master_digest: Column,
-             replica_digest: Column, key: Column) -> DataFrame:
+def _finding(
+    df: DataFrame,
+    category: str,
+    run_id: str,
+    pair: str,
+    detail: Column,
+    *,
+    master_digest: Column,
+    replica_digest: Column,
+    key: Column,
+) -> DataFrame:
     return df.select(
-        F.lit(run_id).alias("run_id"), F.lit(pair).alias("pair"), F.lit("pika").alias("kind"),
-        F.lit("binlog").alias("check"), F.lit(category).alias("category"),
+        F.lit(run_id).alias("run_id"),
+        F.lit(pair).alias("pair"),
+        F.lit("pika").alias("kind"),
+        F.lit("binlog").alias("check"),
+        F.lit(category).alias("category"),
         F.lit(SEVERITY_BY_CATEGORY[category]).alias("severity"),
-        F.col("db").cast("int").alias("db"), key.alias("key"),
-        _where("first_file", "first_start").alias("start"), _where("last_file", "last_end").alias("end"),
-        F.col("spos").alias("start_num"), F.col("epos").alias("end_num"),
-        F.col("count").cast("long").alias("count"), F.col("bytes").cast("long").alias("bytes"),
-        master_digest.alias("master_digest"), replica_digest.alias("replica_digest"),
-        F.lit(None).cast("string").alias("diagnosis"), F.to_json(detail).alias("detail"),
+        F.col("db").cast("int").alias("db"),
+        key.alias("key"),
+        _where("first_file", "first_start").alias("start"),
+        _where("last_file", "last_end").alias("end"),
+        F.col("spos").alias("start_num"),
+        F.col("epos").alias("end_num"),
+        F.col("count").cast("long").alias("count"),
+        F.col("bytes").cast("long").alias("bytes"),
+        master_digest.alias("master_digest"),
+        replica_digest.alias("replica_digest"),
+        F.lit(None).cast("string").alias("diagnosis"),
+        F.to_json(detail).alias("detail"),
     ).select(*FINDING_COLUMNS)
 
 
@@ -272,12 +328,19 @@ def _hex(c: Column) -> Column:
 @dataclass(frozen=True)
 class BinlogDiff:
     findings: DataFrame  # the findings schema's columns; `detail` holds what the signature catalog matches
-    matched: DataFrame   # db, m_seq, s_seq, m_epos, s_epos, how (position | content)
-    lag: DataFrame       # db, records, bytes: master records after the slave's last one
+    matched: DataFrame  # db, m_seq, s_seq, m_epos, s_epos, how (position | content)
+    lag: DataFrame  # db, records, bytes: master records after the slave's last one
 
 
-def binlog_findings(m_records: DataFrame, s_records: DataFrame, run_id: str, pair: str, binlog_dbs: int,
-                    file_size: int, stage: Stage = _no_stage) -> BinlogDiff:
+def binlog_findings(
+    m_records: DataFrame,
+    s_records: DataFrame,
+    run_id: str,
+    pair: str,
+    binlog_dbs: int,
+    file_size: int,
+    stage: Stage = _no_stage,
+) -> BinlogDiff:
     """Align both logs and turn what is left into coalesced findings. Detectors whose input is empty
     (the common case: a healthy pair) are skipped without running a job."""
     m_good = stage(with_seq(good_records(m_records)), "m_good")
@@ -308,73 +371,134 @@ def _empty_findings(any_df: DataFrame) -> DataFrame:
 def _gap_findings(al: Alignment, run_id: str, pair: str, binlog_dbs: int, file_size: int) -> DataFrame:
     missing = missing_runs(al, file_size)
     gap = _finding(
-        missing, "missing_range", run_id, pair,
-        F.struct(F.lit("master").alias("coordinates"), F.col("first_command").alias("first_command"),
-                 F.col("behind_after").alias("slave_behind_bytes"),
-                 F.coalesce(F.col("behind_before"), F.lit(0)).alias("slave_behind_bytes_before"),
-                 F.col("behind_after").isNotNull().alias("records_after_present"),
-                 F.lit(binlog_dbs).alias("binlog_dbs")),
-        master_digest=_hex(F.col("content_hash_abs")), replica_digest=F.lit(None).cast("string"),
-        key=F.when(F.col("count") == 1, F.col("first_key")))
+        missing,
+        "missing_range",
+        run_id,
+        pair,
+        F.struct(
+            F.lit("master").alias("coordinates"),
+            F.col("first_command").alias("first_command"),
+            F.col("behind_after").alias("slave_behind_bytes"),
+            F.coalesce(F.col("behind_before"), F.lit(0)).alias("slave_behind_bytes_before"),
+            F.col("behind_after").isNotNull().alias("records_after_present"),
+            F.lit(binlog_dbs).alias("binlog_dbs"),
+        ),
+        master_digest=_hex(F.col("content_hash_abs")),
+        replica_digest=F.lit(None).cast("string"),
+        key=F.when(F.col("count") == 1, F.col("first_key")),
+    )
     return gap
 
 
-def _slave_only_findings(al: Alignment, m_good: DataFrame, s_good: DataFrame, run_id: str, pair: str,
-                         binlog_dbs: int, file_size: int) -> list[DataFrame]:
+def _slave_only_findings(
+    al: Alignment, m_good: DataFrame, s_good: DataFrame, run_id: str, pair: str, binlog_dbs: int, file_size: int
+) -> list[DataFrame]:
     replays = replay_runs(al, m_good, s_good, file_size)
     ahead = -F.col("behind_after")
     dup = _finding(
-        replays, "duplicate_range", run_id, pair,
-        F.struct(F.lit("slave").alias("coordinates"), F.col("first_command").alias("first_command"),
-                 ((F.col("h_run") == F.col("h_before")) & (F.col("n_before") == F.col("count"))).alias(
-                     "adjacent_copy"),
-                 (F.col("t_first") - F.col("t_prev")).alias("pause_between_copies_s"),
-                 (F.col("t_copy") - F.col("t_pre")).alias("pause_before_copy_s"),
-                 ahead.alias("slave_ahead_bytes"),
-                 (ahead == F.col("bytes")).alias("slave_ahead_matches_span"),
-                 F.lit(binlog_dbs).alias("binlog_dbs")),
-        master_digest=F.lit(None).cast("string"), replica_digest=_hex(F.col("h_run")),
-        key=F.when(F.col("count") == 1, F.col("first_key")))
-    foreign = al.s_rest.join(m_good.select("db", F.col("digest").alias("s_digest")).distinct(),
-                             ["db", "s_digest"], "left_anti")
+        replays,
+        "duplicate_range",
+        run_id,
+        pair,
+        F.struct(
+            F.lit("slave").alias("coordinates"),
+            F.col("first_command").alias("first_command"),
+            ((F.col("h_run") == F.col("h_before")) & (F.col("n_before") == F.col("count"))).alias("adjacent_copy"),
+            (F.col("t_first") - F.col("t_prev")).alias("pause_between_copies_s"),
+            (F.col("t_copy") - F.col("t_pre")).alias("pause_before_copy_s"),
+            ahead.alias("slave_ahead_bytes"),
+            (ahead == F.col("bytes")).alias("slave_ahead_matches_span"),
+            F.lit(binlog_dbs).alias("binlog_dbs"),
+        ),
+        master_digest=F.lit(None).cast("string"),
+        replica_digest=_hex(F.col("h_run")),
+        key=F.when(F.col("count") == 1, F.col("first_key")),
+    )
+    foreign = al.s_rest.join(
+        m_good.select("db", F.col("digest").alias("s_digest")).distinct(), ["db", "s_digest"], "left_anti"
+    )
     foreign_runs = islands(foreign, "s_")
     alien = _finding(
-        foreign_runs, "divergent_entry", run_id, pair,
-        F.struct(F.lit("slave").alias("coordinates"), F.col("first_command").alias("slave_command"),
-                 F.lit("not_on_master").alias("reason")),
-        master_digest=F.lit(None).cast("string"), replica_digest=_hex(F.col("content_hash_abs")),
-        key=F.when(F.col("count") == 1, F.col("first_key")))
+        foreign_runs,
+        "divergent_entry",
+        run_id,
+        pair,
+        F.struct(
+            F.lit("slave").alias("coordinates"),
+            F.col("first_command").alias("slave_command"),
+            F.lit("not_on_master").alias("reason"),
+        ),
+        master_digest=F.lit(None).cast("string"),
+        replica_digest=_hex(F.col("content_hash_abs")),
+        key=F.when(F.col("count") == 1, F.col("first_key")),
+    )
     return [dup, alien]
 
 
 def _divergent_findings(al: Alignment, run_id: str, pair: str) -> DataFrame:
     div_rows = al.divergent.select(
-        "db", F.col("m_seq").alias("seq"), F.col("m_spos").alias("spos"), F.col("m_epos").alias("epos"),
-        F.col("m_filenum").alias("first_file"), F.col("m_start").alias("first_start"),
-        F.col("m_filenum").alias("last_file"), F.col("m_end").alias("last_end"), F.lit(1).alias("count"),
-        (F.col("m_end") - F.col("m_start")).alias("bytes"), "m_key", "s_key", "m_command", "s_command",
-        "m_digest", "s_digest")
+        "db",
+        F.col("m_seq").alias("seq"),
+        F.col("m_spos").alias("spos"),
+        F.col("m_epos").alias("epos"),
+        F.col("m_filenum").alias("first_file"),
+        F.col("m_start").alias("first_start"),
+        F.col("m_filenum").alias("last_file"),
+        F.col("m_end").alias("last_end"),
+        F.lit(1).alias("count"),
+        (F.col("m_end") - F.col("m_start")).alias("bytes"),
+        "m_key",
+        "s_key",
+        "m_command",
+        "s_command",
+        "m_digest",
+        "s_digest",
+    )
     divergent = _finding(
-        div_rows, "divergent_entry", run_id, pair,
-        F.struct(F.col("m_command").alias("master_command"), F.col("s_command").alias("slave_command"),
-                 F.lit("same_position").alias("reason")),
-        master_digest=_hex(F.col("m_digest")), replica_digest=_hex(F.col("s_digest")), key=F.col("m_key"))
+        div_rows,
+        "divergent_entry",
+        run_id,
+        pair,
+        F.struct(
+            F.col("m_command").alias("master_command"),
+            F.col("s_command").alias("slave_command"),
+            F.lit("same_position").alias("reason"),
+        ),
+        master_digest=_hex(F.col("m_digest")),
+        replica_digest=_hex(F.col("s_digest")),
+        key=F.col("m_key"),
+    )
     return divergent
 
 
 def damage_findings(records: DataFrame, side: str, run_id: str, pair: str) -> DataFrame:
     """corrupt_record / torn_tail rows of a side's scan, as findings at their file:offset."""
     dmg = records.where(F.col("row_kind").isin("corrupt_record", "torn_tail")).select(
-        "db", "row_kind", "detail", "path",
-        F.col("filenum").alias("first_file"), F.col("start").alias("first_start"),
-        F.col("filenum").alias("last_file"), F.col("end").alias("last_end"),
-        _pos("filenum", "start").alias("spos"), _pos("filenum", "end").alias("epos"),
-        F.lit(1).alias("count"), (F.col("end") - F.col("start")).alias("bytes"))
+        "db",
+        "row_kind",
+        "detail",
+        "path",
+        F.col("filenum").alias("first_file"),
+        F.col("start").alias("first_start"),
+        F.col("filenum").alias("last_file"),
+        F.col("end").alias("last_end"),
+        _pos("filenum", "start").alias("spos"),
+        _pos("filenum", "end").alias("epos"),
+        F.lit(1).alias("count"),
+        (F.col("end") - F.col("start")).alias("bytes"),
+    )
     parts = []
     for category in ("corrupt_record", "torn_tail"):
-        parts.append(_finding(
-            dmg.where(F.col("row_kind") == category), category, run_id, pair,
-            F.struct(F.lit(side).alias("side"), F.col("path").alias("file"), F.col("detail").alias("reason")),
-            master_digest=F.lit(None).cast("string"), replica_digest=F.lit(None).cast("string"),
-            key=F.lit(None).cast("binary")))
+        parts.append(
+            _finding(
+                dmg.where(F.col("row_kind") == category),
+                category,
+                run_id,
+                pair,
+                F.struct(F.lit(side).alias("side"), F.col("path").alias("file"), F.col("detail").alias("reason")),
+                master_digest=F.lit(None).cast("string"),
+                replica_digest=F.lit(None).cast("string"),
+                key=F.lit(None).cast("binary"),
+            )
+        )
     return parts[0].unionByName(parts[1])

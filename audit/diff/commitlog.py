@@ -59,8 +59,9 @@ STORE_SCHEMA = pa.schema(
 is where the file's valid data ends, size the file's length, and detail a JSON summary (records,
 record_bytes, first_store_ts, last_store_ts, store_hosts, keyed_in_ranges)."""
 
-CHUNK_SCHEMA = pa.schema([("file_start", pa.int64()), ("chunk_start", pa.int64()), ("chunk_len", pa.int64()),
-                          ("hash", pa.int64())])
+CHUNK_SCHEMA = pa.schema(
+    [("file_start", pa.int64()), ("chunk_start", pa.int64()), ("chunk_len", pa.int64()), ("hash", pa.int64())]
+)
 
 _FILES_DDL = "side string, path string, file_start long, last_file boolean"
 
@@ -116,14 +117,21 @@ def _kept(batch: pa.RecordBatch, keep: Keep | None, keys: pa.Array | None, file_
             by_key = np.asarray(pc.is_in(batch.column("uniq_key"), keys).fill_null(False))
         mask = ~is_record | in_ranges | by_key
     out = batch.append_column("file_start", pa.array(np.full(n, file_start, dtype=np.int64))).append_column(
-        "in_ranges", pa.array(in_ranges))
+        "in_ranges", pa.array(in_ranges)
+    )
     return out if mask.all() else out.filter(pa.array(mask))
 
 
 def _end_row(path: str, file_start: int, end: int, summary: dict[str, Any]) -> pa.RecordBatch:
     row: dict[str, Any] = {name: [None] for name in STORE_SCHEMA.names}
-    row.update(row_kind=["end"], phys_offset=[end], size=[Path(path).stat().st_size], file_start=[file_start],
-               in_ranges=[False], detail=[json.dumps(summary, sort_keys=True)])
+    row.update(
+        row_kind=["end"],
+        phys_offset=[end],
+        size=[Path(path).stat().st_size],
+        file_start=[file_start],
+        in_ranges=[False],
+        detail=[json.dumps(summary, sort_keys=True)],
+    )
     return pa.RecordBatch.from_pydict(row, schema=STORE_SCHEMA)
 
 
@@ -150,15 +158,22 @@ def scan_store_file(path: str, file_start: int, last_file: bool, keep: Keep | No
         if kept.num_rows:
             keyed += pc.sum(pc.and_(kept.column("in_ranges"), pc.is_valid(kept.column("uniq_key")))).as_py() or 0
             yield kept
-    summary = {"records": n_records, "record_bytes": record_bytes, "first_store_ts": first_ts,
-               "last_store_ts": last_ts, "store_hosts": sorted(hosts), "keyed_in_ranges": keyed}
+    summary = {
+        "records": n_records,
+        "record_bytes": record_bytes,
+        "first_store_ts": first_ts,
+        "last_store_ts": last_ts,
+        "store_hosts": sorted(hosts),
+        "keyed_in_ranges": keyed,
+    }
     yield _end_row(path, file_start, end, summary)
 
 
 def _scan_task(keep: Keep | None, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
-        for path, start, last in zip(*(batch.column(c).to_pylist() for c in ("path", "file_start", "last_file")),
-                                     strict=True):
+        for path, start, last in zip(
+            *(batch.column(c).to_pylist() for c in ("path", "file_start", "last_file")), strict=True
+        ):
             yield from scan_store_file(path, start, last, keep)
 
 
@@ -183,8 +198,9 @@ def hash_chunks(path: str, file_start: int, chunk_bytes: int) -> pa.RecordBatch:
 
 def _chunk_task(chunk_bytes: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
-        for side, path, start in zip(*(batch.column(c).to_pylist() for c in ("side", "path", "file_start")),
-                                     strict=True):
+        for side, path, start in zip(
+            *(batch.column(c).to_pylist() for c in ("side", "path", "file_start")), strict=True
+        ):
             hashed = hash_chunks(path, start, chunk_bytes)
             yield hashed.append_column("side", pa.array([side] * hashed.num_rows, pa.string()))
 
@@ -201,8 +217,9 @@ def _spark_schema(schema: pa.Schema) -> StructType:
 
 def _files_frame(spark: SparkSession, sides: dict[str, Sequence[CommitLogFile]]) -> DataFrame:
     """One row per file and one partition per row, so each Spark task scans one file (no shuffle needed)."""
-    rows = [(side, str(f.path), f.start, i == len(files) - 1)
-            for side, files in sides.items() for i, f in enumerate(files)]
+    rows = [
+        (side, str(f.path), f.start, i == len(files) - 1) for side, files in sides.items() for i, f in enumerate(files)
+    ]
     return spark.createDataFrame(spark.sparkContext.parallelize(rows, max(len(rows), 1)), _FILES_DDL)
 
 
@@ -215,8 +232,9 @@ def read_store(spark: SparkSession, files: Sequence[CommitLogFile], *, keep: Kee
     return _files_frame(spark, {"": files}).mapInArrow(partial(_scan_task, keep), _spark_schema(STORE_SCHEMA))
 
 
-def chunk_hashes(spark: SparkSession, sides: dict[str, Sequence[CommitLogFile]],
-                 chunk_bytes: int = CHUNK_BYTES) -> DataFrame:
+def chunk_hashes(
+    spark: SparkSession, sides: dict[str, Sequence[CommitLogFile]], chunk_bytes: int = CHUNK_BYTES
+) -> DataFrame:
     """side, chunk_start, chunk_len and hash of every chunk of every file of each side (one job for all)."""
     schema = CHUNK_SCHEMA.append(pa.field("side", pa.string()))
     return _files_frame(spark, sides).mapInArrow(partial(_chunk_task, chunk_bytes), _spark_schema(schema))
@@ -234,8 +252,10 @@ def compare_chunks(rows: Sequence[Any]) -> list[Chunk]:
     by_start: dict[int, dict[str, tuple[int, int]]] = {}
     for r in rows:
         by_start.setdefault(int(r.chunk_start), {})[r.side] = (int(r.chunk_len), int(r.hash))
-    return [Chunk(start, max(v[0] for v in sides.values()), len(sides) == 2 and len(set(sides.values())) == 1)
-            for start, sides in sorted(by_start.items())]
+    return [
+        Chunk(start, max(v[0] for v in sides.values()), len(sides) == 2 and len(set(sides.values())) == 1)
+        for start, sides in sorted(by_start.items())
+    ]
 
 
 def coalesce_ranges(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -272,19 +292,39 @@ def _compared(lo: int, hi: int, other_not_read: Sequence[tuple[int, int]]) -> Co
     return cond
 
 
-_CANDIDATE_COLUMNS = ("side", "compared", "in_ranges", "phys_offset", "size", "digest", "ident", "uniq_key",
-                      "store_host", "store_ts", "topic")
+_CANDIDATE_COLUMNS = (
+    "side",
+    "compared",
+    "in_ranges",
+    "phys_offset",
+    "size",
+    "digest",
+    "ident",
+    "uniq_key",
+    "store_host",
+    "store_ts",
+    "topic",
+)
 
 
-def candidates(master_rows: DataFrame, replica_rows: DataFrame, lo: int, hi: int,
-               master_not_read: Sequence[tuple[int, int]], replica_not_read: Sequence[tuple[int, int]]) -> DataFrame:
+def candidates(
+    master_rows: DataFrame,
+    replica_rows: DataFrame,
+    lo: int,
+    hi: int,
+    master_not_read: Sequence[tuple[int, int]],
+    replica_not_read: Sequence[tuple[int, int]],
+) -> DataFrame:
     """The kept records of both sides, `side` master|replica, `compared` for those compared one by one.
 
     The master's rows include records outside the differing chunks kept for their UNIQ_KEY (not compared).
     """
     m = records(master_rows).withColumns({"side": F.lit("master"), "compared": _compared(lo, hi, replica_not_read)})
-    r = records(replica_rows).where(F.col("in_ranges")).withColumns(
-        {"side": F.lit("replica"), "compared": _compared(lo, hi, master_not_read)})
+    r = (
+        records(replica_rows)
+        .where(F.col("in_ranges"))
+        .withColumns({"side": F.lit("replica"), "compared": _compared(lo, hi, master_not_read)})
+    )
     return m.select(*_CANDIDATE_COLUMNS).unionByName(r.select(*_CANDIDATE_COLUMNS))
 
 
@@ -303,12 +343,14 @@ def at_same_offset(cands: DataFrame) -> DataFrame:
     def pick(col: str) -> Column:
         return F.when(mine == "master", other(col)).otherwise(master(col))
 
-    with_other = cands.withColumns({"other_digest": pick("digest"), "other_size": pick("size"),
-                                    "other_ident": pick("ident")})
+    with_other = cands.withColumns(
+        {"other_digest": pick("digest"), "other_size": pick("size"), "other_ident": pick("ident")}
+    )
     same = F.col("compared") & (F.col("digest") == F.col("other_digest")) & (F.col("size") == F.col("other_size"))
     same_message = F.col("compared") & ~same & (F.col("ident") == F.col("other_ident"))
-    return with_other.withColumns({"same": F.coalesce(same, F.lit(False)),
-                                   "same_message": F.coalesce(same_message, F.lit(False))})
+    return with_other.withColumns(
+        {"same": F.coalesce(same, F.lit(False)), "same_message": F.coalesce(same_message, F.lit(False))}
+    )
 
 
 def by_message(aligned: DataFrame, *, replica_lo: int, replica_hi: int) -> DataFrame:
@@ -336,11 +378,13 @@ def by_message(aligned: DataFrame, *, replica_lo: int, replica_hi: int) -> DataF
     return (
         aligned.withColumn("peers", peers)
         .withColumn("elsewhere", elsewhere)
-        .withColumns({
-            "replica_has": F.exists(F.col("peers"), lambda p: p["side"] == "replica"),
-            "in_master": F.size(F.col("elsewhere")) > 0,
-            "original_offset": F.array_min(held_at),
-        })
+        .withColumns(
+            {
+                "replica_has": F.exists(F.col("peers"), lambda p: p["side"] == "replica"),
+                "in_master": F.size(F.col("elsewhere")) > 0,
+                "original_offset": F.array_min(held_at),
+            }
+        )
         .withColumn("duplicate", F.size(held_at) > 0)
         .drop("peers", "elsewhere")
     )
@@ -368,11 +412,13 @@ def classify(df: DataFrame, *, master_hosts: Sequence[str], master_first_ts: int
         .when(foreign_host | older, F.lit("stale_replica_data"))
         .otherwise(F.lit("divergent_entry"))
     )
-    return df.withColumns({
-        "category": category,
-        "foreign_host": F.when(~is_master, foreign_host),
-        "older_than_master": F.when(~is_master, older),
-    }).where(F.col("category").isNotNull())
+    return df.withColumns(
+        {
+            "category": category,
+            "foreign_host": F.when(~is_master, foreign_host),
+            "older_than_master": F.when(~is_master, older),
+        }
+    ).where(F.col("category").isNotNull())
 
 
 def bridged_end(classified: DataFrame, blanks: dict[str, dict[int, int]]) -> DataFrame:
@@ -505,8 +551,9 @@ class _Side:
 
     def not_read(self) -> list[tuple[int, int]]:
         """From each damaged record to its file's end: bytes this side could not read."""
-        return [(int(d["phys_offset"]), int(d["file_start"]) + self.sizes.get(int(d["file_start"]), 0))
-                for d in self.damage]
+        return [
+            (int(d["phys_offset"]), int(d["file_start"]) + self.sizes.get(int(d["file_start"]), 0)) for d in self.damage
+        ]
 
     @property
     def first_store_ts(self) -> int | None:
@@ -526,8 +573,11 @@ def _learn(files: Sequence[CommitLogFile], rows: DataFrame) -> _Side:
     sizes = {r.file_start: r.size for r in small if r.row_kind == "end"}
     summaries = {r.file_start: json.loads(r.detail) for r in small if r.row_kind == "end"}
     blanks = {r.phys_offset: r.phys_offset + r.size for r in small if r.row_kind == "blank"}
-    damage = tuple(sorted((r.asDict() for r in small if r.row_kind in ("corrupt_record", "torn_tail")),
-                          key=lambda d: d["phys_offset"]))
+    damage = tuple(
+        sorted(
+            (r.asDict() for r in small if r.row_kind in ("corrupt_record", "torn_tail")), key=lambda d: d["phys_offset"]
+        )
+    )
     return _Side(tuple(files), ends, sizes, summaries, damage, blanks)
 
 
@@ -549,12 +599,28 @@ def _damage_findings(side: str, s: _Side) -> list[Finding]:
         file_end = int(d["file_start"]) + s.sizes.get(int(d["file_start"]), 0)
         fits = size is not None and size > 0 and start + size <= file_end
         scan = json.loads(d["detail"]) if d["detail"] else {}
-        evidence = {"side": side, "file": f"{int(d['file_start']):020d}", "position": start - int(d["file_start"]),
-                    "declared_size": size, "magic": None if d["magic"] is None else d["magic"] & 0xFFFFFFFF,
-                    "not_read_bytes": file_end - start, **scan}
-        out.append(Finding("commitlog", d["row_kind"], start=str(start), end=str(start + size) if fits else None,
-                           start_num=start, end_num=start + size if fits else None, count=1,
-                           bytes=size if fits else None, evidence=evidence))
+        evidence = {
+            "side": side,
+            "file": f"{int(d['file_start']):020d}",
+            "position": start - int(d["file_start"]),
+            "declared_size": size,
+            "magic": None if d["magic"] is None else d["magic"] & 0xFFFFFFFF,
+            "not_read_bytes": file_end - start,
+            **scan,
+        }
+        out.append(
+            Finding(
+                "commitlog",
+                d["row_kind"],
+                start=str(start),
+                end=str(start + size) if fits else None,
+                start_num=start,
+                end_num=start + size if fits else None,
+                count=1,
+                bytes=size if fits else None,
+                evidence=evidence,
+            )
+        )
     return out
 
 
@@ -585,9 +651,17 @@ def _record_findings(cands: DataFrame, master: _Side, replica: _Side, names: tup
     return findings_frame(ranges(runs(bridged), hosts, first_ts), *names)
 
 
-def diff_stores(spark: SparkSession, master_files: Sequence[CommitLogFile], replica_files: Sequence[CommitLogFile],
-                *, run_id: str = "", pair: str = "", kind: str = "rocketmq", chunk_bytes: int = CHUNK_BYTES,
-                max_lookup_keys: int = MAX_LOOKUP_KEYS) -> StoreDiff:
+def diff_stores(
+    spark: SparkSession,
+    master_files: Sequence[CommitLogFile],
+    replica_files: Sequence[CommitLogFile],
+    *,
+    run_id: str = "",
+    pair: str = "",
+    kind: str = "rocketmq",
+    chunk_bytes: int = CHUNK_BYTES,
+    max_lookup_keys: int = MAX_LOOKUP_KEYS,
+) -> StoreDiff:
     """Diff a master's commit log against its slave's (see the module docstring); findings and coverage."""
     from pyspark import StorageLevel
 
@@ -612,17 +686,22 @@ def diff_stores(spark: SparkSession, master_files: Sequence[CommitLogFile], repl
     lo = max(master.min_offset or 0, replica.min_offset or 0)
     hi = min(master.max_offset or 0, replica.max_offset or 0)
     compare_plan, counts = _chunk_plan(chunk_rows, lo, hi)
-    damage = [f.to_row(run_id, pair, kind) for f in _damage_findings("master", master) + _damage_findings("replica",
-                                                                                                         replica)]
+    damage = [
+        f.to_row(run_id, pair, kind) for f in _damage_findings("master", master) + _damage_findings("replica", replica)
+    ]
     findings = spark.createDataFrame(pa.Table.from_pylist(damage, schema=FINDINGS_SCHEMA))
     compared_counts = {"m": 0, "r": 0}
     if compare_plan:  # else every chunk of the common range is byte-equal: nothing to compare record by record
         cands = candidates(master_rows, replica_rows, lo, hi, master.not_read(), replica.not_read())
         findings = _record_findings(cands, master, replica, (run_id, pair, kind)).unionByName(findings)
-        compared_counts = cands.agg(
-            F.count_if(F.col("compared") & (F.col("side") == "master")).alias("m"),
-            F.count_if(F.col("compared") & (F.col("side") == "replica")).alias("r"),
-        ).collect()[0].asDict()
+        compared_counts = (
+            cands.agg(
+                F.count_if(F.col("compared") & (F.col("side") == "master")).alias("m"),
+                F.count_if(F.col("compared") & (F.col("side") == "replica")).alias("r"),
+            )
+            .collect()[0]
+            .asDict()
+        )
 
     not_compared = sum(max(0, min(b, hi) - max(a, lo)) for a, b in master.not_read() + replica.not_read())
     metrics: dict[str, Any] = {

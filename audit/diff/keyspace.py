@@ -93,8 +93,9 @@ def candidates(classified: DataFrame) -> DataFrame:
     return classified.where(F.col("category").isNotNull()).drop("unreadable")
 
 
-def diff_snapshots(spark: SparkSession, master_path: str, replica_path: str, candidates_path: str,
-                   ttl_tolerance_ms: int) -> dict[str, int]:
+def diff_snapshots(
+    spark: SparkSession, master_path: str, replica_path: str, candidates_path: str, ttl_tolerance_ms: int
+) -> dict[str, int]:
     """The keyspace diff job: write the candidates, return the coverage counts.
 
     One pass: the counts are observed while the candidates are written, instead of caching the joined

@@ -16,8 +16,15 @@ from audit.layout import RunDir
 EXPECTATIONS_DIR = Path(__file__).resolve().parents[2] / "expectations"
 """The suites. Overridable with REPLICA_AUDIT_EXPECTATIONS for an installed (non-editable) package."""
 
-METRICS_SCHEMA = pa.schema([("run_id", pa.string()), ("pair", pa.string()), ("kind", pa.string()),
-                            ("metric", pa.string()), ("value", pa.float64())])
+METRICS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("pair", pa.string()),
+        ("kind", pa.string()),
+        ("metric", pa.string()),
+        ("value", pa.float64()),
+    ]
+)
 
 
 def expectations_dir() -> Path:
@@ -40,8 +47,11 @@ def gate_parameters(pair: Pair) -> dict[str, int | float | None]:
     params: dict[str, int | float | None] = {f"max_{c}": limit for c, limit in pair.gate.category_limits().items()}
     for c in CATEGORIES:
         params.setdefault(f"max_{c}", 0)
-    params.update(max_uncovered=pair.gate.max_uncovered, max_lag_bytes=pair.gate.max_lag_bytes,
-                  max_lag_seconds=pair.gate.max_lag_seconds)
+    params.update(
+        max_uncovered=pair.gate.max_uncovered,
+        max_lag_bytes=pair.gate.max_lag_bytes,
+        max_lag_seconds=pair.gate.max_lag_seconds,
+    )
     return params
 
 
@@ -51,14 +61,20 @@ def gate_pair(run: RunDir, pair: Pair, suite: str) -> dict[str, Any]:
 
     state = run.require_stage(pair.name, "recheck")
     started = time.time()
-    result = validate_gate(gate_row(state), expectations_dir() / suite, gate_parameters(pair),
-                           run.gate_dir(), pair.name)
+    result = validate_gate(
+        gate_row(state), expectations_dir() / suite, gate_parameters(pair), run.gate_dir(), pair.name
+    )
     verdict = {
         "success": result.success,
         "evaluated": result.evaluated,
         "failed": [
-            {"expectation": f.expectation, "column": f.column, "observed": f.observed,
-             "threshold": f.threshold, "meaning": f.meaning}
+            {
+                "expectation": f.expectation,
+                "column": f.column,
+                "observed": f.observed,
+                "threshold": f.threshold,
+                "meaning": f.meaning,
+            }
             for f in result.failed
         ],
         "results_path": str(Path(result.results_path).relative_to(run.root)),
@@ -77,8 +93,11 @@ def write_metrics(run: RunDir, pair: Pair, state: dict[str, Any]) -> None:
     values.update({f"findings_{c}": n for c, n in state.get("counts", {}).items()})
     if "gate" in state:
         values["gate_passed"] = 1.0 if state["gate"]["success"] else 0.0
-    rows = [{"run_id": run.run_id, "pair": pair.name, "kind": pair.kind, "metric": k, "value": float(v)}
-            for k, v in sorted(values.items()) if isinstance(v, int | float) and not isinstance(v, bool)]
+    rows = [
+        {"run_id": run.run_id, "pair": pair.name, "kind": pair.kind, "metric": k, "value": float(v)}
+        for k, v in sorted(values.items())
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    ]
     path = run.metrics_file(pair.name)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=METRICS_SCHEMA), path)

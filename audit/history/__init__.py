@@ -38,8 +38,7 @@ def open_history(url: str | None, *, out: Path | None = None) -> HistoryStore:
     """
     if url is None or not url.strip():
         if out is None:
-            raise ConfigError("history: no URL and no output directory to put the default "
-                              f"{DEFAULT_FILE_NAME} in")
+            raise ConfigError(f"history: no URL and no output directory to put the default {DEFAULT_FILE_NAME} in")
         return SqliteHistory.in_dir(Path(out))
     scheme = url.split("://", 1)[0] if "://" in url else ""
     backend = HISTORY_BY_SCHEME.get(scheme)

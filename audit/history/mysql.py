@@ -79,8 +79,10 @@ def parse_mysql_url(url: str) -> MySQLTarget:
         raise ConfigError(f"history: {shown}: no user; expected {MySQLHistory.URL_HELP}")
     database = unquote(parts.path.lstrip("/"))
     if not _DB_NAME.match(database):
-        raise ConfigError(f"history: {shown}: database name {database!r} missing or invalid (letters, digits, "
-                          f"_ $ -); expected {MySQLHistory.URL_HELP}")
+        raise ConfigError(
+            f"history: {shown}: database name {database!r} missing or invalid (letters, digits, "
+            f"_ $ -); expected {MySQLHistory.URL_HELP}"
+        )
     options: dict[str, Any] = {"connect_timeout": defaults.CONNECT_TIMEOUT_S}
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if key == "connect_timeout":
@@ -93,8 +95,14 @@ def parse_mysql_url(url: str) -> MySQLTarget:
         else:
             known = ", ".join(("connect_timeout", *_STR_PARAMS))
             raise ConfigError(f"history: {shown}: unknown parameter {key!r} (known: {known})")
-    return MySQLTarget(host=parts.hostname, port=port or DEFAULT_PORT, user=unquote(parts.username),
-                       password=unquote(parts.password or ""), database=database, options=options)
+    return MySQLTarget(
+        host=parts.hostname,
+        port=port or DEFAULT_PORT,
+        user=unquote(parts.username),
+        password=unquote(parts.password or ""),
+        database=database,
+        options=options,
+    )
 
 
 def _message(error: Exception, password: str) -> str:
@@ -116,13 +124,22 @@ class MySQLHistory(SqlHistory):
 
         self.target = target
         try:
-            self.conn = pymysql.connect(host=target.host, port=target.port, user=target.user,
-                                        password=target.password, database=target.database, charset="utf8mb4",
-                                        autocommit=False, **target.options)
+            self.conn = pymysql.connect(
+                host=target.host,
+                port=target.port,
+                user=target.user,
+                password=target.password,
+                database=target.database,
+                charset="utf8mb4",
+                autocommit=False,
+                **target.options,
+            )
         except pymysql.err.MySQLError as e:
             raise SourceConnectError(
                 f"history store mysql://{target.where}/{target.database}: cannot connect as {target.user}: "
-                f"{_message(e, target.password)}", where=target.where) from e
+                f"{_message(e, target.password)}",
+                where=target.where,
+            ) from e
         self._init_schema()
 
     @classmethod
@@ -143,8 +160,9 @@ class MySQLHistory(SqlHistory):
         except pymysql.err.MySQLError as e:
             # `from e` keeps the driver error for _retryable; its text never holds the password
             error = SourceConnectError if e.args and e.args[0] in CONNECTION_ERRORS else SourceError
-            raise error(f"history store mysql://{self.where}: {_message(e, self.target.password)}",
-                              where=self.target.where) from e
+            raise error(
+                f"history store mysql://{self.where}: {_message(e, self.target.password)}", where=self.target.where
+            ) from e
 
     def _begin(self) -> None:
         self.conn.begin()

@@ -80,8 +80,11 @@ def _number(value: Any) -> float | None:
 
 def _durations(summary_pair: dict[str, Any]) -> dict[str, float]:
     """Every `*_s` metric (stage times; `*_per_s` are rates) and the gate's own time."""
-    found = {k: float(v) for k, v in summary_pair.get("metrics", {}).items()
-             if k.endswith("_s") and not k.endswith("_per_s") and _number(v) is not None}
+    found = {
+        k: float(v)
+        for k, v in summary_pair.get("metrics", {}).items()
+        if k.endswith("_s") and not k.endswith("_per_s") and _number(v) is not None
+    }
     gate_s = _number((summary_pair.get("gate") or {}).get("gate_s"))
     if gate_s is not None:
         found["gate_s"] = gate_s
@@ -95,10 +98,13 @@ def _pair_record(p: dict[str, Any]) -> PairRecord:
         kind=p.get("kind", ""),
         status=p.get("status", ""),
         counts={c: int(n) for c, n in sorted((p.get("counts") or {}).items())},
-        diagnoses={code: int(d["count"] if isinstance(d, dict) else d)
-                   for code, d in sorted((p.get("diagnoses") or {}).items())},
-        failed_checks=sorted({str(f.get("column") or f.get("expectation")) for f in (p.get("gate") or {}).get(
-            "failed", [])}),
+        diagnoses={
+            code: int(d["count"] if isinstance(d, dict) else d)
+            for code, d in sorted((p.get("diagnoses") or {}).items())
+        },
+        failed_checks=sorted(
+            {str(f.get("column") or f.get("expectation")) for f in (p.get("gate") or {}).get("failed", [])}
+        ),
         durations=_durations(p),
         lag_bytes=_number(metrics.get("lag_bytes")),
         lag_seconds=_number(metrics.get("lag_seconds")),

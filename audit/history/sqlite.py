@@ -43,12 +43,14 @@ def sqlite_path(url: str) -> Path:
     """`sqlite:///rel/h.sqlite` is relative to the working directory, `sqlite:////abs/h.sqlite` absolute
     (SQLAlchemy's and Airflow's convention)."""
     if not url.startswith(PREFIX):
-        raise ConfigError(f"history: {url!r} is not a SQLite URL; expected {SqliteHistory.URL_HELP} "
-                          "(three slashes, then the path)")
-    rest = url[len(PREFIX):]
+        raise ConfigError(
+            f"history: {url!r} is not a SQLite URL; expected {SqliteHistory.URL_HELP} (three slashes, then the path)"
+        )
+    rest = url[len(PREFIX) :]
     if not rest or "?" in rest or "#" in rest:
-        raise ConfigError(f"history: {url!r} needs a file path after {PREFIX} and no query, e.g. "
-                          f"{SqliteHistory.URL_HELP}")
+        raise ConfigError(
+            f"history: {url!r} needs a file path after {PREFIX} and no query, e.g. {SqliteHistory.URL_HELP}"
+        )
     return Path(rest)
 
 
@@ -62,8 +64,9 @@ class SqliteHistory(SqlHistory):
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE), never opened behind our back
-            self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                                        check_same_thread=False)
+            self.conn = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
         except (OSError, sqlite3.Error) as e:

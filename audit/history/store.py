@@ -91,10 +91,31 @@ def to_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 _JSON_COLUMNS = ("counts", "diagnoses", "failed_checks", "durations")
 
-_RUN_COLUMNS = ("run_id", "started_at", "ended_at", "duration_s", "exit_code", "verdict", "tool_version",
-                "inventory_digest", "appended_at")
-_PAIR_COLUMNS = ("run_id", "pair", "kind", "status", "divergences", "counts", "diagnoses", "failed_checks",
-                 "durations", "duration_s", "lag_bytes", "lag_seconds")
+_RUN_COLUMNS = (
+    "run_id",
+    "started_at",
+    "ended_at",
+    "duration_s",
+    "exit_code",
+    "verdict",
+    "tool_version",
+    "inventory_digest",
+    "appended_at",
+)
+_PAIR_COLUMNS = (
+    "run_id",
+    "pair",
+    "kind",
+    "status",
+    "divergences",
+    "counts",
+    "diagnoses",
+    "failed_checks",
+    "durations",
+    "duration_s",
+    "lag_bytes",
+    "lag_seconds",
+)
 
 
 class SqlHistory(ABC):
@@ -188,13 +209,17 @@ class SqlHistory(ABC):
             for statement in self.DDL:
                 cur.execute(statement)
             # two first appenders may race here: the loser's insert is ignored, not an error
-            cur.execute(self._sql(f"{self.INSERT_IGNORE} INTO history_meta (name, value) VALUES (?, ?)"),
-                        ("schema_version", str(SCHEMA_VERSION)))
+            cur.execute(
+                self._sql(f"{self.INSERT_IGNORE} INTO history_meta (name, value) VALUES (?, ?)"),
+                ("schema_version", str(SCHEMA_VERSION)),
+            )
             cur.execute(self._sql("SELECT value FROM history_meta WHERE name = ?"), ("schema_version",))
             row = cur.fetchone()
             if int(row[0]) > SCHEMA_VERSION:
-                raise ConfigError(f"history store {self.where}: schema version {row[0]} is newer than this "
-                                  f"replica-audit's ({SCHEMA_VERSION}); upgrade replica-audit to append to it")
+                raise ConfigError(
+                    f"history store {self.where}: schema version {row[0]} is newer than this "
+                    f"replica-audit's ({SCHEMA_VERSION}); upgrade replica-audit to append to it"
+                )
 
     # --- writing ------------------------------------------------------------------------------------
     def append_run(self, run_dir: Path) -> int:
@@ -213,20 +238,51 @@ class SqlHistory(ABC):
     def _write(self, cur: Any, record: RunRecord) -> int:
         for table in ("metrics", "pair_results", "runs"):
             cur.execute(self._sql(f"DELETE FROM {table} WHERE run_id = ?"), (record.run_id,))
-        run_row = (record.run_id, record.started_at, record.ended_at, record.duration_s, record.exit_code,
-                   record.verdict, record.tool_version, record.inventory_digest, now())
-        cur.execute(self._sql(f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) "
-                              f"VALUES ({', '.join('?' * len(_RUN_COLUMNS))})"), run_row)
-        pair_rows = [(record.run_id, p.pair, p.kind, p.status, p.divergences, json.dumps(p.counts),
-                      json.dumps(p.diagnoses), json.dumps(p.failed_checks), json.dumps(p.durations), p.duration_s,
-                      p.lag_bytes, p.lag_seconds) for p in record.pairs]
+        run_row = (
+            record.run_id,
+            record.started_at,
+            record.ended_at,
+            record.duration_s,
+            record.exit_code,
+            record.verdict,
+            record.tool_version,
+            record.inventory_digest,
+            now(),
+        )
+        cur.execute(
+            self._sql(f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' * len(_RUN_COLUMNS))})"),
+            run_row,
+        )
+        pair_rows = [
+            (
+                record.run_id,
+                p.pair,
+                p.kind,
+                p.status,
+                p.divergences,
+                json.dumps(p.counts),
+                json.dumps(p.diagnoses),
+                json.dumps(p.failed_checks),
+                json.dumps(p.durations),
+                p.duration_s,
+                p.lag_bytes,
+                p.lag_seconds,
+            )
+            for p in record.pairs
+        ]
         if pair_rows:
-            cur.executemany(self._sql(f"INSERT INTO pair_results ({', '.join(_PAIR_COLUMNS)}) "
-                                      f"VALUES ({', '.join('?' * len(_PAIR_COLUMNS))})"), pair_rows)
+            cur.executemany(
+                self._sql(
+                    f"INSERT INTO pair_results ({', '.join(_PAIR_COLUMNS)}) "
+                    f"VALUES ({', '.join('?' * len(_PAIR_COLUMNS))})"
+                ),
+                pair_rows,
+            )
         metric_rows = [(record.run_id, pair, metric, value) for pair, metric, value in record.metrics]
         if metric_rows:
-            cur.executemany(self._sql("INSERT INTO metrics (run_id, pair, metric, value) VALUES (?, ?, ?, ?)"),
-                            metric_rows)
+            cur.executemany(
+                self._sql("INSERT INTO metrics (run_id, pair, metric, value) VALUES (?, ?, ?, ?)"), metric_rows
+            )
         return 1 + len(pair_rows) + len(metric_rows)
 
     # --- trends -------------------------------------------------------------------------------------
@@ -254,7 +310,9 @@ class SqlHistory(ABC):
             "(SELECT COUNT(*) FROM pair_results p WHERE p.run_id = r.run_id) AS pairs, "
             "(SELECT COUNT(*) FROM pair_results p WHERE p.run_id = r.run_id AND p.status <> 'passed') "
             "AS pairs_not_passed "
-            f"FROM runs r{where} ORDER BY r.started_at DESC, r.run_id DESC{self._limit(limit)}", params)
+            f"FROM runs r{where} ORDER BY r.started_at DESC, r.run_id DESC{self._limit(limit)}",
+            params,
+        )
         for row in rows:
             row["pairs"], row["pairs_not_passed"] = int(row["pairs"]), int(row["pairs_not_passed"])
         return self._recent(rows)
@@ -265,7 +323,9 @@ class SqlHistory(ABC):
         rows = self._query(
             f"SELECT r.run_id, r.started_at, r.ended_at, {columns} FROM pair_results p "
             "JOIN runs r ON r.run_id = p.run_id WHERE p.pair = ? "
-            f"ORDER BY r.started_at DESC, r.run_id DESC{self._limit(limit)}", [pair])
+            f"ORDER BY r.started_at DESC, r.run_id DESC{self._limit(limit)}",
+            [pair],
+        )
         for row in rows:
             for c in _JSON_COLUMNS:
                 row[c] = json.loads(row[c]) if row[c] else ({} if c != "failed_checks" else [])
@@ -278,7 +338,9 @@ class SqlHistory(ABC):
         """One metric of metrics.parquet (e.g. `lag_bytes`, `diff_s`, `findings_missing_on_replica`) over runs."""
         rows = self._query(
             "SELECT r.run_id, r.started_at, m.value FROM metrics m JOIN runs r ON r.run_id = m.run_id "
-            "WHERE m.pair = ? AND m.metric = ? ORDER BY r.started_at DESC, r.run_id DESC", [pair, metric])
+            "WHERE m.pair = ? AND m.metric = ? ORDER BY r.started_at DESC, r.run_id DESC",
+            [pair, metric],
+        )
         for row in rows:
             row["value"] = float(row["value"])
         return self._recent(rows)

@@ -27,8 +27,11 @@ SERVER_BINARIES = ("mariadbd", "mysqld")
 INSTALL_BINARIES = ("mariadb-install-db", "mysql_install_db")
 _SBIN = ("/usr/sbin", "/usr/local/sbin", "/usr/local/mysql/bin")
 
-SMALL_FOOTPRINT = ("--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M",
-                   "--innodb-data-file-path=ibdata1:10M:autoextend")
+SMALL_FOOTPRINT = (
+    "--innodb-buffer-pool-size=32M",
+    "--innodb-log-file-size=8M",
+    "--innodb-data-file-path=ibdata1:10M:autoextend",
+)
 """A test server needs ~25 MB on disk instead of ~115 MB, and starts faster."""
 
 START_TIMEOUT_S = 30.0
@@ -100,10 +103,23 @@ class MariaDBServer:
     def connect(self, database: str | None = None, *, admin: bool = False, **kwargs: Any) -> pymysql.Connection[Any]:
         """A connection as `audit` over TCP, or as root over the unix socket (`admin=True`)."""
         if admin:
-            return pymysql.connect(unix_socket=str(self.socket_path), user="root", password=self.password,
-                                   database=database, autocommit=True, **kwargs)
-        return pymysql.connect(host="127.0.0.1", port=self.port, user=self.user, password=self.password,
-                               database=database, autocommit=True, **kwargs)
+            return pymysql.connect(
+                unix_socket=str(self.socket_path),
+                user="root",
+                password=self.password,
+                database=database,
+                autocommit=True,
+                **kwargs,
+            )
+        return pymysql.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            database=database,
+            autocommit=True,
+            **kwargs,
+        )
 
     def execute(self, *statements: str, database: str | None = None) -> list[tuple[Any, ...]]:
         """Run statements as root; returns the rows of the last one."""
@@ -121,10 +137,21 @@ class MariaDBServer:
             raise RuntimeError("mariadb-install-db not found: apt-get install mariadb-server")
         log = self.workdir / "install.log"
         with log.open("wb") as out:
-            rc = subprocess.run([installer, "--no-defaults", f"--datadir={self.datadir}",
-                                 "--auth-root-authentication-method=normal", "--skip-test-db",
-                                 "--skip-name-resolve", *_user_args(), *SMALL_FOOTPRINT],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+            rc = subprocess.run(
+                [
+                    installer,
+                    "--no-defaults",
+                    f"--datadir={self.datadir}",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                    "--skip-name-resolve",
+                    *_user_args(),
+                    *SMALL_FOOTPRINT,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            ).returncode
         if rc != 0:
             raise RuntimeError(f"mariadb-install-db failed ({rc}); see {log}")
 
@@ -136,15 +163,33 @@ class MariaDBServer:
         if not (self.datadir / "mysql").is_dir():
             self._install()
         self._accounts_ready = self._accounts_marker.exists()
-        args = [exe, "--no-defaults", f"--datadir={self.datadir}", f"--socket={self.socket_path}",
-                f"--port={self.port}", "--bind-address=127.0.0.1", f"--pid-file={self.workdir / 'mysqld.pid'}",
-                f"--log-error={self.error_log}", f"--tmpdir={self.workdir}", f"--server-id={self.server_id}",
-                "--log-bin=mariadb-bin", "--relay-log=relay-bin", "--binlog-format=ROW", "--gtid-strict-mode=ON",
-                "--skip-name-resolve", "--performance-schema=OFF", "--character-set-server=utf8mb4",
-                "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0", *SMALL_FOOTPRINT, *_user_args(),
-                *self.extra]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     stdin=subprocess.DEVNULL)
+        args = [
+            exe,
+            "--no-defaults",
+            f"--datadir={self.datadir}",
+            f"--socket={self.socket_path}",
+            f"--port={self.port}",
+            "--bind-address=127.0.0.1",
+            f"--pid-file={self.workdir / 'mysqld.pid'}",
+            f"--log-error={self.error_log}",
+            f"--tmpdir={self.workdir}",
+            f"--server-id={self.server_id}",
+            "--log-bin=mariadb-bin",
+            "--relay-log=relay-bin",
+            "--binlog-format=ROW",
+            "--gtid-strict-mode=ON",
+            "--skip-name-resolve",
+            "--performance-schema=OFF",
+            "--character-set-server=utf8mb4",
+            "--innodb-flush-log-at-trx-commit=2",
+            "--sync-binlog=0",
+            *SMALL_FOOTPRINT,
+            *_user_args(),
+            *self.extra,
+        ]
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
+        )
         self._wait_ready()
         if not self._accounts_ready:
             self._create_accounts()
@@ -158,14 +203,17 @@ class MariaDBServer:
                 raise RuntimeError(f"mariadbd on {self.port} exited ({self.proc.returncode}):\n{self._log_tail()}")
             try:
                 password = self.password if self._accounts_ready else ""
-                pymysql.connect(unix_socket=str(self.socket_path), user="root", password=password,
-                                connect_timeout=2).close()
+                pymysql.connect(
+                    unix_socket=str(self.socket_path), user="root", password=password, connect_timeout=2
+                ).close()
                 return
             except pymysql.err.OperationalError as e:
                 if e.args and e.args[0] == 1045:
                     self.stop()
-                    raise RuntimeError(f"{self.datadir} was set up with another root password than this "
-                                       "server's; pass the original `password` or use a new workdir") from None
+                    raise RuntimeError(
+                        f"{self.datadir} was set up with another root password than this "
+                        "server's; pass the original `password` or use a new workdir"
+                    ) from None
                 time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"mariadbd on {self.port} not ready after {START_TIMEOUT_S:.0f}s:\n{self._log_tail()}")
@@ -205,8 +253,9 @@ class MariaDBServer:
 REPL_USER = "repl"
 
 
-def start_pair(workdir: Path, master_port: int | None = None,
-               replica_port: int | None = None) -> tuple[MariaDBServer, MariaDBServer]:
+def start_pair(
+    workdir: Path, master_port: int | None = None, replica_port: int | None = None
+) -> tuple[MariaDBServer, MariaDBServer]:
     """A master and a replica following it by GTID (`MASTER_USE_GTID=slave_pos`), both with binlogs.
 
     Both servers share one password (for `root`, `audit` and the replication account), so one URL
@@ -215,8 +264,9 @@ def start_pair(workdir: Path, master_port: int | None = None,
     password = secrets.token_hex(12)
     master = MariaDBServer(master_port or free_port(), workdir / "master", server_id=1, password=password).start()
     try:
-        replica = MariaDBServer(replica_port or free_port(), workdir / "replica", server_id=2,
-                                password=password).start()
+        replica = MariaDBServer(
+            replica_port or free_port(), workdir / "replica", server_id=2, password=password
+        ).start()
     except BaseException:
         master.stop()
         raise
@@ -237,9 +287,11 @@ def follow(replica: MariaDBServer, master: MariaDBServer, timeout_s: float = 20)
         cur.execute("GRANT REPLICATION SLAVE ON *.* TO %s@'%%'", (REPL_USER,))
     with replica.connect(admin=True) as conn, conn.cursor() as cur:
         cur.execute("STOP SLAVE")
-        cur.execute("CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = %s, MASTER_USER = %s, "
-                    "MASTER_PASSWORD = %s, MASTER_CONNECT_RETRY = 1, MASTER_USE_GTID = slave_pos",
-                    (master.port, REPL_USER, master.password))
+        cur.execute(
+            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = %s, MASTER_USER = %s, "
+            "MASTER_PASSWORD = %s, MASTER_CONNECT_RETRY = 1, MASTER_USE_GTID = slave_pos",
+            (master.port, REPL_USER, master.password),
+        )
         cur.execute("START SLAVE")
     wait_link_up(replica, timeout_s)
 
@@ -259,9 +311,11 @@ def wait_link_up(replica: MariaDBServer, timeout_s: float = 20) -> None:
         if status.get("Slave_IO_Running") == "Yes" and status.get("Slave_SQL_Running") == "Yes":
             return
         time.sleep(0.1)
-    raise RuntimeError(f"replica on {replica.port} did not start replicating: "
-                       f"IO={status.get('Slave_IO_Running')} SQL={status.get('Slave_SQL_Running')} "
-                       f"{status.get('Last_IO_Error') or status.get('Last_SQL_Error') or ''}")
+    raise RuntimeError(
+        f"replica on {replica.port} did not start replicating: "
+        f"IO={status.get('Slave_IO_Running')} SQL={status.get('Slave_SQL_Running')} "
+        f"{status.get('Last_IO_Error') or status.get('Last_SQL_Error') or ''}"
+    )
 
 
 def wait_in_sync(master: MariaDBServer, replica: MariaDBServer, timeout_s: float = 30) -> None:

@@ -52,12 +52,17 @@ def resp_encode(args: Sequence[bytes]) -> bytes:
     return b"".join(parts)
 
 
-def raw_item(args: Sequence[bytes], exec_time: int, term: int, logic_id: int, prev_filenum: int,
-             prev_offset: int) -> bytes:
+def raw_item(
+    args: Sequence[bytes], exec_time: int, term: int, logic_id: int, prev_filenum: int, prev_offset: int
+) -> bytes:
     """`BinlogEncode`: the 34-byte item header and the RESP content of one command."""
     content = resp_encode(args)
-    return ITEM_HEADER.pack(ITEM_TYPE_FIRST, exec_time & 0xFFFFFFFF, term, logic_id, prev_filenum, prev_offset,
-                            len(content)) + content
+    return (
+        ITEM_HEADER.pack(
+            ITEM_TYPE_FIRST, exec_time & 0xFFFFFFFF, term, logic_id, prev_filenum, prev_offset, len(content)
+        )
+        + content
+    )
 
 
 def padding_item(size: int) -> bytes:
@@ -84,8 +89,16 @@ class BinlogWriter:
     files small; `clock` returns unix seconds (physical header time and the default exec_time).
     """
 
-    def __init__(self, log_dir: Path, *, file_size: int = 100 << 20, preallocate: bool = True,
-                 prealloc_step: int = MMAP_BOUND_SIZE, term: int = 0, clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        *,
+        file_size: int = 100 << 20,
+        preallocate: bool = True,
+        prealloc_step: int = MMAP_BOUND_SIZE,
+        term: int = 0,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
         self.log_dir = Path(log_dir)
         self.file_size = file_size
         self.preallocate = preallocate
@@ -207,7 +220,7 @@ class BinlogWriter:
             else:
                 record_type = RecordType.LAST if end else RecordType.MIDDLE
             out += physical_header(n, self._clock(), record_type)
-            out += item[ptr:ptr + n]
+            out += item[ptr : ptr + n]
             self.block_offset += HEADER_SIZE + n
             temp += HEADER_SIZE + n
             ptr += n
@@ -256,6 +269,7 @@ class BinlogWriter:
     def __enter__(self) -> BinlogWriter:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()

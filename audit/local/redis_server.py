@@ -37,9 +37,26 @@ class RedisServer:
         if exe is None:
             raise RuntimeError("redis-server not found: run `make setup` (apt-get install redis-server)")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        args = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-                "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "redis.log",
-                "--protected-mode", "no", *self.extra]
+        args = [
+            exe,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.workdir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--logfile",
+            "redis.log",
+            "--protected-mode",
+            "no",
+            *self.extra,
+        ]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 10
         while time.time() < deadline:
@@ -61,12 +78,19 @@ class RedisServer:
                 self.proc.kill()
 
 
-def start_pair(workdir: Path, master_port: int | None = None, replica_port: int | None = None,
-               replica_extra: list[str] | None = None) -> tuple[RedisServer, RedisServer]:
+def start_pair(
+    workdir: Path,
+    master_port: int | None = None,
+    replica_port: int | None = None,
+    replica_extra: list[str] | None = None,
+) -> tuple[RedisServer, RedisServer]:
     """A master and a replica following it, returned once the replica's link is up."""
     master = RedisServer(master_port or free_port(), workdir / "master").start()
-    replica = RedisServer(replica_port or free_port(), workdir / "replica",
-                          ["--replicaof", "127.0.0.1", str(master.port), *(replica_extra or [])]).start()
+    replica = RedisServer(
+        replica_port or free_port(),
+        workdir / "replica",
+        ["--replicaof", "127.0.0.1", str(master.port), *(replica_extra or [])],
+    ).start()
     wait_link_up(replica)
     return master, replica
 

@@ -137,8 +137,17 @@ def encode(msg: Message, phys_offset: int) -> bytes:
     crc = body_crc(msg.body) if msg.body_crc is None else msg.body_crc
     return b"".join(
         (
-            HEAD.pack(size, MAGIC_V2 if v2 else MAGIC_V1, crc, msg.queue_id, msg.flag, msg.queue_offset, phys_offset,
-                      sys_flag, msg.born_ts),
+            HEAD.pack(
+                size,
+                MAGIC_V2 if v2 else MAGIC_V1,
+                crc,
+                msg.queue_id,
+                msg.flag,
+                msg.queue_offset,
+                phys_offset,
+                sys_flag,
+                msg.born_ts,
+            ),
             (HOST_V6 if born_v6 else HOST_V4).pack(born_ip, born_port),
             I64.pack(msg.store_ts),
             (HOST_V6 if store_v6 else HOST_V4).pack(store_ip, store_port),
@@ -164,8 +173,14 @@ class CommitLogWriter:
     file ends where its data ends (files before it are still full size, as the broker requires).
     """
 
-    def __init__(self, store_dir: str | Path, *, file_size: int = DEFAULT_FILE_SIZE, start_offset: int = 0,
-                 preallocate: bool = True) -> None:
+    def __init__(
+        self,
+        store_dir: str | Path,
+        *,
+        file_size: int = DEFAULT_FILE_SIZE,
+        start_offset: int = 0,
+        preallocate: bool = True,
+    ) -> None:
         self.dir = Path(store_dir) / "commitlog"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.file_size = file_size
@@ -249,20 +264,28 @@ class CommitLogWriter:
     def __enter__(self) -> CommitLogWriter:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 
-def write_store(store_dir: str | Path, messages: Iterable[Message], *, file_size: int = DEFAULT_FILE_SIZE,
-                start_offset: int = 0, preallocate: bool = True) -> list[int]:
+def write_store(
+    store_dir: str | Path,
+    messages: Iterable[Message],
+    *,
+    file_size: int = DEFAULT_FILE_SIZE,
+    start_offset: int = 0,
+    preallocate: bool = True,
+) -> list[int]:
     """Write `messages` as a fresh commit log; returns each record's PHYSICALOFFSET."""
     with CommitLogWriter(store_dir, file_size=file_size, start_offset=start_offset, preallocate=preallocate) as w:
         return w.extend(messages)
 
 
-def replicate(master_dir: str | Path, slave_dir: str | Path, *, start: int, upto: int,
-              preallocate: bool = True) -> None:
+def replicate(
+    master_dir: str | Path, slave_dir: str | Path, *, start: int, upto: int, preallocate: bool = True
+) -> None:
     """Copy the master's commit-log bytes [start, upto) into the slave's files of the same names, as HA does.
 
     HA ships raw bytes in chunks with no regard to record boundaries, so `upto` may cut a record: the

@@ -47,7 +47,7 @@ def load_sample(client: redis.Redis, n_keys: int = 100_000, big_hash_fields: int
     pipe.execute()
     fields = list(range(big_hash_fields))
     for start in range(0, big_hash_fields, 5000):
-        client.hset(BIG_HASH, mapping={b"field:%d" % j: b"value:%d" % j for j in fields[start:start + 5000]})
+        client.hset(BIG_HASH, mapping={b"field:%d" % j: b"value:%d" % j for j in fields[start : start + 5000]})
 
 
 def plant_divergences(replica: redis.Redis, db: int = 0) -> list[Planted]:

@@ -17,8 +17,20 @@ if TYPE_CHECKING:
 MAX_TICK_LABELS = 12
 """At most this many run labels on a time axis; the others are left unlabelled."""
 
-PALETTE = ("#c0392b", "#2980b9", "#8e44ad", "#d35400", "#16a085", "#2c3e50", "#f39c12", "#7f8c8d",
-           "#27ae60", "#e84393", "#00cec9", "#6c5ce7")
+PALETTE = (
+    "#c0392b",
+    "#2980b9",
+    "#8e44ad",
+    "#d35400",
+    "#16a085",
+    "#2c3e50",
+    "#f39c12",
+    "#7f8c8d",
+    "#27ae60",
+    "#e84393",
+    "#00cec9",
+    "#6c5ce7",
+)
 SIDE_COLORS = {"master": "#2980b9", "replica": "#c0392b"}
 
 
@@ -90,20 +102,26 @@ def categories_over_time(labels: Sequence[str], series: Mapping[str, Sequence[in
     return png_uri(fig)
 
 
-def lag_over_time(labels: Sequence[str], lag_bytes: Sequence[float | None],
-                  lag_seconds: Sequence[float | None]) -> str | None:
+def lag_over_time(
+    labels: Sequence[str], lag_bytes: Sequence[float | None], lag_seconds: Sequence[float | None]
+) -> str | None:
     """Replication lag per run: bytes (left axis) and seconds since the master was last heard (right)."""
     if not any(v is not None for v in (*lag_bytes, *lag_seconds)):
         return None
     fig = _figure(8, 2.8)
     ax = fig.subplots()
     xs = list(range(len(labels)))
-    ax.plot(xs, [float("nan") if v is None else v for v in lag_bytes], marker="o", color=PALETTE[1],
-            label="lag bytes")
+    ax.plot(xs, [float("nan") if v is None else v for v in lag_bytes], marker="o", color=PALETTE[1], label="lag bytes")
     ax.set_ylabel("bytes")
     twin = ax.twinx()
-    twin.plot(xs, [float("nan") if v is None else v for v in lag_seconds], marker="s", linestyle="--",
-              color=PALETTE[3], label="lag seconds")
+    twin.plot(
+        xs,
+        [float("nan") if v is None else v for v in lag_seconds],
+        marker="s",
+        linestyle="--",
+        color=PALETTE[3],
+        label="lag seconds",
+    )
     twin.set_ylabel("seconds")
     _run_ticks(ax, labels)
     lines = ax.get_lines() + twin.get_lines()
@@ -111,8 +129,9 @@ def lag_over_time(labels: Sequence[str], lag_bytes: Sequence[float | None],
     return png_uri(fig)
 
 
-def offsets_over_time(labels: Sequence[str], master: Sequence[float | None], replica: Sequence[float | None],
-                      unit: str) -> str | None:
+def offsets_over_time(
+    labels: Sequence[str], master: Sequence[float | None], replica: Sequence[float | None], unit: str
+) -> str | None:
     """Master's and replica's offsets side by side over samples or runs: a gap is lag, a crossing is a replay."""
     if not any(v is not None for v in master) or not any(v is not None for v in replica):
         return None
@@ -122,10 +141,10 @@ def offsets_over_time(labels: Sequence[str], master: Sequence[float | None], rep
     # the master drawn wide and pale under the replica: equal offsets still show both
     styles: tuple[tuple[str, Sequence[float | None], dict[str, Any]], ...] = (
         ("master", master, {"marker": "o", "linewidth": 5, "markersize": 10, "alpha": 0.45}),
-        ("replica", replica, {"marker": "s", "linewidth": 1.5, "linestyle": "--"}))
+        ("replica", replica, {"marker": "s", "linewidth": 1.5, "linestyle": "--"}),
+    )
     for side, values, style in styles:
-        ax.plot(xs, [float("nan") if v is None else v for v in values], color=SIDE_COLORS[side], label=side,
-                **style)
+        ax.plot(xs, [float("nan") if v is None else v for v in values], color=SIDE_COLORS[side], label=side, **style)
     ax.set_ylabel(unit)
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)
     _run_ticks(ax, labels)
@@ -141,10 +160,10 @@ def offsets_by_db(offsets: dict[str, dict[str, float | None]], unit: str) -> str
     fig = _figure(max(4.0, 1.0 + 0.9 * len(rows)), 2.8)
     ax = fig.subplots()
     xs = list(range(len(rows)))
-    ax.bar([x - 0.2 for x in xs], [m or 0 for _, m, _ in rows], width=0.4, color=SIDE_COLORS["master"],
-           label="master")
-    ax.bar([x + 0.2 for x in xs], [r or 0 for _, _, r in rows], width=0.4, color=SIDE_COLORS["replica"],
-           label="replica")
+    ax.bar([x - 0.2 for x in xs], [m or 0 for _, m, _ in rows], width=0.4, color=SIDE_COLORS["master"], label="master")
+    ax.bar(
+        [x + 0.2 for x in xs], [r or 0 for _, _, r in rows], width=0.4, color=SIDE_COLORS["replica"], label="replica"
+    )
     ax.set_xticks(xs)
     ax.set_xticklabels([db for db, _, _ in rows], fontsize=8)
     ax.set_ylabel(unit)

@@ -107,8 +107,9 @@ def _pair_names(store: HistoryStore, runs: list[dict[str, Any]], out: Path) -> l
     return sorted(names)
 
 
-def _offset_series(store: HistoryStore, pair: str, runs: list[dict[str, Any]], out: Path
-                   ) -> tuple[list[float | None], list[float | None], str] | None:
+def _offset_series(
+    store: HistoryStore, pair: str, runs: list[dict[str, Any]], out: Path
+) -> tuple[list[float | None], list[float | None], str] | None:
     """Per run (aligned with `runs`): master and replica offsets, from metrics or the runs' summaries."""
     run_ids = [r["run_id"] for r in runs]
     for m_name, r_name in OFFSET_METRICS:
@@ -141,8 +142,10 @@ def pair_trend(store: HistoryStore, pair: str, out: Path, since: str, until: str
     labels = [_label(h["started_at"]) for h in history]
     categories = sorted({c for h in history for c in h["counts"]})
     finished = [h["status"] not in ("error", "incomplete") for h in history]
-    series = {c: [int(h["counts"].get(c, 0)) if ok else None for h, ok in zip(history, finished, strict=True)]
-              for c in categories}
+    series = {
+        c: [int(h["counts"].get(c, 0)) if ok else None for h, ok in zip(history, finished, strict=True)]
+        for c in categories
+    }
     if not categories and not all(finished):
         series = {"(none)": [0 if ok else None for ok in finished]}
     trend = PairTrend(pair=pair, kind=history[-1]["kind"], latest=history[-1], runs=history)
@@ -158,8 +161,9 @@ def pair_trend(store: HistoryStore, pair: str, out: Path, since: str, until: str
     return trend
 
 
-def render_daily_report(out_dir: Path, history_url: str | None = None, days: int = DAYS,
-                        as_of: datetime | str | None = None) -> Path:
+def render_daily_report(
+    out_dir: Path, history_url: str | None = None, days: int = DAYS, as_of: datetime | str | None = None
+) -> Path:
     """Write `<out_dir>/reports/daily-<date of as_of>.html` over the runs of the `days` days up to `as_of`.
 
     `history_url` None means $REPLICA_AUDIT_HISTORY, else `<out_dir>/history.sqlite` (as for the runs).
@@ -183,9 +187,21 @@ def render_daily_report(out_dir: Path, history_url: str | None = None, days: int
         verdicts[str(r["verdict"])] = verdicts.get(str(r["verdict"]), 0) + 1
     path = out / REPORTS_DIR / f"daily-{until_dt.date().isoformat()}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    html = environment().get_template("daily.html.j2").render(
-        day=until_dt.date().isoformat(), since=since, until=until, days=days, runs=runs, verdicts=verdicts,
-        trends=trends, store=where, recent=RECENT_RUNS,
-        generated_at=datetime.now(UTC).strftime(TIME_FORMAT))
+    html = (
+        environment()
+        .get_template("daily.html.j2")
+        .render(
+            day=until_dt.date().isoformat(),
+            since=since,
+            until=until,
+            days=days,
+            runs=runs,
+            verdicts=verdicts,
+            trends=trends,
+            store=where,
+            recent=RECENT_RUNS,
+            generated_at=datetime.now(UTC).strftime(TIME_FORMAT),
+        )
+    )
     path.write_text(html)
     return path

@@ -65,8 +65,11 @@ def offsets_charts(offsets: Offsets | None) -> list[str]:
     if len(offsets.samples) > 1:
         t0 = offsets.samples[0][0]
         labels = [f"+{(at - t0) / 1000:.1f}s" for at, _, _ in offsets.samples]
-        found.append(charts.offsets_over_time(labels, [m for _, m, _ in offsets.samples],
-                                              [r for _, _, r in offsets.samples], offsets.unit))
+        found.append(
+            charts.offsets_over_time(
+                labels, [m for _, m, _ in offsets.samples], [r for _, _, r in offsets.samples], offsets.unit
+            )
+        )
     if offsets.by_db:
         found.append(charts.offsets_by_db(offsets.by_db, offsets.unit))
     return [c for c in found if c]
@@ -95,7 +98,14 @@ def pair_view(run: RunDir, p: dict[str, Any]) -> dict[str, Any]:
 
 def render_report(run: RunDir, summary: dict[str, Any]) -> None:
     views = {p["pair"]: pair_view(run, p) for p in summary["pairs"]}
-    html = environment().get_template("report.html.j2").render(
-        summary=summary, views=views, manifest=_manifest(run),
-        generated_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    html = (
+        environment()
+        .get_template("report.html.j2")
+        .render(
+            summary=summary,
+            views=views,
+            manifest=_manifest(run),
+            generated_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
+    )
     run.report.write_text(html)

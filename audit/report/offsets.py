@@ -116,12 +116,15 @@ def _from_binlog_state(state: dict[str, Any], file_size: int) -> Offsets | None:
     return Offsets(unit=BINLOG_UNIT, by_db=by_db) if by_db else None
 
 
-def run_offsets(pair: dict[str, Any], state: dict[str, Any] | None = None,
-                file_size: int = defaults.PIKA_BINLOG_FILE_SIZE) -> Offsets | None:
+def run_offsets(
+    pair: dict[str, Any], state: dict[str, Any] | None = None, file_size: int = defaults.PIKA_BINLOG_FILE_SIZE
+) -> Offsets | None:
     """The offsets of one pair of one run (a summary.json pair entry, plus its stage state if at hand)."""
     try:
-        return (_from_metrics(pair.get("metrics") or {})
-                or _from_samples(pair.get("replication_samples") or [], file_size)
-                or _from_binlog_state(state or {}, file_size))
+        return (
+            _from_metrics(pair.get("metrics") or {})
+            or _from_samples(pair.get("replication_samples") or [], file_size)
+            or _from_binlog_state(state or {}, file_size)
+        )
     except (ValueError, TypeError, KeyError, AttributeError):
         return None  # a format this version does not know: no plot rather than no report

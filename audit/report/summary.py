@@ -12,19 +12,48 @@ from audit.diagnose import meaning
 from audit.inventory import Pair
 from audit.layout import RunDir
 
-COVERAGE_KEYS = ("master_keys", "replica_keys", "keys_compared", "master_keys_unreadable",
-                 "replica_keys_unreadable", "master_scan_duplicates", "replica_scan_duplicates",
-                 "master_keys_vanished", "replica_keys_vanished", "recheck_candidates", "recheck_converged",
-                 "recheck_in_flight", "recheck_unrechecked",
-                 # Pika binlogs
-                 "master_binlog_files", "replica_binlog_files", "master_binlog_bytes", "replica_binlog_bytes",
-                 "master_binlog_records", "replica_binlog_records", "binlog_records_aligned",
-                 "binlog_records_shifted", "binlog_unreplicated_records", "binlog_unreplicated_bytes",
-                 # RocketMQ commit logs
-                 "master_files", "replica_files", "master_bytes", "replica_bytes", "master_records", "replica_records",
-                 "common_bytes", "bytes_compared", "bytes_not_compared", "chunks_equal", "chunks_different",
-                 "master_records_compared", "replica_records_compared", "master_damaged_records",
-                 "replica_damaged_records")
+COVERAGE_KEYS = (
+    "master_keys",
+    "replica_keys",
+    "keys_compared",
+    "master_keys_unreadable",
+    "replica_keys_unreadable",
+    "master_scan_duplicates",
+    "replica_scan_duplicates",
+    "master_keys_vanished",
+    "replica_keys_vanished",
+    "recheck_candidates",
+    "recheck_converged",
+    "recheck_in_flight",
+    "recheck_unrechecked",
+    # Pika binlogs
+    "master_binlog_files",
+    "replica_binlog_files",
+    "master_binlog_bytes",
+    "replica_binlog_bytes",
+    "master_binlog_records",
+    "replica_binlog_records",
+    "binlog_records_aligned",
+    "binlog_records_shifted",
+    "binlog_unreplicated_records",
+    "binlog_unreplicated_bytes",
+    # RocketMQ commit logs
+    "master_files",
+    "replica_files",
+    "master_bytes",
+    "replica_bytes",
+    "master_records",
+    "replica_records",
+    "common_bytes",
+    "bytes_compared",
+    "bytes_not_compared",
+    "chunks_equal",
+    "chunks_different",
+    "master_records_compared",
+    "replica_records_compared",
+    "master_damaged_records",
+    "replica_damaged_records",
+)
 
 
 def display_key(key: bytes | None) -> str | None:
@@ -56,13 +85,22 @@ def findings_sample(run: RunDir, pair: str, per_category: int) -> tuple[Sample, 
                 diagnoses[row["diagnosis"]] = diagnoses.get(row["diagnosis"], 0) + 1
             bucket = sample.setdefault(row["category"], [])
             if len(bucket) < per_category:
-                bucket.append({
-                    "severity": row["severity"], "check": row["check"], "db": row["db"],
-                    "key": display_key(row["key"]), "start": row["start"], "end": row["end"],
-                    "count": row["count"], "bytes": row["bytes"], "master_digest": row["master_digest"],
-                    "replica_digest": row["replica_digest"], "diagnosis": row["diagnosis"],
-                    "detail": json.loads(row["detail"] or "{}"),
-                })
+                bucket.append(
+                    {
+                        "severity": row["severity"],
+                        "check": row["check"],
+                        "db": row["db"],
+                        "key": display_key(row["key"]),
+                        "start": row["start"],
+                        "end": row["end"],
+                        "count": row["count"],
+                        "bytes": row["bytes"],
+                        "master_digest": row["master_digest"],
+                        "replica_digest": row["replica_digest"],
+                        "diagnosis": row["diagnosis"],
+                        "detail": json.loads(row["detail"] or "{}"),
+                    }
+                )
     return sample, diagnoses
 
 
@@ -105,8 +143,9 @@ def pair_summary(run: RunDir, pair: Pair, per_category: int) -> dict[str, Any]:
     if unreadable:
         not_covered.append(f"{unreadable} keys could not be read (see snapshots/*/snapshot.json errors_sample)")
     if metrics.get("recheck_unrechecked"):
-        not_covered.append(f"{metrics['recheck_unrechecked']} divergent keys reported without a live recheck "
-                           "(over recheck_max_keys)")
+        not_covered.append(
+            f"{metrics['recheck_unrechecked']} divergent keys reported without a live recheck (over recheck_max_keys)"
+        )
     if status in ("error", "incomplete"):
         not_covered.append(state.get("error", {}).get("message", "the audit did not finish"))
     return {

@@ -36,8 +36,9 @@ class FindingsSink:
         self._out = pq.ParquetWriter(self.path, FINDINGS_SCHEMA, compression="zstd")
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._out is not None:
             self._out.close()
             self._out = None

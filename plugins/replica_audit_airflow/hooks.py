@@ -81,7 +81,7 @@ class FileStoreAuditHook(_AuditHook):
     def endpoint(cls, conn: Any) -> str:
         path = conn.extra_dejson.get("path") or conn.host
         if not path:
-            raise ValueError(f"connection {conn.conn_id}: a file-store connection needs extra {{\"path\": ...}}")
+            raise ValueError(f'connection {conn.conn_id}: a file-store connection needs extra {{"path": ...}}')
         return str(path)
 
 
@@ -114,10 +114,10 @@ def airflow_conn_resolver(conn_id: str) -> str:
     hook: type[_AuditHook] | None = HOOK_BY_CONN_TYPE.get((conn.conn_type or "").lower())
     if hook is None:
         known = ", ".join(sorted(HOOK_BY_CONN_TYPE))
-        raise ConfigError(f"conn:{conn_id}: connection type {conn.conn_type!r} is not one replica-audit reads "
-                          f"(known: {known})")
+        raise ConfigError(
+            f"conn:{conn_id}: connection type {conn.conn_type!r} is not one replica-audit reads (known: {known})"
+        )
     try:
         return hook.endpoint(conn)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-

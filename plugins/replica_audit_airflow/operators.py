@@ -33,8 +33,13 @@ class SourceUnavailable(AirflowException):
 
 
 SOURCE_RETRY_POLICY = ExceptionRetryPolicy(
-    rules=[RetryRule(exception=SourceUnavailable, action=RetryAction.RETRY,
-                     reason="a source could not be audited; retrying with backoff")],
+    rules=[
+        RetryRule(
+            exception=SourceUnavailable,
+            action=RetryAction.RETRY,
+            reason="a source could not be audited; retrying with backoff",
+        )
+    ],
     default=RetryAction.FAIL,
 )
 """Retry source errors only; a gate verdict, a bad inventory or a bug fails the task at once."""
@@ -94,8 +99,9 @@ class AuditStageOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("inventory", "out_dir", "run_id", "pair")
 
-    def __init__(self, *, stage: str, pair: str, inventory: InventorySpec, out_dir: str, run_id: str,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, stage: str, pair: str, inventory: InventorySpec, out_dir: str, run_id: str, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.stage, self.pair, self.inventory, self.out_dir, self.run_id = stage, pair, inventory, out_dir, run_id
 
@@ -144,8 +150,9 @@ class AuditReportOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("inventory", "out_dir", "run_id", "pairs")
 
-    def __init__(self, *, inventory: str, out_dir: str, run_id: str, pairs: list[str] | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, inventory: str, out_dir: str, run_id: str, pairs: list[str] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.inventory, self.out_dir, self.run_id, self.pairs = inventory, out_dir, run_id, pairs
 
@@ -182,11 +189,17 @@ class VerificationCertificateOperator(BaseOperator):
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
         where = run.root / "certificate.json"
-        self.log.info("verification %s: %s, digests %s; certificate %s", run.run_id, cert["verdict"],
-                      "equal" if cert["digests_equal"] else "differ", where)
+        self.log.info(
+            "verification %s: %s, digests %s; certificate %s",
+            run.run_id,
+            cert["verdict"],
+            "equal" if cert["digests_equal"] else "differ",
+            where,
+        )
         if cert["verdict"] != "passed":
-            raise AirflowFailException(f"verification {cert['verdict']}: {'; '.join(cert['reasons'])}; "
-                                       f"certificate: {where}")
+            raise AirflowFailException(
+                f"verification {cert['verdict']}: {'; '.join(cert['reasons'])}; certificate: {where}"
+            )
         return {"verdict": cert["verdict"], "certificate": str(where), "digests_equal": cert["digests_equal"]}
 
 
@@ -195,8 +208,9 @@ class DailyReportOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("out_dir", "history", "days", "as_of")
 
-    def __init__(self, *, out_dir: str, history: str | None = None, days: int | str = 7, as_of: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, out_dir: str, history: str | None = None, days: int | str = 7, as_of: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.out_dir, self.history, self.days, self.as_of = out_dir, history, days, as_of
 

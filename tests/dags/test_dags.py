@@ -31,9 +31,14 @@ DAG_IDS = ("consistency_audit", "data_quality_report", "post_migration_verificat
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     home = tmp_path_factory.mktemp("airflow-home")
-    env = dict(os.environ, AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
-               AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
-               GX_ANALYTICS_ENABLED="false")
+    env = dict(
+        os.environ,
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
+        AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        GX_ANALYTICS_ENABLED="false",
+    )
     for args in (["db", "migrate"], ["dags", "reserialize"]):
         done = subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -49,14 +54,21 @@ def in_airflow(env: dict[str, str], code: str) -> Any:
 
 
 def dags_test(env: dict[str, str], dag_id: str, conf: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([AIRFLOW, "dags", "test", dag_id, "-c", json.dumps(conf)], env=env, capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [AIRFLOW, "dags", "test", dag_id, "-c", json.dumps(conf)],
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_dag_integrity(airflow_env: dict[str, str]) -> None:
-    result = in_airflow(airflow_env, f"""
+    result = in_airflow(
+        airflow_env,
+        f"""
 from airflow.dag_processing.dagbag import DagBag
-bag = DagBag(dag_folder={str(REPO / 'dags')!r})
+bag = DagBag(dag_folder={str(REPO / "dags")!r})
 def params(d):
     return {{k: {{"default": d.params.get_param(k).value if d.params.get_param(k).has_value else None,
                  "schema": d.params.get_param(k).schema}} for k in d.params}}
@@ -93,7 +105,8 @@ print(json.dumps({{
         {{"kind": "mysql"}}, {{"strictness": "lenient"}}, {{"source": "10.0.0.5:6379"}}, {{"dbs": [-1]}},
         {{"name": "bad name"}})],
 }}))
-""")
+""",
+    )
     assert result["errors"] == {}
     dags = result["dags"]
     assert set(dags) == set(DAG_IDS)
@@ -126,13 +139,25 @@ print(json.dumps({{
 
 
 def test_hooks_and_retry_policy(airflow_env: dict[str, str]) -> None:
-    env = dict(airflow_env,
-               AIRFLOW_CONN_CACHE_NEW=json.dumps({"conn_type": "redis", "host": "10.1.2.3", "port": 7000,
-                                                  "login": "auditor", "password": "p@ss:w/rd", "extra": {"ssl": True}}),
-               AIRFLOW_CONN_ORDERS_DB="mysql://reader:pw@db.internal:3307/shop",
-               AIRFLOW_CONN_RMQ_STORE=json.dumps({"conn_type": "fs", "extra": {"path": "/data/rmq/store"}}),
-               AIRFLOW_CONN_SOMETHING_ELSE="http://example.invalid")
-    result = in_airflow(env, """
+    env = dict(
+        airflow_env,
+        AIRFLOW_CONN_CACHE_NEW=json.dumps(
+            {
+                "conn_type": "redis",
+                "host": "10.1.2.3",
+                "port": 7000,
+                "login": "auditor",
+                "password": "p@ss:w/rd",
+                "extra": {"ssl": True},
+            }
+        ),
+        AIRFLOW_CONN_ORDERS_DB="mysql://reader:pw@db.internal:3307/shop",
+        AIRFLOW_CONN_RMQ_STORE=json.dumps({"conn_type": "fs", "extra": {"path": "/data/rmq/store"}}),
+        AIRFLOW_CONN_SOMETHING_ELSE="http://example.invalid",
+    )
+    result = in_airflow(
+        env,
+        """
 from airflow.sdk import Connection
 from airflow.sdk.exceptions import AirflowException
 from audit import ConfigError
@@ -154,7 +179,8 @@ print(json.dumps({
     "retry_other": SOURCE_RETRY_POLICY.evaluate(RuntimeError("bug"), 1, 3).action.value,
     "retry_airflow": SOURCE_RETRY_POLICY.evaluate(AirflowException("x"), 1, 3).action.value,
 }))
-""")
+""",
+    )
     assert result["redis"] == "rediss://auditor:p%40ss%3Aw%2Frd@10.1.2.3:7000"
     assert result["mysql"] == "mysql://reader:pw@db.internal:3307/shop"
     assert result["fs"] == "/data/rmq/store"
@@ -168,15 +194,17 @@ print(json.dumps({
 def asset_events(env: dict[str, str]) -> list[tuple[str, dict[str, Any], str]]:
     db = sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db")
     try:
-        rows = db.execute("SELECT a.uri, e.extra, e.source_task_id FROM asset_event e "
-                          "JOIN asset a ON a.id = e.asset_id ORDER BY e.id").fetchall()
+        rows = db.execute(
+            "SELECT a.uri, e.extra, e.source_task_id FROM asset_event e JOIN asset a ON a.id = e.asset_id ORDER BY e.id"
+        ).fetchall()
     finally:
         db.close()
     return [(uri, json.loads(extra), task) for uri, extra, task in rows]
 
 
-def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(airflow_env: dict[str, str],
-                                                                           tmp_path: Path) -> None:
+def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(
+    airflow_env: dict[str, str], tmp_path: Path
+) -> None:
     master, replica = start_pair(tmp_path / "servers")
     try:
         c = master.client()
@@ -190,11 +218,19 @@ def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(airflo
         rmq = tmp_path / "rmq" / "commitlog"
         rmq.mkdir(parents=True)
         shutil.copy(SHARED / "fixtures" / "rocketmq" / "00000000000000000000", rmq)
-        inv = write_inventory(tmp_path / "inv.yaml", [
-            {"name": "dag-pair", "kind": "redis", "master": master.url, "replica": replica.url},
-            {"name": "dag-pika", "kind": "pika", "dbs": [0, 1], "binlog": pika},
-            {"name": "dag-mq", "kind": "rocketmq", "master": {"store_dir": str(rmq.parent)},
-             "replica": {"store_dir": str(rmq.parent)}}])
+        inv = write_inventory(
+            tmp_path / "inv.yaml",
+            [
+                {"name": "dag-pair", "kind": "redis", "master": master.url, "replica": replica.url},
+                {"name": "dag-pika", "kind": "pika", "dbs": [0, 1], "binlog": pika},
+                {
+                    "name": "dag-mq",
+                    "kind": "rocketmq",
+                    "master": {"store_dir": str(rmq.parent)},
+                    "replica": {"store_dir": str(rmq.parent)},
+                },
+            ],
+        )
         done = dags_test(airflow_env, "consistency_audit", {"inventory": str(inv), "out": str(tmp_path / "out")})
     finally:
         replica.stop()
@@ -243,25 +279,33 @@ def _migration(tmp_path: Path) -> tuple[RedisServer, RedisServer]:
     return source, target
 
 
-def _verify(env: dict[str, str], tmp_path: Path, conf: dict[str, Any]) -> tuple[subprocess.CompletedProcess[str],
-                                                                                 Path, dict[str, Any]]:
+def _verify(
+    env: dict[str, str], tmp_path: Path, conf: dict[str, Any]
+) -> tuple[subprocess.CompletedProcess[str], Path, dict[str, Any]]:
     out = tmp_path / "out"
-    done = dags_test(env, "post_migration_verification",
-                     {"out": str(out), "settings": {"recheck_interval_s": 0.2}, **conf})
+    done = dags_test(
+        env, "post_migration_verification", {"out": str(out), "settings": {"recheck_interval_s": 0.2}, **conf}
+    )
     roots = [p.parent for p in out.glob("*/certificate.json")]
     assert len(roots) == 1, (done.stdout + done.stderr)[-3000:]
     return done, roots[0], json.loads((roots[0] / "certificate.json").read_text())
 
 
-def test_post_migration_verification_certifies_a_faithful_migration(airflow_env: dict[str, str],
-                                                                     tmp_path: Path) -> None:
+def test_post_migration_verification_certifies_a_faithful_migration(
+    airflow_env: dict[str, str], tmp_path: Path
+) -> None:
     source, target = _migration(tmp_path)
     try:
         target.client().config_set("requirepass", "t4rget-s3cret")  # read through an Airflow connection
-        env = dict(airflow_env, AIRFLOW_CONN_MIGRATION_TARGET=json.dumps(
-            {"conn_type": "redis", "host": "127.0.0.1", "port": target.port, "password": "t4rget-s3cret"}))
-        done, root, cert = _verify(env, tmp_path, {"source": source.url, "target": "conn:migration_target",
-                                                   "name": "cache-move"})
+        env = dict(
+            airflow_env,
+            AIRFLOW_CONN_MIGRATION_TARGET=json.dumps(
+                {"conn_type": "redis", "host": "127.0.0.1", "port": target.port, "password": "t4rget-s3cret"}
+            ),
+        )
+        done, root, cert = _verify(
+            env, tmp_path, {"source": source.url, "target": "conn:migration_target", "name": "cache-move"}
+        )
     finally:
         source.stop()
         target.stop()

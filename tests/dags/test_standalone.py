@@ -48,27 +48,42 @@ def _until(check: Any, what: str, proc: subprocess.Popen[bytes], log: Path) -> A
 def test_standalone_serves_the_dags(tmp_path: Path) -> None:
     port = free_port()
     home = tmp_path / "airflow"
-    env = dict(os.environ, AIRFLOW_HOME=str(home), AIRFLOW__API__PORT=str(port),
-               AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(free_port()),
-               AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()))
+    env = dict(
+        os.environ,
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__API__PORT=str(port),
+        AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(free_port()),
+        AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()),
+    )
     log = tmp_path / "standalone.log"
     base = f"http://127.0.0.1:{port}"
     started = time.time()
     with log.open("wb") as sink:
-        proc = subprocess.Popen(["bash", str(REPO / "scripts" / "standalone.sh")], env=env, stdout=sink,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", str(REPO / "scripts" / "standalone.sh")],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     try:
         health = _until(lambda: _get(f"{base}/api/v2/monitor/health"), "health", proc, log)
         healthy_s = time.time() - started
         assert health["metadatabase"]["status"] == "healthy"
-        _until(lambda: _get(f"{base}/api/v2/monitor/health")["scheduler"]["status"] == "healthy", "scheduler",
-               proc, log)
+        _until(
+            lambda: _get(f"{base}/api/v2/monitor/health")["scheduler"]["status"] == "healthy", "scheduler", proc, log
+        )
         password = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())["admin"]
         token = _get(f"{base}/auth/token", body={"username": "admin", "password": password})["access_token"]
-        dags = _until(lambda: (d := _get(f"{base}/api/v2/dags", token)["dags"]) and len(d) == 3 and d,
-                      "the three DAGs", proc, log)
+        dags = _until(
+            lambda: (d := _get(f"{base}/api/v2/dags", token)["dags"]) and len(d) == 3 and d, "the three DAGs", proc, log
+        )
         assert {d["dag_id"]: d["is_paused"] for d in dags} == {
-            "consistency_audit": True, "data_quality_report": True, "post_migration_verification": True}
+            "consistency_audit": True,
+            "data_quality_report": True,
+            "post_migration_verification": True,
+        }
         assert _get(f"{base}/api/v2/importErrors", token)["total_entries"] == 0
         assert (home / "out").is_dir()  # REPLICA_AUDIT_OUT defaults inside AIRFLOW_HOME
         print(f"standalone healthy after {healthy_s:.1f} s")

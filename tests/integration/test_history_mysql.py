@@ -16,8 +16,9 @@ from tests.unit.test_history_sqlite import HistoryContract, build_runs
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(not mariadb_available(), reason="mariadbd / mariadb-install-db not installed "
-                       "(apt-get install mariadb-server)"),
+    pytest.mark.skipif(
+        not mariadb_available(), reason="mariadbd / mariadb-install-db not installed (apt-get install mariadb-server)"
+    ),
 ]
 
 
@@ -81,8 +82,9 @@ def test_wrong_password_and_unknown_database(mariadb: MariaDBServer, database: s
     assert mariadb.password not in str(e.value)
 
 
-def test_mysql_and_sqlite_give_the_same_answers(mariadb: MariaDBServer, database: str, tmp_path: Path,
-                                                 runs_dir: dict[str, Path]) -> None:
+def test_mysql_and_sqlite_give_the_same_answers(
+    mariadb: MariaDBServer, database: str, tmp_path: Path, runs_dir: dict[str, Path]
+) -> None:
     with open_history(mariadb.url(database)) as mysql, open_history(f"sqlite:///{tmp_path}/h.sqlite") as lite:
         for store in (mysql, lite):
             for name in ("r1", "r2", "r3"):

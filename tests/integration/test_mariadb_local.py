@@ -18,8 +18,9 @@ from audit.local.mariadb_server import (
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(not mariadb_available(), reason="mariadbd / mariadb-install-db not installed "
-                       "(apt-get install mariadb-server)"),
+    pytest.mark.skipif(
+        not mariadb_available(), reason="mariadbd / mariadb-install-db not installed (apt-get install mariadb-server)"
+    ),
 ]
 
 
@@ -47,9 +48,12 @@ def test_server_uses_real_passwords_and_survives_a_restart(tmp_path: Path) -> No
 def test_pair_replicates_by_gtid(tmp_path: Path) -> None:
     master, replica = start_pair(tmp_path / "pair")
     try:
-        master.execute("CREATE DATABASE shop", "CREATE TABLE shop.orders (id INT PRIMARY KEY, total DECIMAL(9,2))",
-                       "INSERT INTO shop.orders VALUES (1, 9.50), (2, 12.00)", "UPDATE shop.orders SET total = 10 "
-                       "WHERE id = 1")
+        master.execute(
+            "CREATE DATABASE shop",
+            "CREATE TABLE shop.orders (id INT PRIMARY KEY, total DECIMAL(9,2))",
+            "INSERT INTO shop.orders VALUES (1, 9.50), (2, 12.00)",
+            "UPDATE shop.orders SET total = 10 WHERE id = 1",
+        )
         wait_in_sync(master, replica)
         assert replica.execute("SELECT id, total FROM shop.orders ORDER BY id") == [(1, 10), (2, 12)]
         status = replica_status(replica)

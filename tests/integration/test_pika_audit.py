@@ -27,8 +27,13 @@ FILE_SIZE = 256 * 1024  # small files, so the logs roll over and ranges cross fi
 
 
 def files_only(name: str, root: Path, dbs: list[int], **extra: Any) -> dict[str, Any]:
-    return {"name": name, "kind": "pika", "dbs": dbs, "binlog": {
-        "master_dir": str(root / "m"), "replica_dir": str(root / "s"), "file_size": FILE_SIZE}, **extra}
+    return {
+        "name": name,
+        "kind": "pika",
+        "dbs": dbs,
+        "binlog": {"master_dir": str(root / "m"), "replica_dir": str(root / "s"), "file_size": FILE_SIZE},
+        **extra,
+    }
 
 
 def audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pair: dict[str, Any]) -> tuple[int, Path]:
@@ -51,8 +56,7 @@ def test_healthy_multi_db_pair_with_padding_zero_tails_and_lag(tmp_path, monkeyp
         # db1 was full-synced mid-way (padding up to the sync point); db2 lags 40 records behind
         first = 1234 if db == 1 else 0
         last = n - 40 if db == 2 else n
-        write_slave(tmp_path / "s", db, m, healthy_plan(first, last, delay_s=1), FILE_SIZE,
-                    full_sync_before=first)
+        write_slave(tmp_path / "s", db, m, healthy_plan(first, last, delay_s=1), FILE_SIZE, full_sync_before=first)
     code, root = audit(tmp_path, monkeypatch, files_only("healthy", tmp_path, [0, 1, 2]))
     assert findings(root) == []
     assert code == 0
@@ -170,7 +174,7 @@ def test_divergent_entry_at_the_same_position(tmp_path, monkeypatch) -> None:  #
 
 def _block_header_at(path: Path, offset: int) -> None:
     data = bytearray(path.read_bytes())
-    data[offset:offset + 8] = struct.pack("<I", 70000)[:3] + b"\0\0\0\0" + b"\x01"  # length > 65528
+    data[offset : offset + 8] = struct.pack("<I", 70000)[:3] + b"\0\0\0\0" + b"\x01"  # length > 65528
     path.write_bytes(bytes(data))
 
 
@@ -183,7 +187,7 @@ def test_damaged_slave_file_is_a_finding_and_the_rest_is_still_audited(tmp_path,
     _block_header_at(tmp_path / "s" / "log_db0" / f"write2file{f0}", start)
     # and the master's log was cut mid-record by a crash: a torn tail, not an error
     last = tmp_path / "m" / "log_db0" / f"write2file{m.positions[-1][0]}"
-    last.write_bytes(last.read_bytes()[:m.positions[-1][1] + 20])
+    last.write_bytes(last.read_bytes()[: m.positions[-1][1] + 20])
     code, root = audit(tmp_path, monkeypatch, files_only("dmg", tmp_path, [0]))
     found = by_category(root)
     (bad,) = found.pop("corrupt_record")
@@ -236,7 +240,10 @@ def test_servers_keyspace_in_every_db_and_info_crosscheck(fresh_pair, tmp_path, 
     state = json.loads((root / "work" / "both" / "state.json").read_text())
     assert state["servers"]["master"]["version"] == "4.0.0"
     assert {c: v["status"] for c, v in state["checks"].items()} == {
-        "keyspace": "done", "binlog": "done", "replication": "done"}
+        "keyspace": "done",
+        "binlog": "done",
+        "replication": "done",
+    }
     cross = state["binlog"]["crosscheck"]
     assert all(v["equal"] for side in cross.values() for v in side.values())
     assert state["metrics"]["keys_compared"] >= 1200
@@ -249,8 +256,9 @@ def test_slave_that_follows_another_master_is_not_diffed(fresh_pair, tmp_path, m
     fm = PikaFront(master.port, master_info(None, [0], 1)).start()
     fs = PikaFront(replica.port, slave_info(None, [0], 1)).start()  # follows port 1, not fm
     try:
-        code, root = audit(tmp_path, monkeypatch, {"name": "wm", "kind": "pika", "dbs": [0],
-                                                   "master": fm.url, "replica": fs.url})
+        code, root = audit(
+            tmp_path, monkeypatch, {"name": "wm", "kind": "pika", "dbs": [0], "master": fm.url, "replica": fs.url}
+        )
     finally:
         fm.stop()
         fs.stop()
@@ -267,8 +275,11 @@ def test_logs_growing_during_the_audit_give_no_false_positive(tmp_path, monkeypa
 
     dbs, n = (0, 1, 2), 8000
     cmds = {db: commands(n, db) for db in dbs}
-    writers = {(side, db): BinlogWriter(tmp_path / side / f"log_db{db}", file_size=FILE_SIZE)
-               for side in ("m", "s") for db in dbs}
+    writers = {
+        (side, db): BinlogWriter(tmp_path / side / f"log_db{db}", file_size=FILE_SIZE)
+        for side in ("m", "s")
+        for db in dbs
+    }
     for db in dbs:
         for i in range(1500):
             writers["m", db].append(cmds[db][i], exec_time=1_700_000_000 + i)

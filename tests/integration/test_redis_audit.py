@@ -89,8 +89,9 @@ def test_sync_replica_is_diagnosed_while_data_is_fine(redis_pair, tmp_path, monk
     master, replica = redis_pair
     master.client(5).set("x", "1")
     wait_in_sync(master, replica)
-    sync = subprocess.Popen(["redis-cli", "-p", str(master.port), "--replica"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    sync = subprocess.Popen(
+        ["redis-cli", "-p", str(master.port), "--replica"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         time.sleep(1.5)
         inv = write_inventory(tmp_path / "inv.yaml", [pair_entry("p", master, replica, dbs=[5])])
@@ -107,10 +108,13 @@ def test_sync_replica_is_diagnosed_while_data_is_fine(redis_pair, tmp_path, monk
 def test_unreachable_server_exits_3_and_other_pairs_are_audited(redis_pair, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     master, replica = redis_pair
     dead = f"redis://127.0.0.1:{free_port()}"
-    inv = write_inventory(tmp_path / "inv.yaml", [
-        {"name": "down", "kind": "redis", "master": master.url, "replica": dead},
-        pair_entry("up", master, replica, dbs=[6]),
-    ])
+    inv = write_inventory(
+        tmp_path / "inv.yaml",
+        [
+            {"name": "down", "kind": "redis", "master": master.url, "replica": dead},
+            pair_entry("up", master, replica, dbs=[6]),
+        ],
+    )
     assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 3
     err = capsys.readouterr().err
     assert dead.removeprefix("redis://") in err and "Traceback" not in err
@@ -120,8 +124,9 @@ def test_unreachable_server_exits_3_and_other_pairs_are_audited(redis_pair, tmp_
 
 def test_malformed_inventory_exits_2_naming_the_field(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     inv = tmp_path / "inv.yaml"
-    inv.write_text("pairs:\n  - {name: p, kind: redis, master: 'redis://h:1', replica: 'redis://h:2', "
-                   "gate: {max_missing: many}}\n")
+    inv.write_text(
+        "pairs:\n  - {name: p, kind: redis, master: 'redis://h:1', replica: 'redis://h:2', gate: {max_missing: many}}\n"
+    )
     assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 2
     err = capsys.readouterr().err
     assert "pairs[0] (p).gate.max_missing" in err and "Traceback" not in err
@@ -148,13 +153,15 @@ def test_read_only_acl_user_and_password_never_written(tmp_path, monkeypatch, ca
     master, replica = start_pair(tmp_path / "s")
     try:
         for s in (master, replica):
-            s.client().execute_command("ACL", "SETUSER", "auditor", "on", f">{secret}", "+@read", "+info",
-                                       "+client|list", "+select", "allkeys")
+            s.client().execute_command(
+                "ACL", "SETUSER", "auditor", "on", f">{secret}", "+@read", "+info", "+client|list", "+select", "allkeys"
+            )
         master.client().set("k", "v")
         wait_in_sync(master, replica)
         urls = [f"redis://auditor:{secret}@127.0.0.1:{s.port}" for s in (master, replica)]
-        inv = write_inventory(tmp_path / "inv.yaml", [{"name": "ro", "kind": "redis", "master": urls[0],
-                                                        "replica": urls[1]}])
+        inv = write_inventory(
+            tmp_path / "inv.yaml", [{"name": "ro", "kind": "redis", "master": urls[0], "replica": urls[1]}]
+        )
         assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 0
         captured = capsys.readouterr()
         assert secret not in captured.out + captured.err

@@ -21,15 +21,22 @@ FILE_SIZE = 16 * 1024
 
 
 def msg(i: int, *, host: str, t0: int, tag: str) -> Message:
-    return Message(topic="TopicTest", body=f"{tag} order {i:08d} paid".encode(),
-                   properties={"UNIQ_KEY": f"{tag.upper()}0000000000{i:016X}", "KEYS": f"order-{i:06d}",
-                               "TAGS": "TagA"},
-                   queue_id=i % 4, queue_offset=i // 4, born_ts=t0 + 10 * i, born_host="10.0.0.7:50123",
-                   store_ts=t0 + 10 * i + 1, store_host=host)
+    return Message(
+        topic="TopicTest",
+        body=f"{tag} order {i:08d} paid".encode(),
+        properties={"UNIQ_KEY": f"{tag.upper()}0000000000{i:016X}", "KEYS": f"order-{i:06d}", "TAGS": "TagA"},
+        queue_id=i % 4,
+        queue_offset=i // 4,
+        born_ts=t0 + 10 * i,
+        born_host="10.0.0.7:50123",
+        store_ts=t0 + 10 * i + 1,
+        store_host=host,
+    )
 
 
-def audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, master: dict[str, Any], replica: dict[str, Any],
-          **gate: Any) -> tuple[int, Path]:
+def audit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, master: dict[str, Any], replica: dict[str, Any], **gate: Any
+) -> tuple[int, Path]:
     pair = {"name": "mq", "kind": "rocketmq", "master": master, "replica": replica, **({"gate": gate} if gate else {})}
     inv = write_inventory(tmp_path / "inv.yaml", [pair])
     code = run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch)
@@ -53,11 +60,17 @@ def test_real_broker_log_with_a_slave_cut_mid_record(tmp_path, monkeypatch) -> N
 
 
 def test_stale_slave_reattached_to_a_redeployed_master(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    write_store(tmp_path / "old", [msg(i, host="10.0.0.1:10911", t0=1_600_000_000_000, tag="old")
-                                   for i in range(300)], file_size=FILE_SIZE)
+    write_store(
+        tmp_path / "old",
+        [msg(i, host="10.0.0.1:10911", t0=1_600_000_000_000, tag="old") for i in range(300)],
+        file_size=FILE_SIZE,
+    )
     replicate(tmp_path / "old", tmp_path / "s", start=0, upto=max_offset(tmp_path / "old") or 0)
-    write_store(tmp_path / "m", [msg(i, host="10.0.0.2:10911", t0=1_700_000_000_000, tag="new")
-                                 for i in range(120)], file_size=FILE_SIZE)
+    write_store(
+        tmp_path / "m",
+        [msg(i, host="10.0.0.2:10911", t0=1_700_000_000_000, tag="new") for i in range(120)],
+        file_size=FILE_SIZE,
+    )
     code, root = audit(tmp_path, monkeypatch, {"store_dir": str(tmp_path / "m")}, {"store_dir": str(tmp_path / "s")})
     cats = {f["category"]: f for f in findings(root)}
     assert {"stale_replica_data", "replica_ahead"} <= set(cats)
@@ -67,17 +80,25 @@ def test_stale_slave_reattached_to_a_redeployed_master(tmp_path, monkeypatch) ->
 
 
 def test_foreign_client_on_the_ha_port_explains_the_negative_lag(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    write_store(tmp_path / "m", [msg(i, host="10.0.0.2:10911", t0=1_700_000_000_000, tag="new")
-                                 for i in range(100)], file_size=FILE_SIZE)
+    write_store(
+        tmp_path / "m",
+        [msg(i, host="10.0.0.2:10911", t0=1_700_000_000_000, tag="new") for i in range(100)],
+        file_size=FILE_SIZE,
+    )
     top = max_offset(tmp_path / "m") or 0
     replicate(tmp_path / "m", tmp_path / "s", start=0, upto=top)
     log = tmp_path / "broker.log"
     log.write_text(
         "2019-12-04 11:35:16 INFO ReadSocketService - slave[/127.0.0.2:38824] request offset 4123389851770370361\n"
         f"2019-12-04 11:35:53 INFO BrokerControllerScheduledThread1 - slave fall behind master: {top} - "
-        f"4123389851770370361 = {top - 4123389851770370361} bytes\n")
-    code, root = audit(tmp_path, monkeypatch, {"store_dir": str(tmp_path / "m"), "broker_log": str(log)},
-                       {"store_dir": str(tmp_path / "s")})
+        f"4123389851770370361 = {top - 4123389851770370361} bytes\n"
+    )
+    code, root = audit(
+        tmp_path,
+        monkeypatch,
+        {"store_dir": str(tmp_path / "m"), "broker_log": str(log)},
+        {"store_dir": str(tmp_path / "s")},
+    )
     (neg,) = findings(root)
     assert neg["category"] == "negative_lag" and neg["diagnosis"] == "RMQ_FOREIGN_HA_CLIENT"
     assert '"ack_ascii": "99999999"' in neg["detail"]
@@ -87,8 +108,10 @@ def test_foreign_client_on_the_ha_port_explains_the_negative_lag(tmp_path, monke
 def test_missing_store_is_a_clear_error(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     code, _ = audit(tmp_path, monkeypatch, {"store_dir": str(tmp_path)}, {"store_dir": str(tmp_path / "nowhere")})
     assert code == 3 and "nowhere" in capsys.readouterr().err
-    inv = write_inventory(tmp_path / "inv2.yaml", [{"name": "mq", "kind": "rocketmq", "master": {"dir": "/x"},
-                                                   "replica": {"store_dir": "/y"}}])
+    inv = write_inventory(
+        tmp_path / "inv2.yaml",
+        [{"name": "mq", "kind": "rocketmq", "master": {"dir": "/x"}, "replica": {"store_dir": "/y"}}],
+    )
     assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out2")], monkeypatch) == 2
     assert "master.dir" in capsys.readouterr().err
 
@@ -124,8 +147,9 @@ def test_live_pair_written_during_the_audit_gives_no_false_positive(tmp_path, mo
     t = threading.Thread(target=live, daemon=True)
     t.start()
     try:
-        code, root = audit(tmp_path, monkeypatch, {"store_dir": str(tmp_path / "m")},
-                           {"store_dir": str(tmp_path / "s")})
+        code, root = audit(
+            tmp_path, monkeypatch, {"store_dir": str(tmp_path / "m")}, {"store_dir": str(tmp_path / "s")}
+        )
     finally:
         stop.set()
         t.join()

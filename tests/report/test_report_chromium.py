@@ -59,9 +59,22 @@ window.addEventListener("load", () => {
 
 def chromium(*args: str, profile: Path) -> str:
     assert CHROMIUM is not None
-    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                           "--hide-scrollbars", f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -119,15 +132,30 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path
         load_sample(master.client(), n_keys=2000, big_hash_fields=1000)
         wait_in_sync(master, replica)
         plant_divergences(replica.client())
-        inv = write_inventory(work / "inv.yaml", [
-            {"name": "cache", "kind": "redis", "master": master.url, "replica": replica.url}])
+        inv = write_inventory(
+            work / "inv.yaml", [{"name": "cache", "kind": "redis", "master": master.url, "replica": replica.url}]
+        )
         with pytest.MonkeyPatch.context() as mp:
             assert run_cli(["run", "-i", str(inv), "-o", str(out)], mp) == 1
             # more missing keys than the report lists for one category
             replica.client().delete(*[b"s:%d" % i for i in range(100, 100 + 10 * (defaults.FINDINGS_SAMPLE + 7), 10)])
             assert run_cli(["run", "-i", str(inv), "-o", str(out)], mp) == 1
-            code = run_cli(["verify", "--source", master.url, "--target", replica.url, "--name", "cache-copy",
-                            "--setting", "recheck_interval_s=0.2", "-o", str(work / "verifications")], mp)
+            code = run_cli(
+                [
+                    "verify",
+                    "--source",
+                    master.url,
+                    "--target",
+                    replica.url,
+                    "--name",
+                    "cache-copy",
+                    "--setting",
+                    "recheck_interval_s=0.2",
+                    "-o",
+                    str(work / "verifications"),
+                ],
+                mp,
+            )
             assert code == 1
             assert run_cli(["daily-report", "-o", str(out), "--days", "1"], mp) == 0
     finally:
@@ -137,8 +165,12 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path
     assert len(runs) == 2
     (certificate,) = work.glob("verifications/*/certificate.html")
     (daily,) = (out / "reports").glob("daily-*.html")
-    yield {"first": runs[0] / "report.html", "second": runs[1] / "report.html", "daily": daily,
-           "certificate": certificate}
+    yield {
+        "first": runs[0] / "report.html",
+        "second": runs[1] / "report.html",
+        "daily": daily,
+        "certificate": certificate,
+    }
 
 
 @needs_chromium

@@ -27,32 +27,46 @@ def test_zero_tolerance_inventory_gates_everything_at_zero() -> None:
     assert pair.master is not None and pair.master.get_secret_value() == "redis://src:6379"
 
 
-@pytest.mark.parametrize(("strictness", "relaxed"), [("allow_ttl_drift", "max_ttl_mismatch"),
-                                                      ("allow_extra_on_target", "max_extra")])
+@pytest.mark.parametrize(
+    ("strictness", "relaxed"), [("allow_ttl_drift", "max_ttl_mismatch"), ("allow_extra_on_target", "max_extra")]
+)
 def test_strictness_levels_relax_one_threshold(strictness: str, relaxed: str) -> None:
     gate = verification_inventory("redis://a:1", "redis://b:2", "pika", strictness, [0, 2]).pairs[0].gate.model_dump()
     assert gate.pop(relaxed) is None
     assert all(v == 0 for v in gate.values())
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"kind": "mysql"}, "verification kind 'mysql'"),
-    ({"strictness": "lenient"}, "verification strictness 'lenient'"),
-    ({"source": " "}, "verification source"),
-    ({"dbs": [70000]}, "dbs"),
-    ({"settings": {"qsp": 1}}, "defaults.qsp: unknown setting"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"kind": "mysql"}, "verification kind 'mysql'"),
+        ({"strictness": "lenient"}, "verification strictness 'lenient'"),
+        ({"source": " "}, "verification source"),
+        ({"dbs": [70000]}, "dbs"),
+        ({"settings": {"qsp": 1}}, "defaults.qsp: unknown setting"),
+    ],
+)
 def test_bad_verification_arguments_are_named(kwargs: dict[str, Any], message: str) -> None:
     args: dict[str, Any] = {"source": "redis://a:1", "target": "redis://b:2", **kwargs}
     with pytest.raises(ConfigError, match=message):
         verification_inventory(**args)
 
 
-def _row(db: int, key: bytes, digest: str = "d", status: str = "ok", at: int = 1000,
-         expire: int | None = None) -> dict[str, Any]:
-    return {"db": db, "key": key, "type": "string", "ttl_ms": None if expire is None else expire - at,
-            "expire_at_ms": expire, "length": 1, "digest": digest if status == "ok" else None, "status": status,
-            "error": None if status == "ok" else "boom", "read_at_ms": at}
+def _row(
+    db: int, key: bytes, digest: str = "d", status: str = "ok", at: int = 1000, expire: int | None = None
+) -> dict[str, Any]:
+    return {
+        "db": db,
+        "key": key,
+        "type": "string",
+        "ttl_ms": None if expire is None else expire - at,
+        "expire_at_ms": expire,
+        "length": 1,
+        "digest": digest if status == "ok" else None,
+        "status": status,
+        "error": None if status == "ok" else "boom",
+        "read_at_ms": at,
+    }
 
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -61,8 +75,9 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 
 def test_digest_is_order_independent_and_counts_a_rescanned_key_once(tmp_path: Path) -> None:
-    rows = [_row(db, b"k%d" % i, digest=f"v{i}", expire=5000 if i % 3 == 0 else None)
-            for db in (0, 1) for i in range(300)]
+    rows = [
+        _row(db, b"k%d" % i, digest=f"v{i}", expire=5000 if i % 3 == 0 else None) for db in (0, 1) for i in range(300)
+    ]
     shuffled = rows[:]
     random.Random(4).shuffle(shuffled)
     a = snapshot_digest(_write(tmp_path / "a.parquet", rows), dedupe=False, batch_size=64)
@@ -100,28 +115,42 @@ def test_certificate_verdict() -> None:
     moving = {"status": "passed", "metrics": {"recheck_in_flight": 3}}
     verdict, reasons = certificate_verdict(moving, _sides("x", "x"), "zero_tolerance")
     assert verdict == "failed" and reasons[0].startswith("3 keys changed on the source")
-    failed = {"status": "failed", "gate": {"failed": [{"column": "missing_on_replica", "observed": 2,
-                                                        "threshold": 0}]}}
+    failed = {"status": "failed", "gate": {"failed": [{"column": "missing_on_replica", "observed": 2, "threshold": 0}]}}
     assert certificate_verdict(failed, _sides("x", "y"), "zero_tolerance") == (
-        "failed", ["gate failed: missing_on_replica=2 (max 0)"])
+        "failed",
+        ["gate failed: missing_on_replica=2 (max 0)"],
+    )
     error = {"status": "error", "not_covered": ["target unreachable"]}
     assert certificate_verdict(error, _sides(None, None), "zero_tolerance") == (
-        "error", ["not verified (error): target unreachable"])
+        "error",
+        ["not verified (error): target unreachable"],
+    )
 
 
 def test_offsets_from_redis_samples_pika_info_and_metrics() -> None:
-    redis_pair = {"replication_samples": [
-        {"at_ms": 1000, "master": {"master_repl_offset": "500"}, "replica": {"slave_repl_offset": "480"}},
-        {"at_ms": 2100, "master": {"master_repl_offset": "700"}, "replica": {"slave_repl_offset": "700"}}]}
+    redis_pair = {
+        "replication_samples": [
+            {"at_ms": 1000, "master": {"master_repl_offset": "500"}, "replica": {"slave_repl_offset": "480"}},
+            {"at_ms": 2100, "master": {"master_repl_offset": "700"}, "replica": {"slave_repl_offset": "700"}},
+        ]
+    }
     redis_offsets = run_offsets(redis_pair)
     assert redis_offsets is not None and redis_offsets.unit == REPLICATION_UNIT
     assert redis_offsets.samples == [(1000, 500.0, 480.0), (2100, 700.0, 700.0)]
     assert redis_offsets.last == (700.0, 700.0)
 
-    info = ("# Replication\r\nrole:{role}\r\ndb0:binlog_offset={f0} {o0},safety_purge=none\r\n"
-            "db1 binlog_offset=0 {o1}\r\n")
-    pika_pair = {"replication_samples": [{"at_ms": 5, "master": info.format(role="master", f0=2, o0=100, o1=50),
-                                          "replica": info.format(role="slave", f0=2, o0=60, o1=50)}]}
+    info = (
+        "# Replication\r\nrole:{role}\r\ndb0:binlog_offset={f0} {o0},safety_purge=none\r\ndb1 binlog_offset=0 {o1}\r\n"
+    )
+    pika_pair = {
+        "replication_samples": [
+            {
+                "at_ms": 5,
+                "master": info.format(role="master", f0=2, o0=100, o1=50),
+                "replica": info.format(role="slave", f0=2, o0=60, o1=50),
+            }
+        ]
+    }
     pika = run_offsets(pika_pair, file_size=1000)
     assert pika is not None and pika.unit == BINLOG_UNIT
     assert pika.by_db == {"db0": {"master": 2100.0, "replica": 2060.0}, "db1": {"master": 50.0, "replica": 50.0}}

@@ -41,7 +41,8 @@ def command(service: dict[str, Any]) -> str:
 
 def test_the_stack_has_every_service(compose: dict[str, Any]) -> None:
     assert {*IMAGE_SERVICES, "redis-master", "redis-replica", "mariadb-master", "mariadb-replica"} <= set(
-        compose["services"])
+        compose["services"]
+    )
 
 
 def test_project_services_build_the_image_from_the_repo_root(compose: dict[str, Any]) -> None:
@@ -67,8 +68,11 @@ def test_dockerfile_installs_from_pyproject_and_constraints(dockerfile: str) -> 
 
 
 def test_build_context_sends_what_the_dockerfile_copies(dockerfile: str) -> None:
-    allowed = {line[1:].rstrip("/") for line in (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
-               if line.startswith("!")}
+    allowed = {
+        line[1:].rstrip("/")
+        for line in (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    }
     copied = {src for line in re.findall(r"^COPY (.+) \S+$", dockerfile, re.M) for src in line.split()}
     assert copied and copied <= allowed
     assert all((REPO / path).exists() for path in copied)
@@ -78,7 +82,8 @@ def test_spark_cluster_wiring(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert services["airflow"]["environment"]["REPLICA_AUDIT_SPARK_MASTER"] == "spark://spark-master:7077"
     assert "deploy.master.Master" in command(services["spark-master"]) and "--port 7077" in command(
-        services["spark-master"])
+        services["spark-master"]
+    )
     assert "deploy.worker.Worker spark://spark-master:7077" in command(services["spark-worker"])
     assert "spark.driver.host=airflow" in services["airflow"]["environment"]["REPLICA_AUDIT_SPARK_CONF"]
 
@@ -93,15 +98,21 @@ def test_sample_pairs_replicate(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert "--replicaof redis-master 6379" in command(services["redis-replica"])
     replica_init = DOCKER / "mariadb" / "replica-init.sh"
-    assert any(v.startswith("./mariadb/replica-init.sh:/docker-entrypoint-initdb.d/")
-               for v in services["mariadb-replica"]["volumes"])
+    assert any(
+        v.startswith("./mariadb/replica-init.sh:/docker-entrypoint-initdb.d/")
+        for v in services["mariadb-replica"]["volumes"]
+    )
     assert "MASTER_USE_GTID = slave_pos" in replica_init.read_text()
-    assert any(v.startswith("./mariadb/master-init.sh:/docker-entrypoint-initdb.d/")
-               for v in services["mariadb-master"]["volumes"])
+    assert any(
+        v.startswith("./mariadb/master-init.sh:/docker-entrypoint-initdb.d/")
+        for v in services["mariadb-master"]["volumes"]
+    )
     for name in ("mariadb-master", "mariadb-replica"):
         assert "--log-bin=mariadb-bin" in command(services[name])
-    server_ids = {re.search(r"--server-id=(\d+)", command(services[n]))[1]  # type: ignore[index]
-                  for n in ("mariadb-master", "mariadb-replica")}
+    server_ids = {
+        re.search(r"--server-id=(\d+)", command(services[n]))[1]  # type: ignore[index]
+        for n in ("mariadb-master", "mariadb-replica")
+    }
     assert len(server_ids) == 2
 
 
@@ -135,6 +146,7 @@ def test_compose_config_validates() -> None:
     cli = _compose_cli()
     if cli is None:
         pytest.skip("no compose CLI (docker compose / docker-compose) installed")
-    result = subprocess.run([*cli, "-f", str(DOCKER / "compose.yaml"), "config", "-q"], capture_output=True,
-                            text=True, cwd=REPO, timeout=60)
+    result = subprocess.run(
+        [*cli, "-f", str(DOCKER / "compose.yaml"), "config", "-q"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert result.returncode == 0, result.stderr

@@ -22,33 +22,61 @@ from audit.history import HistoryStore, SqliteHistory, open_history, read_run, t
 from audit.inventory import parse_inventory
 from audit.pipeline import finish_run, start_run
 
-INVENTORY = json.dumps({"pairs": [
-    {"name": "cache", "kind": "redis", "master": "redis://127.0.0.1:1", "replica": "redis://127.0.0.1:2"},
-    {"name": "sessions", "kind": "redis", "master": "redis://127.0.0.1:3", "replica": "redis://127.0.0.1:4"},
-]})
+INVENTORY = json.dumps(
+    {
+        "pairs": [
+            {"name": "cache", "kind": "redis", "master": "redis://127.0.0.1:1", "replica": "redis://127.0.0.1:2"},
+            {"name": "sessions", "kind": "redis", "master": "redis://127.0.0.1:3", "replica": "redis://127.0.0.1:4"},
+        ]
+    }
+)
 
 
 def passed(lag_bytes: int = 0, lag_seconds: int = 1, diff_s: float = 2.5, **counts: int) -> dict[str, Any]:
     """A pair state as the stages leave it; any count makes the gate fail."""
-    failed = [{"expectation": "expect_column_values_to_be_between", "column": c, "observed": n, "threshold": 0,
-               "meaning": c} for c, n in sorted(counts.items())]
+    failed = [
+        {"expectation": "expect_column_values_to_be_between", "column": c, "observed": n, "threshold": 0, "meaning": c}
+        for c, n in sorted(counts.items())
+    ]
     return {
-        "metrics": {"master_keys": 1000, "replica_keys": 1000 - counts.get("missing_on_replica", 0),
-                    "keys_compared": 1000, "master_snapshot_s": 1.25, "replica_snapshot_s": 1.5,
-                    "master_keys_per_s": 800, "diff_s": diff_s, "lag_bytes": lag_bytes, "lag_seconds": lag_seconds},
+        "metrics": {
+            "master_keys": 1000,
+            "replica_keys": 1000 - counts.get("missing_on_replica", 0),
+            "keys_compared": 1000,
+            "master_snapshot_s": 1.25,
+            "replica_snapshot_s": 1.5,
+            "master_keys_per_s": 800,
+            "diff_s": diff_s,
+            "lag_bytes": lag_bytes,
+            "lag_seconds": lag_seconds,
+        },
         "counts": dict(counts),
         "checks": {"keyspace": {"status": "done", "reason": "dbs [0]"}},
-        "gate": {"success": not counts, "evaluated": 11, "failed": failed, "results_path": "gate/x.json",
-                 "data_docs": None, "gate_s": 0.5},
+        "gate": {
+            "success": not counts,
+            "evaluated": 11,
+            "failed": failed,
+            "results_path": "gate/x.json",
+            "data_docs": None,
+            "gate_s": 0.5,
+        },
         "stages": {s: {"at_ms": 1} for s in ("snapshot", "diff", "recheck", "gate")},
     }
 
 
 def errored() -> dict[str, Any]:
     """A pair whose replica could not be reached after its master was snapshotted."""
-    return {"metrics": {"master_keys": 1000, "master_snapshot_s": 1.0}, "checks": {}, "stages": {},
-            "error": {"stage": "snapshot", "message": "replica 127.0.0.1:4: connection refused",
-                      "where": "127.0.0.1:4", "type": "SourceConnectError"}}
+    return {
+        "metrics": {"master_keys": 1000, "master_snapshot_s": 1.0},
+        "checks": {},
+        "stages": {},
+        "error": {
+            "stage": "snapshot",
+            "message": "replica 127.0.0.1:4: connection refused",
+            "where": "127.0.0.1:4",
+            "type": "SourceConnectError",
+        },
+    }
 
 
 def make_run(out: Path, run_id: str, started_at: str, states: dict[str, dict[str, Any]]) -> Path:
@@ -70,13 +98,27 @@ def make_run(out: Path, run_id: str, started_at: str, states: dict[str, dict[str
 def build_runs(out: Path) -> dict[str, Path]:
     """Three runs of two pairs: all passed; divergences + an errored pair; other divergences, one pair."""
     return {
-        "r1": make_run(out, "r1", "2026-01-01T00:00:00Z",
-                       {"cache": passed(lag_bytes=0, lag_seconds=1, diff_s=2.0), "sessions": passed()}),
-        "r2": make_run(out, "r2", "2026-01-02T00:00:00Z",
-                       {"cache": passed(lag_bytes=4096, lag_seconds=7, diff_s=3.0, missing_on_replica=2,
-                                        value_mismatch=1), "sessions": errored()}),
-        "r3": make_run(out, "r3", "2026-01-03T00:00:00Z",
-                       {"cache": passed(lag_bytes=512, lag_seconds=2, diff_s=2.5, ttl_mismatch=4)}),
+        "r1": make_run(
+            out,
+            "r1",
+            "2026-01-01T00:00:00Z",
+            {"cache": passed(lag_bytes=0, lag_seconds=1, diff_s=2.0), "sessions": passed()},
+        ),
+        "r2": make_run(
+            out,
+            "r2",
+            "2026-01-02T00:00:00Z",
+            {
+                "cache": passed(lag_bytes=4096, lag_seconds=7, diff_s=3.0, missing_on_replica=2, value_mismatch=1),
+                "sessions": errored(),
+            },
+        ),
+        "r3": make_run(
+            out,
+            "r3",
+            "2026-01-03T00:00:00Z",
+            {"cache": passed(lag_bytes=512, lag_seconds=2, diff_s=2.5, ttl_mismatch=4)},
+        ),
     }
 
 
@@ -98,8 +140,7 @@ class HistoryContract:
         assert [h["run_id"] for h in store.pair_history("cache")] == ["r1", "r2"]
         assert [p["value"] for p in store.metric_series("cache", "diff_s")] == [2.0, 3.0]
 
-    def test_reappending_replaces_the_run(self, store: HistoryStore, runs_dir: dict[str, Path],
-                                          tmp_path: Path) -> None:
+    def test_reappending_replaces_the_run(self, store: HistoryStore, runs_dir: dict[str, Path], tmp_path: Path) -> None:
         store.append_run(runs_dir["r2"])
         changed = make_run(tmp_path, "r2", "2026-01-02T00:00:00Z", {"cache": passed(extra_on_replica=9)})
         store.append_run(changed)
@@ -122,8 +163,9 @@ class HistoryContract:
         assert [r["run_id"] for r in store.runs(since="2026-01-02")] == ["r2", "r3"]
         assert [r["run_id"] for r in store.runs(limit=1, since="2026-01-01T00:00:00Z")] == ["r3"]
         assert store.runs(since="2027-01-01") == []
-        assert [r["run_id"] for r in store.runs(since=datetime(2026, 1, 3, 1, tzinfo=timezone(timedelta(hours=2))))] \
-            == ["r3"]  # 01:00+02:00 is 2026-01-02T23:00Z
+        assert [
+            r["run_id"] for r in store.runs(since=datetime(2026, 1, 3, 1, tzinfo=timezone(timedelta(hours=2))))
+        ] == ["r3"]  # 01:00+02:00 is 2026-01-02T23:00Z
 
     def test_pair_history(self, store: HistoryStore, runs_dir: dict[str, Path]) -> None:
         for name in ("r1", "r2", "r3"):
@@ -134,8 +176,12 @@ class HistoryContract:
         assert h2["counts"] == {"missing_on_replica": 2, "value_mismatch": 1}
         assert h2["failed_checks"] == ["missing_on_replica", "value_mismatch"]
         assert [(h["lag_bytes"], h["lag_seconds"]) for h in (h1, h2, h3)] == [(0, 1), (4096, 7), (512, 2)]
-        assert h2["durations"] == {"diff_s": 3.0, "gate_s": 0.5, "master_snapshot_s": 1.25,
-                                   "replica_snapshot_s": 1.5}  # rates (*_per_s) are not durations
+        assert h2["durations"] == {
+            "diff_s": 3.0,
+            "gate_s": 0.5,
+            "master_snapshot_s": 1.25,
+            "replica_snapshot_s": 1.5,
+        }  # rates (*_per_s) are not durations
         assert h2["duration_s"] == pytest.approx(6.25)
         assert h2["kind"] == "redis" and h2["started_at"] == "2026-01-02T00:00:00Z"
         assert [h["run_id"] for h in store.pair_history("cache", limit=2)] == ["r2", "r3"]
@@ -153,7 +199,9 @@ class HistoryContract:
         assert [s["value"] for s in store.metric_series("cache", "gate_passed")] == [1.0, 0.0, 0.0]
         # an errored pair has no metrics.parquet: what it measured comes from summary.json
         assert [(s["run_id"], s["value"]) for s in store.metric_series("sessions", "master_keys")] == [
-            ("r1", 1000.0), ("r2", 1000.0)]
+            ("r1", 1000.0),
+            ("r2", 1000.0),
+        ]
         frame = to_frame(series)
         assert list(frame.columns) == ["run_id", "started_at", "value"] and frame["value"].sum() == 4608.0
 
@@ -161,17 +209,36 @@ class HistoryContract:
         for name in ("r1", "r2", "r3"):
             store.append_run(runs_dir[name])
         assert store.category_series("cache") == [
-            {"run_id": "r1", "started_at": "2026-01-01T00:00:00Z", "status": "passed",
-             "missing_on_replica": 0, "ttl_mismatch": 0, "value_mismatch": 0},
-            {"run_id": "r2", "started_at": "2026-01-02T00:00:00Z", "status": "failed",
-             "missing_on_replica": 2, "ttl_mismatch": 0, "value_mismatch": 1},
-            {"run_id": "r3", "started_at": "2026-01-03T00:00:00Z", "status": "failed",
-             "missing_on_replica": 0, "ttl_mismatch": 4, "value_mismatch": 0},
+            {
+                "run_id": "r1",
+                "started_at": "2026-01-01T00:00:00Z",
+                "status": "passed",
+                "missing_on_replica": 0,
+                "ttl_mismatch": 0,
+                "value_mismatch": 0,
+            },
+            {
+                "run_id": "r2",
+                "started_at": "2026-01-02T00:00:00Z",
+                "status": "failed",
+                "missing_on_replica": 2,
+                "ttl_mismatch": 0,
+                "value_mismatch": 1,
+            },
+            {
+                "run_id": "r3",
+                "started_at": "2026-01-03T00:00:00Z",
+                "status": "failed",
+                "missing_on_replica": 0,
+                "ttl_mismatch": 4,
+                "value_mismatch": 0,
+            },
         ]
         assert [row["status"] for row in store.category_series("sessions")] == ["passed", "error"]
 
-    def test_unfinished_run_is_refused_and_changes_nothing(self, store: HistoryStore, runs_dir: dict[str, Path],
-                                                           tmp_path: Path) -> None:
+    def test_unfinished_run_is_refused_and_changes_nothing(
+        self, store: HistoryStore, runs_dir: dict[str, Path], tmp_path: Path
+    ) -> None:
         store.append_run(runs_dir["r1"])
         run = start_run(parse_inventory(INVENTORY), tmp_path, "half")
         with pytest.raises(StageInputError, match=r"summary\.json"):
@@ -219,20 +286,23 @@ def test_sqlite_url_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         assert store.where == f"{tmp_path}/abs.sqlite"
 
 
-@pytest.mark.parametrize(("url", "needle"), [
-    ("postgres://u:hunter2@db:5432/h", "unsupported URL"),
-    ("history.sqlite", "unsupported URL"),
-    ("sqlite://host/h.sqlite", "not a SQLite URL"),
-    ("sqlite:///", "needs a file path"),
-    ("sqlite:///h.sqlite?mode=ro", "needs a file path"),
-    ("mysql://u:hunter2@db:3306/", "database name"),
-    ("mysql://u:hunter2@db:3306/a/b", "database name"),
-    ("mysql://u:hunter2@db:port/h", "bad host or port"),
-    ("mysql://db:3306/h", "no user"),
-    ("mysql://u:hunter2@:3306/h", "no host"),
-    ("mysql://u:hunter2@db/h?charset=latin1", "unknown parameter 'charset'"),
-    ("mysql://u:hunter2@db/h?connect_timeout=soon", "connect_timeout"),
-])
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        ("postgres://u:hunter2@db:5432/h", "unsupported URL"),
+        ("history.sqlite", "unsupported URL"),
+        ("sqlite://host/h.sqlite", "not a SQLite URL"),
+        ("sqlite:///", "needs a file path"),
+        ("sqlite:///h.sqlite?mode=ro", "needs a file path"),
+        ("mysql://u:hunter2@db:3306/", "database name"),
+        ("mysql://u:hunter2@db:3306/a/b", "database name"),
+        ("mysql://u:hunter2@db:port/h", "bad host or port"),
+        ("mysql://db:3306/h", "no user"),
+        ("mysql://u:hunter2@:3306/h", "no host"),
+        ("mysql://u:hunter2@db/h?charset=latin1", "unknown parameter 'charset'"),
+        ("mysql://u:hunter2@db/h?connect_timeout=soon", "connect_timeout"),
+    ],
+)
 def test_bad_url_is_a_config_error_naming_the_field(url: str, needle: str) -> None:
     with pytest.raises(ConfigError) as e:
         open_history(url)

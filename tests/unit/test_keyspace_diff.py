@@ -14,26 +14,57 @@ def snap(spark, rows):  # type: ignore[no-untyped-def]
 
 
 def row(key: bytes, **kw: object) -> dict[str, object]:
-    base = {"db": 0, "key": key, "type": "string", "ttl_ms": None, "expire_at_ms": None, "length": 1,
-            "digest": "d", "status": "ok", "error": None, "read_at_ms": 1000}
+    base = {
+        "db": 0,
+        "key": key,
+        "type": "string",
+        "ttl_ms": None,
+        "expire_at_ms": None,
+        "length": 1,
+        "digest": "d",
+        "status": "ok",
+        "error": None,
+        "read_at_ms": 1000,
+    }
     return {**base, **kw}
 
 
 def test_each_category_and_nothing_else(spark) -> None:  # type: ignore[no-untyped-def]
-    master = snap(spark, [
-        row(b"same"), row(b"gone"), row(b"val", digest="a"), row(b"typ"),
-        row(b"ttl", ttl_ms=60_000, expire_at_ms=61_000), row(b"ttl-ok", ttl_ms=60_000, expire_at_ms=61_000),
-        row(b"bad", status="error", error="NOPERM"), row(b"\x00\xffbin"),
-    ])
-    replica = snap(spark, [
-        row(b"same"), row(b"val", digest="b"), row(b"typ", type="list"), row(b"extra"),
-        row(b"ttl", ttl_ms=660_000, expire_at_ms=661_000), row(b"ttl-ok", ttl_ms=59_000, expire_at_ms=61_500),
-        row(b"bad", digest="zzz"), row(b"\x00\xffbin"),
-    ])
+    master = snap(
+        spark,
+        [
+            row(b"same"),
+            row(b"gone"),
+            row(b"val", digest="a"),
+            row(b"typ"),
+            row(b"ttl", ttl_ms=60_000, expire_at_ms=61_000),
+            row(b"ttl-ok", ttl_ms=60_000, expire_at_ms=61_000),
+            row(b"bad", status="error", error="NOPERM"),
+            row(b"\x00\xffbin"),
+        ],
+    )
+    replica = snap(
+        spark,
+        [
+            row(b"same"),
+            row(b"val", digest="b"),
+            row(b"typ", type="list"),
+            row(b"extra"),
+            row(b"ttl", ttl_ms=660_000, expire_at_ms=661_000),
+            row(b"ttl-ok", ttl_ms=59_000, expire_at_ms=61_500),
+            row(b"bad", digest="zzz"),
+            row(b"\x00\xffbin"),
+        ],
+    )
     classified = classify(join_sides(latest_read(master), latest_read(replica)), 2000)
     got = {(bytes(r.key), r.category) for r in candidates(classified).collect()}
-    assert got == {(b"gone", "missing_on_replica"), (b"extra", "extra_on_replica"), (b"val", "value_mismatch"),
-                   (b"typ", "type_mismatch"), (b"ttl", "ttl_mismatch")}
+    assert got == {
+        (b"gone", "missing_on_replica"),
+        (b"extra", "extra_on_replica"),
+        (b"val", "value_mismatch"),
+        (b"typ", "type_mismatch"),
+        (b"ttl", "ttl_mismatch"),
+    }
     m = coverage_metrics(classified).collect()[0]
     assert (m.master_keys, m.replica_keys, m.keys_compared, m.master_keys_unreadable, m.candidates) == (8, 8, 6, 1, 5)
 
@@ -47,6 +78,8 @@ def test_scan_duplicates_keep_the_later_read(spark) -> None:  # type: ignore[no-
 
 
 def test_unstable_read_is_a_candidate_for_recheck(spark) -> None:  # type: ignore[no-untyped-def]
-    classified = classify(join_sides(latest_read(snap(spark, [row(b"k", status="unstable")])),
-                                     latest_read(snap(spark, [row(b"k")]))), 2000)
+    classified = classify(
+        join_sides(latest_read(snap(spark, [row(b"k", status="unstable")])), latest_read(snap(spark, [row(b"k")]))),
+        2000,
+    )
     assert [r.category for r in candidates(classified).collect()] == ["value_mismatch"]

@@ -79,31 +79,51 @@ def land(w: BinlogWriter, left: int, tag: bytes, add: Callable[[list[bytes]], No
 
 # -- bytes ------------------------------------------------------------------------------------------------
 
+
 def test_one_tiny_record_byte_for_byte(tmp_path: Path) -> None:
     with writer(tmp_path, term=7, preallocate=False) as w:
         assert w.append([b"set", b"k", b"v"], exec_time=T0 + 1) == (0, 0, 69)
         assert w.append([b"set", b"k", b"v"], exec_time=T0 + 1) == (0, 69, 138)
     content = b"*3\r\n$3\r\nset\r\n$1\r\nk\r\n$1\r\nv\r\n"  # 27 bytes
-    first = bytes.fromhex(
-        "3d0000" "00f15365" "01"  # fragment length 61, seconds T0, Full
-        "0100" "01f15365" "07000000"  # item type 1, exec_time T0+1, term 7
-        "0100000000000000"  # logic_id 1
-        "00000000" "0000000000000000"  # previous position (0, 0)
-        "1b000000"  # content_len 27
-    ) + content
-    second = first[:8] + bytes.fromhex(
-        "0100" "01f15365" "07000000" "0200000000000000" "00000000" "4500000000000000" "1b000000") + content
+    first = (
+        bytes.fromhex(
+            "3d0000"
+            "00f15365"
+            "01"  # fragment length 61, seconds T0, Full
+            "0100"
+            "01f15365"
+            "07000000"  # item type 1, exec_time T0+1, term 7
+            "0100000000000000"  # logic_id 1
+            "00000000"
+            "0000000000000000"  # previous position (0, 0)
+            "1b000000"  # content_len 27
+        )
+        + content
+    )
+    second = first[:8] + bytes.fromhex("010001f153650700000002000000000000000000000045000000000000001b000000") + content
     data = (tmp_path / "write2file0").read_bytes()
     assert data == first + second
     manifest = (tmp_path / "manifest").read_bytes()
     assert len(manifest) == 64 * 1024
-    assert manifest[:24] == bytes.fromhex("00000000" "8a00000000000000" "0200000000000000" "07000000")
+    assert manifest[:24] == bytes.fromhex("000000008a00000000000000020000000000000007000000")
     assert manifest[24:] == bytes(len(manifest) - 24)
     r = rows(scan_binlog(data, db=3, filenum=0))
     assert r[1] == {
-        "row_kind": "record", "db": 3, "filenum": 0, "start": 69, "end": 138, "exec_time": T0 + 1, "term": 7,
-        "logic_id": 2, "prev_filenum": 0, "prev_offset": 69, "content_len": 27,
-        "digest": signed(xxhash.xxh3_64_intdigest(content)), "command": "set", "key": b"k", "detail": None,
+        "row_kind": "record",
+        "db": 3,
+        "filenum": 0,
+        "start": 69,
+        "end": 138,
+        "exec_time": T0 + 1,
+        "term": 7,
+        "logic_id": 2,
+        "prev_filenum": 0,
+        "prev_offset": 69,
+        "content_len": 27,
+        "digest": signed(xxhash.xxh3_64_intdigest(content)),
+        "command": "set",
+        "key": b"k",
+        "detail": None,
     }
 
 
@@ -118,11 +138,15 @@ def test_manifest_and_file_names(tmp_path: Path) -> None:
     assert file_number("manifest") is None and file_number("write2file3.bak") is None
     for name in ("write2file10", "write2file2", "write2file0", "manifest", "context", "write2filex"):
         (tmp_path / name).write_bytes(b"")
-    assert [(n, p.name) for n, p in binlog_files(tmp_path)] == [(0, "write2file0"), (2, "write2file2"),
-                                                               (10, "write2file10")]
+    assert [(n, p.name) for n, p in binlog_files(tmp_path)] == [
+        (0, "write2file0"),
+        (2, "write2file2"),
+        (10, "write2file10"),
+    ]
 
 
 # -- round trip -----------------------------------------------------------------------------------------
+
 
 def test_round_trip_mixed_sizes_edges_and_rollover(tmp_path: Path) -> None:
     rnd = random.Random(5)
@@ -159,7 +183,7 @@ def test_round_trip_mixed_sizes_edges_and_rollover(tmp_path: Path) -> None:
     fn, start, end = written[i8][1]
     assert start % B == B - 8 and written[i8 - 1][1][2] == start
     raw = (tmp_path / f"write2file{fn}").read_bytes()
-    assert raw[start:start + 3] == b"\0\0\0" and raw[start + 7] == 2  # zero-length First
+    assert raw[start : start + 3] == b"\0\0\0" and raw[start + 7] == 2  # zero-length First
     assert raw[start + 8 + 7] == 4  # then the Last at the next block
     i5 = next(k for k, x in enumerate(written) if x[0][1:2] == [b"after:5-left"])
     fn, start, _ = written[i5][1]
@@ -258,6 +282,7 @@ def test_slave_items_differ_only_in_header(tmp_path: Path) -> None:
 
 # -- full sync padding ----------------------------------------------------------------------------------
 
+
 def test_full_sync_padding_then_records(tmp_path: Path) -> None:
     w = writer(tmp_path, term=2)
     for k in range(3):
@@ -297,6 +322,7 @@ def test_full_sync_offset_just_past_a_block(tmp_path: Path) -> None:
 
 # -- damage ---------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     """About 6 blocks of small records, some of them split First/Last across block ends."""
@@ -325,18 +351,23 @@ def _in_block(good: list[dict[str, Any]], block: int, *, straddling: bool = Fals
     raise AssertionError("no such record")
 
 
-def _expect_resume(good: list[dict[str, Any]], damaged: dict[str, Any], block_end: int,
-                   got: list[dict[str, Any]], detail: str) -> None:
+def _expect_resume(
+    good: list[dict[str, Any]], damaged: dict[str, Any], block_end: int, got: list[dict[str, Any]], detail: str
+) -> None:
     """Rows before the damage unchanged, one corrupt row, then every record from the next block on."""
     before = [r for r in good if r["end"] <= damaged["start"]]
     after = [r for r in good if r["start"] >= block_end]
     cont = [r for r in good if r["start"] < block_end < r["end"]]
     resume = cont[0]["end"] if cont else block_end
-    assert got[:len(before)] == before
+    assert got[: len(before)] == before
     bad = got[len(before)]
-    assert (bad["row_kind"], bad["start"], bad["end"], bad["detail"]) == ("corrupt_record", damaged["start"],
-                                                                           resume, detail)
-    assert got[len(before) + 1:] == after and after
+    assert (bad["row_kind"], bad["start"], bad["end"], bad["detail"]) == (
+        "corrupt_record",
+        damaged["start"],
+        resume,
+        detail,
+    )
+    assert got[len(before) + 1 :] == after and after
 
 
 @pytest.mark.parametrize("case", ["length", "type", "middle", "last", "item_type", "content_len", "short_item"])
@@ -347,7 +378,7 @@ def test_damage_is_one_row_and_reading_resumes_at_the_next_block(clean: bytes, c
     data = bytearray(clean)
     block_end = (s // B + 1) * B
     if case == "length":
-        data[s:s + 3] = (70_000).to_bytes(3, "little")
+        data[s : s + 3] = (70_000).to_bytes(3, "little")
         detail = "fragment length 70000 > 65528 at block 1"
     elif case == "type":
         data[s + 7] = 9
@@ -365,7 +396,7 @@ def test_damage_is_one_row_and_reading_resumes_at_the_next_block(clean: bytes, c
         struct.pack_into("<I", data, s + 8 + 30, e - s - 42 + 10)
         detail = f"content_len {e - s - 42 + 10} != {e - s - 42} remaining"
     else:  # a Full fragment too short to hold an item header
-        data[s:s + 3] = (20).to_bytes(3, "little")
+        data[s : s + 3] = (20).to_bytes(3, "little")
         detail = "item of 20 bytes is shorter than its 34-byte header"
     _expect_resume(good, r, block_end, rows(scan_binlog(bytes(data), db=0, filenum=0)), detail)
 
@@ -396,7 +427,7 @@ def test_unparseable_resp_is_flagged_and_reading_goes_on(clean: bytes) -> None:
     data[s + 42] = ord("#")
     got = rows(scan_binlog(bytes(data), db=0, filenum=0))
     k = good.index(r)
-    assert got[:k] == good[:k] and got[k + 1:] == good[k + 1:]
+    assert got[:k] == good[:k] and got[k + 1 :] == good[k + 1 :]
     assert got[k]["row_kind"] == "corrupt_record" and got[k]["detail"] == "RESP content unparseable"
     assert (got[k]["logic_id"], got[k]["end"], got[k]["command"]) == (r["logic_id"], r["end"], None)
 
@@ -427,8 +458,15 @@ def test_iter_records_and_summary(clean: bytes) -> None:
     assert all(isinstance(r, BinlogRecord) and r.db == 2 for r in recs)
     assert [r.end for r in recs] == [r["end"] for r in _clean_rows(clean)]
     s = summarize(scan_binlog(clean, db=0, filenum=0), file_size=len(clean) + 100)
-    assert s == {"records": len(recs), "first_record_start": 0, "logical_end": len(clean), "padding_bytes": 0,
-                 "corrupt_records": 0, "torn_tail": False, "zero_tail_bytes": 100}
+    assert s == {
+        "records": len(recs),
+        "first_record_start": 0,
+        "logical_end": len(clean),
+        "padding_bytes": 0,
+        "corrupt_records": 0,
+        "torn_tail": False,
+        "zero_tail_bytes": 100,
+    }
 
 
 def _check_invariants(batch: pa.RecordBatch, size: int) -> None:
@@ -458,19 +496,20 @@ def test_random_and_bit_flipped_bytes_never_raise(clean: bytes, tmp_path: Path) 
                 data[rnd.randrange(len(data))] ^= 1 << rnd.randrange(8)
         elif how == 1:  # a random run of garbage
             at = rnd.randrange(len(data))
-            data[at:at + 64] = rnd.randbytes(64)
+            data[at : at + 64] = rnd.randbytes(64)
         elif how == 2:  # cut anywhere
-            del data[rnd.randrange(len(data)):]
+            del data[rnd.randrange(len(data)) :]
         elif how == 3:  # garbage from the start, with zero runs
             data = bytearray(rnd.randbytes(rnd.randint(0, 3 * B)))
             for _ in range(rnd.randint(0, 5)):
                 at = rnd.randrange(len(data) + 1)
-                data[at:at + rnd.randint(1, 500)] = bytes(500)
+                data[at : at + rnd.randint(1, 500)] = bytes(500)
         else:  # headers that claim plausible types and lengths
             for _ in range(rnd.randint(1, 4)):
                 at = rnd.randrange(len(data))
-                data[at:at + 8] = struct.pack("<HBIB", rnd.randrange(1 << 16), rnd.randrange(2), T0,
-                                              rnd.choice([1, 2, 3, 4, 6]))
+                data[at : at + 8] = struct.pack(
+                    "<HBIB", rnd.randrange(1 << 16), rnd.randrange(2), T0, rnd.choice([1, 2, 3, 4, 6])
+                )
         batch = scan_binlog(bytes(data), db=0, filenum=0)
         _check_invariants(batch, len(data))
         if n % 10 == 0:

@@ -44,8 +44,11 @@ def test_real_master_and_slave_of_pika_4() -> None:
     m = parse_pika_replication(_read("phase1_master_info_replication.txt"))
     s = parse_pika_replication(_read("phase1_slave_info_replication.txt"))
     assert m.role == "master" and not m.is_slave
-    assert m.binlog == {0: BinlogOffset(1, 101921, "none"), 1: BinlogOffset(1, 78826, "none"),
-                        2: BinlogOffset(1, 78826, "none")}
+    assert m.binlog == {
+        0: BinlogOffset(1, 101921, "none"),
+        1: BinlogOffset(1, 78826, "none"),
+        2: BinlogOffset(1, 78826, "none"),
+    }
     assert [(e.ip, e.port, e.conn_fd, e.lag) for e in m.slaves] == [("127.0.0.1", 19321, 155, {0: 0, 1: 0, 2: 0})]
     assert s.is_slave and (s.master_host, s.master_port, s.master_link_status) == ("127.0.0.1", 19221, "up")
     assert s.repl_connect_status == {0: "connected", 1: "connected", 2: "connected"}
@@ -68,8 +71,9 @@ def test_space_separated_format_before_3_5_3() -> None:
 def test_db_states_and_lag_strings() -> None:
     s = parse_pika_replication(SYNCING_SLAVE)
     assert s.repl_connect_status == {0: "connected", 1: "syncing_full"} and s.db_repl_state == {1: "WaitDBSync"}
-    m = parse_pika_replication("role:master\r\n"
-                               "slave0:ip=10.0.0.2,port=9221,conn_fd=7,lag=(db0:1234)(db1:full syncing)\r\n")
+    m = parse_pika_replication(
+        "role:master\r\nslave0:ip=10.0.0.2,port=9221,conn_fd=7,lag=(db0:1234)(db1:full syncing)\r\n"
+    )
     assert m.slaves[0].lag == {0: 1234, 1: "full syncing"}
 
 
@@ -79,8 +83,9 @@ def _sample(m: str, s: str, at: int = 0) -> PikaSample:
 
 def test_healthy_real_pair_has_no_findings() -> None:
     phase1 = (_read("phase1_master_info_replication.txt"), _read("phase1_slave_info_replication.txt"))
-    found = pika_replication_findings([_sample(*phase1), _sample(*phase1, at=1100)], [0, 1, 2], 19321,
-                                      128 * 1024, 10 << 20)
+    found = pika_replication_findings(
+        [_sample(*phase1), _sample(*phase1, at=1100)], [0, 1, 2], 19321, 128 * 1024, 10 << 20
+    )
     assert found == []
     assert wrong_master(parse_pika_replication(phase1[1]), "127.0.0.1", 19221) is None
 
@@ -88,17 +93,20 @@ def test_healthy_real_pair_has_no_findings() -> None:
 def test_wrong_master_link_down_ahead_and_lagging() -> None:
     slave = parse_pika_replication(_read("phase1_slave_info_replication.txt"))
     assert wrong_master(slave, "127.0.0.1", 9999) is not None
-    down = pika_replication_findings([_sample(_read("phase1_master_info_replication.txt"), SYNCING_SLAVE)],
-                                     [0, 1], 19321, 1 << 20, None)
+    down = pika_replication_findings(
+        [_sample(_read("phase1_master_info_replication.txt"), SYNCING_SLAVE)], [0, 1], 19321, 1 << 20, None
+    )
     assert [(f.category, f.db) for f in down if f.category == "link_down"] == [("link_down", 1)]
     master = _read("phase1_master_info_replication.txt")
     ahead = master.replace("db0:binlog_offset=1 101921", "db0:binlog_offset=1 100")
-    found = pika_replication_findings([_sample(ahead, _read("phase1_slave_info_replication.txt"))], [0, 1, 2],
-                                      19321, 128 * 1024, 10 << 20)
+    found = pika_replication_findings(
+        [_sample(ahead, _read("phase1_slave_info_replication.txt"))], [0, 1, 2], 19321, 128 * 1024, 10 << 20
+    )
     assert [(f.category, f.db, f.bytes) for f in found] == [("replica_ahead", 0, 101821)]
     behind = master.replace("db2:binlog_offset=1 78826", "db2:binlog_offset=3 0")
-    found = pika_replication_findings([_sample(behind, _read("phase1_slave_info_replication.txt"))], [0, 1, 2],
-                                      19321, 128 * 1024, 1000)
+    found = pika_replication_findings(
+        [_sample(behind, _read("phase1_slave_info_replication.txt"))], [0, 1, 2], 19321, 128 * 1024, 1000
+    )
     assert [(f.category, f.db) for f in found] == [("lagging", 2)]
     assert offset_lag(BinlogOffset(3, 0), BinlogOffset(1, 78826), 128 * 1024) == found[0].bytes
 
@@ -108,11 +116,11 @@ def test_lag_figure_that_contradicts_the_offsets_is_unreliable(reported: str) ->
     master = _read("phase1_master_info_replication.txt").replace("(db1:0)", f"(db1:{reported})")
     master = master.replace("db1:binlog_offset=1 78826", "db1:binlog_offset=1 90000")
     slave = _read("phase1_slave_info_replication.txt")
-    found = pika_replication_findings([_sample(master, slave), _sample(master, slave, 1100)], [0, 1, 2], 19321,
-                                      128 * 1024, 10 << 20)
+    found = pika_replication_findings(
+        [_sample(master, slave), _sample(master, slave, 1100)], [0, 1, 2], 19321, 128 * 1024, 10 << 20
+    )
     assert [(f.category, f.db) for f in found] == [("lag_metric_unreliable", 1)]
     assert found[0].evidence["master_reported_lag"] == (0 if reported == "0" else reported)
-
 
 
 def test_a_manifest_behind_the_servers_binlog_offset_is_flagged() -> None:
@@ -123,5 +131,9 @@ def test_a_manifest_behind_the_servers_binlog_offset_is_flagged() -> None:
     assert manifest_behind_info("master", 0, info, (3, 900)) is None  # written between the two reads
     stale = manifest_behind_info("replica", 1, info, (2, 99_000))
     assert stale is not None and (stale.category, stale.db, stale.start, stale.end) == (
-        "lag_metric_unreliable", 1, "3:500", "2:99000")
+        "lag_metric_unreliable",
+        1,
+        "3:500",
+        "2:99000",
+    )
     assert stale.evidence["side"] == "replica"

@@ -24,13 +24,19 @@ master_last_io_seconds_ago:1\r
 slave_repl_offset:{offset}\r
 master_replid:8265ae3109543e3017391f51e9e8b922a8ec20ce\r
 """
-CLIENTS = ("id=5 addr=127.0.0.1:50100 laddr=127.0.0.1:17001 fd=9 name= age=20 idle=0 flags=S db=0 cmd=replconf\n"
-           "id=6 addr=127.0.0.1:50102 laddr=127.0.0.1:17001 fd=10 name= age=16 idle=16 flags=S db=0 cmd=sync\n")
+CLIENTS = (
+    "id=5 addr=127.0.0.1:50100 laddr=127.0.0.1:17001 fd=9 name= age=20 idle=0 flags=S db=0 cmd=replconf\n"
+    "id=6 addr=127.0.0.1:50102 laddr=127.0.0.1:17001 fd=10 name= age=16 idle=16 flags=S db=0 cmd=sync\n"
+)
 
 
 def sample(at_ms: int, lag: int = 0, m_off: int = 275, r_off: int = 275, link: str = "up") -> Sample:
-    return Sample(at_ms, parse_info(MASTER.format(lag=lag, offset=m_off)),
-                  parse_info(REPLICA.format(link=link, offset=r_off)), CLIENTS)
+    return Sample(
+        at_ms,
+        parse_info(MASTER.format(lag=lag, offset=m_off)),
+        parse_info(REPLICA.format(link=link, offset=r_off)),
+        CLIENTS,
+    )
 
 
 def test_parses_slave_lines_and_client_list() -> None:

@@ -76,9 +76,17 @@ def test_reads_47_records_then_a_blank_at_8084(fixture_bytes: bytes) -> None:
     assert len(records) == 47
     assert [r["phys_offset"] for r in records] == [172 * i for i in range(47)]
     assert {r["size"] for r in records} == {172}
-    assert others == [{**{k: None for k in RECORD_SCHEMA.names}, "row_kind": "blank", "phys_offset": 8084,
-                       "size": 108, "magic": MAGIC_BLANK}]
+    assert others == [
+        {
+            **{k: None for k in RECORD_SCHEMA.names},
+            "row_kind": "blank",
+            "phys_offset": 8084,
+            "size": 108,
+            "magic": MAGIC_BLANK,
+        }
+    ]
     assert data_end(batch, 0) == 8192
+
 
 def test_decodes_every_field_and_checks_crc(fixture_bytes: bytes) -> None:
     records = rows(scan_commitlog(fixture_bytes, file_start=0), "record")
@@ -95,6 +103,7 @@ def test_decodes_every_field_and_checks_crc(fixture_bytes: bytes) -> None:
         assert r["digest"] == (digest - (1 << 64) if digest >= 1 << 63 else digest)
     assert [r["queue_offset"] for r in records] == list(range(47))
 
+
 def test_agrees_with_the_per_record_decoder(fixture_bytes: bytes) -> None:
     decoded = list(iter_records(fixture_bytes, file_start=0))
     assert len(decoded) == 47
@@ -105,16 +114,20 @@ def test_agrees_with_the_per_record_decoder(fixture_bytes: bytes) -> None:
         (r["phys_offset"], r["store_ts"], r["topic"]) for r in scanned
     ]
 
+
 def test_is_reencoded_byte_for_byte(fixture_bytes: bytes, tmp_path: Path) -> None:
     decoded = list(iter_records(fixture_bytes, file_start=0))
     for rec in decoded:
-        assert encode(Message.from_record(rec), rec.phys_offset) == fixture_bytes[rec.phys_offset : rec.phys_offset
-                                                                                  + rec.size]
+        assert (
+            encode(Message.from_record(rec), rec.phys_offset)
+            == fixture_bytes[rec.phys_offset : rec.phys_offset + rec.size]
+        )
     assert fixture_bytes[8084:8092] == blank_record(108) and fixture_bytes[8092:] == bytes(100)
     # The broker wrote the BLANK because a 48th record did not fit: so does the writer.
     messages = [Message.from_record(r) for r in decoded]
     write_store(tmp_path, [*messages, messages[0]], file_size=8192)
     assert (tmp_path / "commitlog" / "00000000000000000000").read_bytes() == fixture_bytes
+
 
 def test_reads_the_file_from_disk_with_mmap(fixture_bytes: bytes, tmp_path: Path) -> None:
     (tmp_path / "commitlog").mkdir()
@@ -151,6 +164,7 @@ def test_writes_ipv6_hosts_v2_topics_and_the_compressed_flag(tmp_path: Path) -> 
         rec = decode_record(data, off, file_start=0)
         assert encode(Message.from_record(rec), off) == encode(m, off)
 
+
 def test_rolls_files_with_a_blank_and_names_them_by_offset(tmp_path: Path) -> None:
     messages = [msg(i) for i in range(40)]
     offsets = write_store(tmp_path, messages, file_size=2048)
@@ -167,14 +181,23 @@ def test_rolls_files_with_a_blank_and_names_them_by_offset(tmp_path: Path) -> No
     assert seen == offsets
     assert max_offset(tmp_path) == offsets[-1] + len(encode(messages[-1], offsets[-1]))
 
+
 def test_reads_the_properties_as_the_java_parser_does() -> None:
     rng = random.Random(7)
     names = ["UNIQ_KEY", "KEYS", "TAGS", "XKEYS", "UNIQ_KEYS", "K", "WAIT", "TAGSX"]
-    cases: list[str] = ["UNIQ_KEY\x01a\x02UNIQ_KEY\x01b\x02", "KEYS\x01\x02TAGS\x01t", "TAGS\x01a\x01b\x02",
-                        "\x02\x02KEYS\x01k\x02", "UNIQ_KEY", "XUNIQ_KEY\x01no\x02"]
+    cases: list[str] = [
+        "UNIQ_KEY\x01a\x02UNIQ_KEY\x01b\x02",
+        "KEYS\x01\x02TAGS\x01t",
+        "TAGS\x01a\x01b\x02",
+        "\x02\x02KEYS\x01k\x02",
+        "UNIQ_KEY",
+        "XUNIQ_KEY\x01no\x02",
+    ]
     for _ in range(300):
-        items = [f"{rng.choice(names)}\x01{rng.choice(['', 'v', 'TagA', 'x' * rng.randint(1, 30), 'é'])}"
-                 for _ in range(rng.randint(0, 5))]
+        items = [
+            f"{rng.choice(names)}\x01{rng.choice(['', 'v', 'TagA', 'x' * rng.randint(1, 30), 'é'])}"
+            for _ in range(rng.randint(0, 5))
+        ]
         cases.append("\x02".join(items) + rng.choice(["", "\x02"]))
     buf = bytearray()
     for i, text in enumerate(cases):
@@ -190,6 +213,7 @@ def test_reads_the_properties_as_the_java_parser_does() -> None:
         want = parse_properties(text)
         assert (r["uniq_key"], r["keys"], r["tags"]) == (want.get("UNIQ_KEY"), want.get("KEYS"), want.get("TAGS")), text
 
+
 def test_gives_the_same_rows_whatever_the_batch_size(tmp_path: Path) -> None:
     write_store(tmp_path, [msg(i) for i in range(300)], file_size=1 << 20)
     data = (tmp_path / "commitlog" / "00000000000000000000").read_bytes()
@@ -197,6 +221,7 @@ def test_gives_the_same_rows_whatever_the_batch_size(tmp_path: Path) -> None:
     for size in (1, 500, 4096):
         batches = list(iter_batches(data, file_start=0, batch_bytes=size))
         assert pa.Table.from_batches(batches).to_pylist() == whole
+
 
 def test_collects_files_from_several_commitlog_paths(tmp_path: Path) -> None:
     write_store(tmp_path / "a", [msg(i) for i in range(40)], file_size=2048)
@@ -212,12 +237,14 @@ def _store(tmp_path: Path, n: int = 40) -> tuple[list[int], list[Message]]:
     messages = [msg(i) for i in range(n)]
     return write_store(tmp_path, messages, file_size=2048), messages
 
+
 def _scan_all(tmp_path: Path) -> list[dict[str, object]]:
     files = commitlog_files(tmp_path)
     out: list[dict[str, object]] = []
     for i, f in enumerate(files):
         out += [r for b in parse_file(f.path, last_file=i == len(files) - 1) for r in b.to_pylist()]
     return out
+
 
 def test_reports_a_bad_body_crc_and_resumes_at_the_next_file(tmp_path: Path) -> None:
     offsets, _ = _store(tmp_path)
@@ -237,6 +264,7 @@ def test_reports_a_bad_body_crc_and_resumes_at_the_next_file(tmp_path: Path) -> 
         list(iter_records(bytes(data), file_start=0))
     assert err.value.offset == target
 
+
 def test_reports_a_length_mismatch_and_a_misplaced_record(tmp_path: Path) -> None:
     first = encode(msg(0), 0)
     wrong_len = bytearray(encode(msg(1), len(first)) + b"\x07")  # one byte more than calMsgLength says
@@ -247,6 +275,7 @@ def test_reports_a_length_mismatch_and_a_misplaced_record(tmp_path: Path) -> Non
     got = rows(scan_commitlog(misplaced, file_start=0))
     assert got[-1]["row_kind"] == "corrupt_record" and got[-1]["phys_offset"] == len(encode(msg(0), 0))
     assert '"phys_offset_mismatch"' in str(got[-1]["detail"])
+
 
 def test_calls_a_record_cut_by_the_end_of_data_a_torn_tail(tmp_path: Path) -> None:
     offsets, _ = _store(tmp_path, 5)
@@ -265,6 +294,7 @@ def test_calls_a_record_cut_by_the_end_of_data_a_torn_tail(tmp_path: Path) -> No
         not_last = rows(scan_commitlog(padded, file_start=0, last_file=False))
         assert not_last[-1]["row_kind"] == "corrupt_record"
 
+
 def test_ends_silently_at_the_zero_tail_but_not_at_a_zero_gap(tmp_path: Path) -> None:
     a, b = encode(msg(0), 0), encode(msg(1), 0)
     assert [r["row_kind"] for r in rows(scan_commitlog(a + bytes(5000), file_start=0))] == ["record"]
@@ -272,12 +302,14 @@ def test_ends_silently_at_the_zero_tail_but_not_at_a_zero_gap(tmp_path: Path) ->
     gap = rows(scan_commitlog(a + bytes(64) + b, file_start=0))
     assert gap[-1]["row_kind"] == "corrupt_record" and gap[-1]["phys_offset"] == len(a)
 
+
 def test_reports_an_illegal_magic(tmp_path: Path) -> None:
     a = encode(msg(0), 0)
     junk = (300).to_bytes(4, "big") + b"\x12\x34\x56\x78" + b"junk" * 80
     got = rows(scan_commitlog(encode(msg(0), 4096) + junk, file_start=4096))
     assert got[-1]["row_kind"] == "corrupt_record" and got[-1]["phys_offset"] == 4096 + len(a)
     assert '"illegal_magic"' in str(got[-1]["detail"])
+
 
 def test_copies_bytes_like_ha_including_a_cut_record(tmp_path: Path) -> None:
     offsets, _ = _store(tmp_path / "m")

@@ -41,16 +41,27 @@ SIZE = encoded_length(msg(0))
 
 
 def run(spark: Any, master: Path, replica: Path) -> tuple[list[dict[str, Any]], StoreDiff]:
-    result = diff_stores(spark, commitlog_files(master), commitlog_files(replica), run_id="r1", pair="mq-a",
-                         chunk_bytes=CHUNK)
+    result = diff_stores(
+        spark, commitlog_files(master), commitlog_files(replica), run_id="r1", pair="mq-a", chunk_bytes=CHUNK
+    )
     rows = sorted((r.asDict() for r in result.findings.collect()), key=lambda r: (r["category"], r["start_num"]))
     result.release()
     return rows, result
 
 
 def as_findings(rows: list[dict[str, Any]]) -> list[Finding]:
-    return [Finding(r["check"], r["category"], start_num=r["start_num"], end_num=r["end_num"], count=r["count"],
-                    bytes=r["bytes"], evidence=json.loads(r["detail"])) for r in rows]
+    return [
+        Finding(
+            r["check"],
+            r["category"],
+            start_num=r["start_num"],
+            end_num=r["end_num"],
+            count=r["count"],
+            bytes=r["bytes"],
+            evidence=json.loads(r["detail"]),
+        )
+        for r in rows
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +72,8 @@ def healthy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int]]:
 
 
 def test_healthy_pair_has_no_findings_and_a_foreign_client_only_shows_in_the_log(
-        spark: Any, healthy: tuple[Path, list[int]]) -> None:
+    spark: Any, healthy: tuple[Path, list[int]]
+) -> None:
     root, offsets = healthy
     # An empty slave starts at the master's last file at attach time: here, the second file.
     replicate(root / "master", root / "slave", start=FILE_SIZE, upto=max_offset(root / "master") or 0)
@@ -75,11 +87,13 @@ def test_healthy_pair_has_no_findings_and_a_foreign_client_only_shows_in_the_log
     assert m["master_records"] == 300 and m["replica_records"] == len([o for o in offsets if o >= FILE_SIZE])
     assert m["master_records_compared"] == 0 and m["bytes_not_compared"] == 0
     # Someone sent "999999999" to the master's HA port (seed 000 §4): the data stays clean, the log does not.
-    log = parse_broker_log([
-        "2019-12-04 11:35:16 INFO ReadSocketService - slave[/127.0.0.2:38824] request offset 4123389851770370361",
-        f"2019-12-04 11:35:53 INFO BrokerControllerScheduledThread1 - Slave fall behind master: "
-        f"{m['master_max_offset'] - 4123389851770370361} bytes",
-    ])
+    log = parse_broker_log(
+        [
+            "2019-12-04 11:35:16 INFO ReadSocketService - slave[/127.0.0.2:38824] request offset 4123389851770370361",
+            f"2019-12-04 11:35:53 INFO BrokerControllerScheduledThread1 - Slave fall behind master: "
+            f"{m['master_max_offset'] - 4123389851770370361} bytes",
+        ]
+    )
     (lag,) = ha_findings(master_max=m["master_max_offset"], replica_max=m["replica_max_offset"], log=log)
     assert lag.category == "negative_lag" and lag.evidence["ack_ascii"] == "99999999"
     assert lag.evidence["replica_ahead"] is False and lag.evidence["client"] == "/127.0.0.2:38824"
@@ -102,8 +116,9 @@ def test_stale_slave_reattached_to_a_redeployed_master(spark: Any, tmp_path: Pat
     # The old master wrote 120 records; its slave copied them all. The master is redeployed empty under
     # the same brokerName and has written 70 records so far; the slave reattached and reports its old
     # max offset, so the new master sends it nothing until it catches up (seed 000 §3).
-    old = write_store(tmp_path / "old", [msg(i, host="10.0.0.1:10911", t0=T_OLD, tag="old") for i in range(120)],
-                      file_size=FILE_SIZE)
+    old = write_store(
+        tmp_path / "old", [msg(i, host="10.0.0.1:10911", t0=T_OLD, tag="old") for i in range(120)], file_size=FILE_SIZE
+    )
     replicate(tmp_path / "old", tmp_path / "slave", start=0, upto=old[-1] + SIZE)
     new = write_store(tmp_path / "new", [msg(i, host=new_host) for i in range(70)], file_size=FILE_SIZE)
     master_max = new[-1] + SIZE
@@ -120,19 +135,24 @@ def test_stale_slave_reattached_to_a_redeployed_master(spark: Any, tmp_path: Pat
     assert stale["replica_digest"] and stale["master_digest"] and stale["replica_digest"] != stale["master_digest"]
     m = result.metrics
     assert (m["master_max_offset"], m["replica_max_offset"]) == (master_max, old[-1] + SIZE)
-    log = parse_broker_log([
-        "2024-05-01 10:00:00 INFO ReadSocketService - slave[/10.0.0.2:41000] request offset "
-        f"{m['replica_max_offset']}",
-        f"2024-05-01 10:01:00 INFO BrokerControllerScheduledThread1 - Slave fall behind master: "
-        f"{m['master_max_offset'] - m['replica_max_offset']} bytes",
-    ])
+    log = parse_broker_log(
+        [
+            "2024-05-01 10:00:00 INFO ReadSocketService - slave[/10.0.0.2:41000] request offset "
+            f"{m['replica_max_offset']}",
+            f"2024-05-01 10:01:00 INFO BrokerControllerScheduledThread1 - Slave fall behind master: "
+            f"{m['master_max_offset'] - m['replica_max_offset']} bytes",
+        ]
+    )
     ha = ha_findings(master_max=m["master_max_offset"], replica_max=m["replica_max_offset"], log=log)
     assert [f.category for f in ha] == ["replica_ahead", "negative_lag"]
     assert ha[0].bytes == m["replica_max_offset"] - m["master_max_offset"]
     diagnosed = diagnose("rocketmq", ha + as_findings(rows), proposed())
     assert {(f.category, f.diagnosis) for f in diagnosed} == {
-        ("replica_ahead", "RMQ_STALE_SLAVE"), ("negative_lag", "RMQ_STALE_SLAVE"),
-        ("stale_replica_data", "RMQ_STALE_SLAVE"), ("missing_range", None)}
+        ("replica_ahead", "RMQ_STALE_SLAVE"),
+        ("negative_lag", "RMQ_STALE_SLAVE"),
+        ("stale_replica_data", "RMQ_STALE_SLAVE"),
+        ("missing_range", None),
+    }
 
 
 def test_missing_span_is_one_range_in_master_offsets(spark: Any, tmp_path: Path) -> None:
@@ -144,10 +164,13 @@ def test_missing_span_is_one_range_in_master_offsets(spark: Any, tmp_path: Path)
     rows, _ = run(spark, tmp_path / "m", tmp_path / "s")
     # One finding although a BLANK and a file boundary lie inside; bytes count the records only.
     assert [(r["category"], r["start_num"], r["end_num"], r["count"], r["bytes"]) for r in rows] == [
-        ("missing_range", offsets[gone[0]], offsets[gone[-1]] + SIZE, 4, 4 * SIZE)]
+        ("missing_range", offsets[gone[0]], offsets[gone[-1]] + SIZE, 4, 4 * SIZE)
+    ]
     ev = json.loads(rows[0]["detail"])
-    assert (ev["first_uniq_key"], ev["last_uniq_key"]) == (messages[gone[0]].properties["UNIQ_KEY"],
-                                                          messages[gone[-1]].properties["UNIQ_KEY"])
+    assert (ev["first_uniq_key"], ev["last_uniq_key"]) == (
+        messages[gone[0]].properties["UNIQ_KEY"],
+        messages[gone[-1]].properties["UNIQ_KEY"],
+    )
     assert rows[0]["master_digest"] and rows[0]["replica_digest"]  # the slave holds other records there
 
 
@@ -155,11 +178,13 @@ def test_duplicated_message_is_a_duplicate_range_in_slave_offsets(spark: Any, tm
     messages = [msg(i) for i in range(200)]
     write_store(tmp_path / "m", messages, file_size=FILE_SIZE)
     dup = 120  # the slave stored message 120 twice in a row (a producer retry it alone accepted)
-    s_offsets = write_store(tmp_path / "s", [*messages[: dup + 1], messages[dup], *messages[dup + 1 :]],
-                            file_size=FILE_SIZE)
+    s_offsets = write_store(
+        tmp_path / "s", [*messages[: dup + 1], messages[dup], *messages[dup + 1 :]], file_size=FILE_SIZE
+    )
     rows, result = run(spark, tmp_path / "m", tmp_path / "s")
     assert [(r["category"], r["start_num"], r["end_num"], r["count"], r["bytes"]) for r in rows] == [
-        ("duplicate_range", s_offsets[dup + 1], s_offsets[dup + 1] + SIZE, 1, SIZE)]
+        ("duplicate_range", s_offsets[dup + 1], s_offsets[dup + 1] + SIZE, 1, SIZE)
+    ]
     ev = json.loads(rows[0]["detail"])
     assert ev["first_uniq_key"] == messages[dup].properties["UNIQ_KEY"]
     assert ev["first_original_offset"] == s_offsets[dup]
@@ -195,8 +220,11 @@ def test_read_store_gives_every_row_of_the_fixture_and_an_end_row(spark: Any, tm
     end = next(r for r in rows if r.row_kind == "end")
     assert (end.phys_offset, end.size, json.loads(end.detail)["records"]) == (8192, 8192, 47)
     local = scan_commitlog(FIXTURE.read_bytes(), file_start=0).to_pylist()
-    spark_rows = [{k: v for k, v in r.asDict().items() if k not in ("file_start", "in_ranges")} for r in rows
-                  if r.row_kind != "end"]
+    spark_rows = [
+        {k: v for k, v in r.asDict().items() if k not in ("file_start", "in_ranges")}
+        for r in rows
+        if r.row_kind != "end"
+    ]
     assert spark_rows == local
     kept = read_store(spark, commitlog_files(tmp_path), keep=Keep(((172 * 3, 172 * 5),))).collect()
     assert [r.phys_offset for r in kept if r.row_kind == "record"] == [516, 688]

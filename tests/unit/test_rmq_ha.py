@@ -51,8 +51,15 @@ PROPOSED_SIGNATURES = """
 
 def proposed() -> tuple[Signature, ...]:
     return tuple(
-        Signature(code=e["code"], kinds=tuple(e["kinds"]), categories=tuple(e["categories"]), all=e.get("all") or {},
-                  any=e.get("any") or {}, meaning=" ".join(e["meaning"].split()), source=e["source"])
+        Signature(
+            code=e["code"],
+            kinds=tuple(e["kinds"]),
+            categories=tuple(e["categories"]),
+            all=e.get("all") or {},
+            any=e.get("any") or {},
+            meaning=" ".join(e["meaning"].split()),
+            source=e["source"],
+        )
         for e in yaml.safe_load(PROPOSED_SIGNATURES)
     )
 
@@ -93,8 +100,11 @@ def test_seed_000_foreign_client_numbers_come_out_of_its_own_log(seed000: list[s
 
 def test_seed_000_headline_number_is_no_store_offset(seed000: list[str]) -> None:
     log = parse_broker_log(seed000)
-    first = next(f for f in ha_findings(master_max=None, replica_max=None, log=log)
-                 if f.evidence["first_seen"] == "2019-12-03 17:42:06")
+    first = next(
+        f
+        for f in ha_findings(master_max=None, replica_max=None, log=log)
+        if f.evidence["first_seen"] == "2019-12-03 17:42:06"
+    )
     ev = first.evidence
     assert ev["lag_bytes"] == -6868909625984868736 and ev["ack_offset"] is None
     # The master max at that line is not in the log, but it is >= 0, so the ack is >= 6.87e18 bytes:
@@ -122,20 +132,29 @@ def test_stale_slave_acks_its_own_old_max_offset() -> None:
     assert ahead.evidence["ack_matches_replica_max"] is True
     ev = lag.evidence
     assert (ev["ack_offset"], ev["master_max_offset"], ev["negative_lines"], ev["client"]) == (
-        81920, 20000, 2, "/10.0.0.9:41000")
+        81920,
+        20000,
+        2,
+        "/10.0.0.9:41000",
+    )
     assert ev["replica_ahead"] and ev["ack_matches_replica_max"] and not ev["ack_implausible"]
     assert ev["ack_ascii"] is None
     assert diagnosed(findings) == [("replica_ahead", "RMQ_STALE_SLAVE"), ("negative_lag", "RMQ_STALE_SLAVE")]
 
 
 def test_both_log_spellings_and_a_healthy_lag() -> None:
-    log = parse_broker_log([
-        "2024-05-01 10:00:00 INFO BrokerControllerScheduledThread1 - Slave fall behind master: 1024 bytes",
-        "2024-05-01 10:01:00 INFO BrokerControllerScheduledThread1 - CommitLog: slave fall behind master -5bytes",
-        "noise without a timestamp: slave fall behind master 7bytes",
-    ])
-    assert [(x.lag_bytes, x.at) for x in log.lags] == [(1024, "2024-05-01 10:00:00"), (-5, "2024-05-01 10:01:00"),
-                                                       (7, None)]
+    log = parse_broker_log(
+        [
+            "2024-05-01 10:00:00 INFO BrokerControllerScheduledThread1 - Slave fall behind master: 1024 bytes",
+            "2024-05-01 10:01:00 INFO BrokerControllerScheduledThread1 - CommitLog: slave fall behind master -5bytes",
+            "noise without a timestamp: slave fall behind master 7bytes",
+        ]
+    )
+    assert [(x.lag_bytes, x.at) for x in log.lags] == [
+        (1024, "2024-05-01 10:00:00"),
+        (-5, "2024-05-01 10:01:00"),
+        (7, None),
+    ]
     assert [x.lag_bytes for x in log.negative] == [-5]
     assert ha_findings(master_max=100, replica_max=90, log=parse_broker_log(log.lags[0].text.splitlines())) == []
     (lag,) = ha_findings(master_max=None, replica_max=None, log=log)
@@ -146,12 +165,24 @@ def test_both_log_spellings_and_a_healthy_lag() -> None:
 def _master_ha_status() -> str:
     """What HAStatusSubCommand.printStatus prints for a master: its Java printf formats, kept verbatim."""
     head = "\n#MasterAddr\t%s\n#MasterCommitLogMaxOffset\t%d\n#SlaveNum\t%d\n#InSyncSlaveNum\t%d\n" % (  # noqa: UP031
-        "10.0.0.1:10911", 27539373, 3, 3)
+        "10.0.0.1:10911",
+        27539373,
+        3,
+        3,
+    )
     table = "%-32s  %-16s %16s %16s %16s %16s\n" % (  # noqa: UP031
-        "#SlaveAddr", "#SlaveAckOffset", "#Diff", "#TransferSpeed(KB/s)", "#Status", "#TransferFromWhere")
-    rows = [("10.0.0.2:41234", 27539373, 0, 1.5, "OK", 27000000),
-            ("/127.0.0.2:38824", 4123389851770370361, -4123389851742830988, 0.0, "OK", 4123389851770370361),
-            ("10.0.0.3:41000", 1000, 27538373, 0.0, "Fall Behind", 1000)]
+        "#SlaveAddr",
+        "#SlaveAckOffset",
+        "#Diff",
+        "#TransferSpeed(KB/s)",
+        "#Status",
+        "#TransferFromWhere",
+    )
+    rows = [
+        ("10.0.0.2:41234", 27539373, 0, 1.5, "OK", 27000000),
+        ("/127.0.0.2:38824", 4123389851770370361, -4123389851742830988, 0.0, "OK", 4123389851770370361),
+        ("10.0.0.3:41000", 1000, 27538373, 0.0, "Fall Behind", 1000),
+    ]
     return head + table + "".join("%-32s  %-16d %16d %16.2f %16s %16d\n" % r for r in rows)  # noqa: UP031
 
 
@@ -174,7 +205,11 @@ def test_ha_status_negative_diff_reported_ok_is_a_finding() -> None:
     (lag,) = ha_findings(master_max=27539373, replica_max=27539373, ha_status=[block], replica_addr="10.0.0.2:10911")
     ev = lag.evidence
     assert (ev["source"], ev["lag_bytes"], ev["ack_ascii"], ev["status_ok"]) == (
-        "ha_status", -4123389851742830988, "99999999", True)
+        "ha_status",
+        -4123389851742830988,
+        "99999999",
+        True,
+    )
     assert ev["client_is_replica"] is False and ev["replica_ahead"] is False
     assert diagnosed([lag]) == [("negative_lag", "RMQ_FOREIGN_HA_CLIENT")]
     (slave,) = parse_ha_status(SLAVE_HA_STATUS)
@@ -184,12 +219,14 @@ def test_ha_status_negative_diff_reported_ok_is_a_finding() -> None:
 
 
 def test_broker_status_gives_the_max_offset() -> None:
-    text = "\n".join([
-        f"{'brokerVersionDesc':<32}: V4_9_4",
-        f"{'commitLogMaxOffset':<32}: 1073741824",
-        f"{'commitLogMinOffset':<32}: 0",
-        f"{'runtime':<32}: [ 0 days, 1 hours, 2 minutes, 3 seconds ]",
-    ])
+    text = "\n".join(
+        [
+            f"{'brokerVersionDesc':<32}: V4_9_4",
+            f"{'commitLogMaxOffset':<32}: 1073741824",
+            f"{'commitLogMinOffset':<32}: 0",
+            f"{'runtime':<32}: [ 0 days, 1 hours, 2 minutes, 3 seconds ]",
+        ]
+    )
     status = parse_broker_status(text)
     assert status["brokerVersionDesc"] == "V4_9_4" and status["runtime"].startswith("[ 0 days")
     assert max_offset_from_status(text) == 1073741824
@@ -201,8 +238,9 @@ def test_replica_ahead_only_when_the_replica_ends_beyond_the_master() -> None:
     assert f is not None and (f.start_num, f.end_num, f.bytes, f.severity) == (100, 160, 60, "critical")
 
 
-@pytest.mark.parametrize("value", [0, 1, 0x1F1F1F1F1F1F1F1F, 0x2020202020202020, 0x7E7E7E7E7E7E7E7E,
-                                   0x5F5344E96B16E180])
+@pytest.mark.parametrize(
+    "value", [0, 1, 0x1F1F1F1F1F1F1F1F, 0x2020202020202020, 0x7E7E7E7E7E7E7E7E, 0x5F5344E96B16E180]
+)
 def test_smallest_printable_is_the_first_text_at_or_after(value: int) -> None:
     got: Any = smallest_printable_at_least(value)
     assert got is not None and got >= value and decode_ascii_offset(got) is not None

@@ -156,23 +156,25 @@ ROW_PADDING = "padding"
 ROW_CORRUPT = "corrupt_record"
 ROW_TORN = "torn_tail"
 
-RECORD_SCHEMA = pa.schema([
-    pa.field("row_kind", pa.string(), nullable=False),  # record | padding | corrupt_record | torn_tail
-    pa.field("db", pa.int32(), nullable=False),
-    pa.field("filenum", pa.int32(), nullable=False),  # N of write2file<N>
-    pa.field("start", pa.int64(), nullable=False),  # offset of the record's first physical header
-    pa.field("end", pa.int64(), nullable=False),  # offset after its last payload byte (Pika's reader offset)
-    pa.field("exec_time", pa.int64()),
-    pa.field("term", pa.int64()),
-    pa.field("logic_id", pa.int64()),
-    pa.field("prev_filenum", pa.int64()),  # embedded producer position before the append
-    pa.field("prev_offset", pa.int64()),
-    pa.field("content_len", pa.int64()),
-    pa.field("digest", pa.int64()),  # xxh3_64 of the content (item bytes 34..), as a signed int64
-    pa.field("command", pa.string()),  # lower-cased first RESP argument
-    pa.field("key", pa.binary()),  # second RESP argument, first KEY_PREFIX_MAX bytes; null when keyless
-    pa.field("detail", pa.string()),  # why a row is not a good record; null for records
-])
+RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("row_kind", pa.string(), nullable=False),  # record | padding | corrupt_record | torn_tail
+        pa.field("db", pa.int32(), nullable=False),
+        pa.field("filenum", pa.int32(), nullable=False),  # N of write2file<N>
+        pa.field("start", pa.int64(), nullable=False),  # offset of the record's first physical header
+        pa.field("end", pa.int64(), nullable=False),  # offset after its last payload byte (Pika's reader offset)
+        pa.field("exec_time", pa.int64()),
+        pa.field("term", pa.int64()),
+        pa.field("logic_id", pa.int64()),
+        pa.field("prev_filenum", pa.int64()),  # embedded producer position before the append
+        pa.field("prev_offset", pa.int64()),
+        pa.field("content_len", pa.int64()),
+        pa.field("digest", pa.int64()),  # xxh3_64 of the content (item bytes 34..), as a signed int64
+        pa.field("command", pa.string()),  # lower-cased first RESP argument
+        pa.field("key", pa.binary()),  # second RESP argument, first KEY_PREFIX_MAX bytes; null when keyless
+        pa.field("detail", pa.string()),  # why a row is not a good record; null for records
+    ]
+)
 
 _KEYLESS = frozenset({"padding"})  # commands whose second argument is not a key
 _FILE_RE = re.compile(rf"{FILE_PREFIX}(0|[1-9][0-9]*)")
@@ -186,10 +188,17 @@ _ITEM_CHECK = struct.Struct(
     "28x"  # exec_time, term, logic_id, filenum, offset: decoded later, in one numpy pass
     "I"  # content_len
 )
-_ITEM_DTYPE = np.dtype([  # ITEM_HEADER as a packed numpy record
-    ("type", "<u2"), ("exec_time", "<u4"), ("term", "<u4"), ("logic_id", "<u8"),
-    ("prev_filenum", "<u4"), ("prev_offset", "<u8"), ("content_len", "<u4"),
-])
+_ITEM_DTYPE = np.dtype(
+    [  # ITEM_HEADER as a packed numpy record
+        ("type", "<u2"),
+        ("exec_time", "<u4"),
+        ("term", "<u4"),
+        ("logic_id", "<u8"),
+        ("prev_filenum", "<u4"),
+        ("prev_offset", "<u8"),
+        ("content_len", "<u4"),
+    ]
+)
 assert _ITEM_DTYPE.itemsize == ITEM_HEADER_SIZE
 _NO_HEADER = bytes(ITEM_HEADER_SIZE)
 # The hot loop's RESP check: an array of N >= 2 bulk strings, matched up to the key's bytes. The prefix
@@ -274,7 +283,7 @@ def _resp_head(buf: bytes, c: int, e: int) -> tuple[bytes, int, int] | None:
     if c >= e or buf[c] != 42:  # '*'
         return None
     x = buf.find(_CRLF, c + 1, e)
-    d = buf[c + 1:x]
+    d = buf[c + 1 : x]
     if x < 0 or x - c > 11 or not d.isdigit():
         return None
     argc = int(d)
@@ -282,7 +291,7 @@ def _resp_head(buf: bytes, c: int, e: int) -> tuple[bytes, int, int] | None:
     if argc < 1 or p >= e or buf[p] != 36:  # '$'
         return None
     x = buf.find(_CRLF, p + 1, e)
-    d = buf[p + 1:x]
+    d = buf[p + 1 : x]
     if x < 0 or x - p > 11 or not d.isdigit():
         return None
     s = x + 2
@@ -295,7 +304,7 @@ def _resp_head(buf: bytes, c: int, e: int) -> tuple[bytes, int, int] | None:
     if p >= e or buf[p] != 36:
         return None
     x = buf.find(_CRLF, p + 1, e)
-    d = buf[p + 1:x]
+    d = buf[p + 1 : x]
     if x < 0 or x - p > 11 or not d.isdigit():
         return None
     ks = x + 2
@@ -390,7 +399,9 @@ class _Scan:
         else:
             command, has_key = self._name(head[0])
             self.command.append(command)
-            self.key.append(item[head[1]:head[1] + min(head[2], KEY_PREFIX_MAX)] if has_key and head[1] >= 0 else None)
+            self.key.append(
+                item[head[1] : head[1] + min(head[2], KEY_PREFIX_MAX)] if has_key and head[1] >= 0 else None
+            )
         self.start.append(start)
         self.end.append(end)
         self.headers += item[:ITEM_HEADER_SIZE]
@@ -414,23 +425,26 @@ class _Scan:
         def col(values: np.ndarray[Any, Any]) -> pa.Array:
             return pa.array(values.astype(np.int64, copy=False), mask=no_item)
 
-        return pa.RecordBatch.from_arrays([
-            _KIND_NAMES.take(pa.array(kind)),
-            pa.array(np.full(n, self.db, dtype=np.int32)),
-            pa.array(np.full(n, self.filenum, dtype=np.int32)),
-            pa.array(np.array(self.start, dtype=np.int64)),
-            pa.array(np.array(self.end, dtype=np.int64)),
-            col(h["exec_time"]),
-            col(h["term"]),
-            col(h["logic_id"].view(np.int64)),
-            col(h["prev_filenum"]),
-            col(h["prev_offset"].view(np.int64)),
-            col(h["content_len"]),
-            col(np.array(self.digest, dtype=np.uint64).view(np.int64)),
-            pa.array(self.command, pa.string()),
-            pa.array(self.key, pa.binary()),
-            pa.array(detail, pa.string()) if detail is not None else pa.nulls(n, pa.string()),
-        ], schema=RECORD_SCHEMA)
+        return pa.RecordBatch.from_arrays(
+            [
+                _KIND_NAMES.take(pa.array(kind)),
+                pa.array(np.full(n, self.db, dtype=np.int32)),
+                pa.array(np.full(n, self.filenum, dtype=np.int32)),
+                pa.array(np.array(self.start, dtype=np.int64)),
+                pa.array(np.array(self.end, dtype=np.int64)),
+                col(h["exec_time"]),
+                col(h["term"]),
+                col(h["logic_id"].view(np.int64)),
+                col(h["prev_filenum"]),
+                col(h["prev_offset"].view(np.int64)),
+                col(h["content_len"]),
+                col(np.array(self.digest, dtype=np.uint64).view(np.int64)),
+                pa.array(self.command, pa.string()),
+                pa.array(self.key, pa.binary()),
+                pa.array(detail, pa.string()) if detail is not None else pa.nulls(n, pa.string()),
+            ],
+            schema=RECORD_SCHEMA,
+        )
 
     # -- scanning ---------------------------------------------------------------------------------------
 
@@ -476,15 +490,21 @@ class _Scan:
                             got = heads.get(m.group()) or head(m.group())
                             ks = m.end()
                             q = ks + got[2]  # the key's end
-                            if got is not bad and buf.startswith(_CRLF, q) and (
-                                    q + 2 == e if got[3] else buf.endswith(_CRLF, q + 2, e)):
+                            if (
+                                got is not bad
+                                and buf.startswith(_CRLF, q)
+                                and (q + 2 == e if got[3] else buf.endswith(_CRLF, q + 2, e))
+                            ):
                                 start(base + i)
                                 end(base + e)
                                 headers += buf[j:c]
                                 digest(h64(mv[c:e]))
                                 command(got[0])
-                                key(buf[ks:ks + (got[2] if got[2] < KEY_PREFIX_MAX else KEY_PREFIX_MAX)]
-                                    if got[1] else None)
+                                key(
+                                    buf[ks : ks + (got[2] if got[2] < KEY_PREFIX_MAX else KEY_PREFIX_MAX)]
+                                    if got[1]
+                                    else None
+                                )
                                 i = e
                                 continue
             i = step(buf, base, i, limit, final)
@@ -517,8 +537,7 @@ class _Scan:
                 if w & _LENGTH_MASK == 0 and w >> _TYPE_SHIFT == RecordType.FIRST:
                     return self._fragmented(buf, base, i, i + HEADER_SIZE, limit, final)
                 if w & _LENGTH_MASK == 0 and w >> _TYPE_SHIFT == RecordType.MIDDLE:
-                    return self._corrupt(base + i, "Middle fragment without First", base, i + left, buf, limit,
-                                         final)
+                    return self._corrupt(base + i, "Middle fragment without First", base, i + left, buf, limit, final)
             return i + left
         if i + HEADER_SIZE > limit:
             return self._end_cut(buf, base, i, limit, final)
@@ -583,16 +602,19 @@ class _Scan:
                 if left == HEADER_SIZE and i + HEADER_SIZE <= limit:
                     w: int = _HEADER_WORD.unpack_from(buf, i)[0]
                     if w & _LENGTH_MASK == 0 and w >> _TYPE_SHIFT == RecordType.FIRST:
-                        return self._corrupt(base + first, "First fragment while a record is open", base,
-                                             i + left, buf, limit, final)
+                        return self._corrupt(
+                            base + first, "First fragment while a record is open", base, i + left, buf, limit, final
+                        )
                 if i + left > limit:  # the block end lies past the data: the record is cut there
-                    return self._torn_or_need(base, first, i, limit, final,
-                                              "record open at the end of data (no Last fragment)")
+                    return self._torn_or_need(
+                        base, first, i, limit, final, "record open at the end of data (no Last fragment)"
+                    )
                 i += left
                 continue
             if i + HEADER_SIZE > limit:
-                return self._torn_or_need(base, first, i, limit, final,
-                                          "record open at the end of data (no Last fragment)")
+                return self._torn_or_need(
+                    base, first, i, limit, final, "record open at the end of data (no Last fragment)"
+                )
             w = _HEADER_WORD.unpack_from(buf, i)[0]
             if w == 0:
                 self._row(ROW_TORN, base + first, base + i, "record open where the zero-filled tail starts")
@@ -607,8 +629,9 @@ class _Scan:
             j = i + HEADER_SIZE
             e = j + n
             if e > limit:
-                return self._torn_or_need(base, first, i, limit, final,
-                                          "record open at the end of data (no Last fragment)")
+                return self._torn_or_need(
+                    base, first, i, limit, final, "record open at the end of data (no Last fragment)"
+                )
             pieces.append((j, e))
             i = e
             if t == RecordType.LAST:
@@ -687,8 +710,9 @@ class _Scan:
             return i
 
 
-def scan_binlog(data: bytes | bytearray | memoryview, *, db: int, filenum: int,
-                logical_end: int | None = None) -> pa.RecordBatch:
+def scan_binlog(
+    data: bytes | bytearray | memoryview, *, db: int, filenum: int, logical_end: int | None = None
+) -> pa.RecordBatch:
     """Every record, padding run and damaged region of one binlog file's bytes, as RECORD_SCHEMA rows.
 
     Reading stops at the first all-zero header or at `logical_end` (the manifest's pro_offset when this
@@ -701,8 +725,9 @@ def scan_binlog(data: bytes | bytearray | memoryview, *, db: int, filenum: int,
     return scan.batch()
 
 
-def parse_file(path: Path | str, *, db: int, filenum: int, logical_end: int | None = None,
-               chunk_size: int = 8 << 20) -> pa.RecordBatch:
+def parse_file(
+    path: Path | str, *, db: int, filenum: int, logical_end: int | None = None, chunk_size: int = 8 << 20
+) -> pa.RecordBatch:
     """`scan_binlog` over a file read in block-aligned chunks, so memory stays near `chunk_size`.
 
     A record larger than a chunk makes the next read as large as needed; one still open at a chunk's
@@ -727,8 +752,9 @@ def parse_file(path: Path | str, *, db: int, filenum: int, logical_end: int | No
     return scan.batch()
 
 
-def iter_records(data: bytes | bytearray | memoryview, *, db: int, filenum: int,
-                 logical_end: int | None = None) -> Iterator[BinlogRecord]:
+def iter_records(
+    data: bytes | bytearray | memoryview, *, db: int, filenum: int, logical_end: int | None = None
+) -> Iterator[BinlogRecord]:
     """The rows of `scan_binlog` as BinlogRecord objects."""
     for row in scan_binlog(data, db=db, filenum=filenum, logical_end=logical_end).to_pylist():
         yield BinlogRecord(**row)

@@ -18,7 +18,8 @@ import re
 from dataclasses import dataclass, field
 
 _BINLOG_LINE = re.compile(
-    r"^(?P<db>db\d+)[: ]binlog_offset=(?P<filenum>\d+) (?P<offset>\d+)(?:,safety_purge=(?P<purge>\S*))?$")
+    r"^(?P<db>db\d+)[: ]binlog_offset=(?P<filenum>\d+) (?P<offset>\d+)(?:,safety_purge=(?P<purge>\S*))?$"
+)
 _LAG_ITEM = re.compile(r"\((?P<db>db\d+):(?P<value>[^)]*)\)")
 _PAREN_ITEM = _LAG_ITEM
 _SLAVE_NAME = re.compile(r"^slave\d+$")
@@ -88,8 +89,9 @@ def _slave_entry(value: str) -> SlaveEntry:
     for m in _LAG_ITEM.finditer(fields.get("lag", "")):
         raw = m["value"].strip()
         lag[_db(m["db"])] = int(raw) if raw.isdigit() else raw
-    return SlaveEntry(ip=fields.get("ip", ""), port=_int(fields.get("port")), conn_fd=_int(fields.get("conn_fd")),
-                      lag=lag)
+    return SlaveEntry(
+        ip=fields.get("ip", ""), port=_int(fields.get("port")), conn_fd=_int(fields.get("conn_fd")), lag=lag
+    )
 
 
 def parse_pika_replication(raw: bytes | str) -> PikaReplication:

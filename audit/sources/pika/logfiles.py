@@ -56,16 +56,20 @@ def _readable(path: Path) -> None:
 def discover(log_root: Path, dbs: list[int] | None, side: str) -> list[DbLog]:
     """The binlogs of each database under `log_root`; `dbs` None means every `log_db<N>` found."""
     if not log_root.is_dir():
-        raise SnapshotError(f"{side} binlog directory {log_root} does not exist or is not a directory",
-                            where=str(log_root))
+        raise SnapshotError(
+            f"{side} binlog directory {log_root} does not exist or is not a directory", where=str(log_root)
+        )
     found = {int(m.group(1)): log_root / d for d in os.listdir(log_root) if (m := _LOG_DIR.match(d))}
     wanted = dbs if dbs is not None else sorted(found)
     out = []
     for db in wanted:
         directory = found.get(db)
         if directory is None:
-            raise SnapshotError(f"{side} binlog directory {log_root} has no log_db{db}/ (found: "
-                                f"{', '.join(f'log_db{d}' for d in sorted(found)) or 'none'})", where=str(log_root))
+            raise SnapshotError(
+                f"{side} binlog directory {log_root} has no log_db{db}/ (found: "
+                f"{', '.join(f'log_db{d}' for d in sorted(found)) or 'none'})",
+                where=str(log_root),
+            )
         manifest = None
         if (directory / MANIFEST).exists():
             _readable(directory / MANIFEST)
@@ -85,8 +89,9 @@ def _scan_file(task: dict[str, Any]) -> pa.RecordBatch:
     from audit.sources.pika.binlog import parse_file
 
     rb = parse_file(task["path"], db=task["db"], filenum=task["filenum"], logical_end=task["logical_end"])
-    real = pc.fill_null(pc.and_(pc.equal(rb.column("row_kind"), "record"),
-                                pc.not_equal(rb.column("command"), "padding")), False)
+    real = pc.fill_null(
+        pc.and_(pc.equal(rb.column("row_kind"), "record"), pc.not_equal(rb.column("command"), "padding")), False
+    )
     idx = pc.subtract(pc.cumulative_sum(pc.cast(real, pa.int64())), 1)
     idx = pc.if_else(real, idx, pa.scalar(None, pa.int64()))
     path = pa.array([task["path"]] * rb.num_rows, pa.string())
@@ -112,8 +117,9 @@ def _scan_partition(out_path: str, batches: Iterable[pa.RecordBatch]) -> Iterato
             rb = _scan_file(task)
             name = f"{root}/part-db{task['db']}-{task['filenum']:010d}.parquet"
             pq.write_table(pa.Table.from_batches([rb]), name, filesystem=fs, compression="zstd")
-            yield pa.RecordBatch.from_pylist([{"db": task["db"], "filenum": task["filenum"], "rows": rb.num_rows}],
-                                             schema=_DONE_SCHEMA)
+            yield pa.RecordBatch.from_pylist(
+                [{"db": task["db"], "filenum": task["filenum"], "rows": rb.num_rows}], schema=_DONE_SCHEMA
+            )
 
 
 def scan_logs(spark: SparkSession, logs: list[DbLog], out_path: str) -> dict[str, Any]:
@@ -136,8 +142,11 @@ def scan_logs(spark: SparkSession, logs: list[DbLog], out_path: str) -> dict[str
     df = spark.createDataFrame(tasks, "db int, filenum int, path string, logical_end long, size long")
     df = df.repartition(len(tasks))
     done = df.mapInArrow(functools.partial(_scan_partition, out_path), from_arrow_schema(_DONE_SCHEMA)).collect()
-    return {"files": len(tasks), "bytes": sum(t[4] if t[3] is None else t[3] for t in tasks),
-            "rows": sum(r["rows"] for r in done)}
+    return {
+        "files": len(tasks),
+        "bytes": sum(t[4] if t[3] is None else t[3] for t in tasks),
+        "rows": sum(r["rows"] for r in done),
+    }
 
 
 def read_scan(spark: SparkSession, path: str) -> DataFrame:

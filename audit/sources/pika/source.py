@@ -45,8 +45,9 @@ def _urls(pair: Pair, resolver: ConnResolver | None) -> tuple[str, str] | None:
         return None
     for side, url in (("master", m), ("replica", r)):
         if not url:
-            raise ConfigError(f"pair {pair.name}: {side}: give both servers (redis://host:port) or neither "
-                              "(files-only binlog audit)")
+            raise ConfigError(
+                f"pair {pair.name}: {side}: give both servers (redis://host:port) or neither (files-only binlog audit)"
+            )
         if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
             raise ConfigError(f"pair {pair.name}: {side}: expected redis://host:port, got {redact_url(url)}")
     assert m is not None and r is not None
@@ -66,27 +67,38 @@ def _repl(client: redis.Redis) -> tuple[PikaReplication, str]:
 class PikaSource(RedisSource):
     KIND: ClassVar[str] = "pika"
     SUITE: ClassVar[str] = "pika.json"
-    ENDPOINT_HELP: ClassVar[str] = ("redis://host:port of each Pika server (optional), and/or "
-                                    "binlog: {master_dir, replica_dir} holding log_db<N>/ directories")
+    ENDPOINT_HELP: ClassVar[str] = (
+        "redis://host:port of each Pika server (optional), and/or "
+        "binlog: {master_dir, replica_dir} holding log_db<N>/ directories"
+    )
 
     # --- snapshot ----------------------------------------------------------------------------------
     def snapshot(self, pair: Pair, run: RunDir, resolver: ConnResolver | None, progress: Progress | None) -> None:
         urls = _urls(pair, resolver)
         if urls is None and pair.binlog is None:
-            raise ConfigError(f"pair {pair.name}: kind pika needs servers (master, replica) or "
-                              "binlog: {master_dir, replica_dir}")
+            raise ConfigError(
+                f"pair {pair.name}: kind pika needs servers (master, replica) or binlog: {{master_dir, replica_dir}}"
+            )
         state = run.load_state(pair.name)
         dbs = pair.dbs or [0]
         state["dbs"] = dbs
         clients: dict[str, redis.Redis] = {}
         if urls is not None:
-            clients = {"master": connect(urls[0], role=f"{pair.name} master"),
-                       "replica": connect(urls[1], role=f"{pair.name} replica")}
+            clients = {
+                "master": connect(urls[0], role=f"{pair.name} master"),
+                "replica": connect(urls[1], role=f"{pair.name} replica"),
+            }
             state["servers"] = {}
             for side, url in zip(SIDES, urls, strict=True):
                 server = info_text(clients[side], "server").decode("utf-8", "replace")
-                version = next((ln.split(":", 1)[1].strip() for ln in server.splitlines()
-                                if ln.startswith(("pika_version:", "redis_version:"))), None)
+                version = next(
+                    (
+                        ln.split(":", 1)[1].strip()
+                        for ln in server.splitlines()
+                        if ln.startswith(("pika_version:", "redis_version:"))
+                    ),
+                    None,
+                )
                 state["servers"][side] = {"endpoint": redact_url(url), "version": version}
             self._check_master(pair, run, clients, urls, state)
         else:
@@ -102,8 +114,9 @@ class PikaSource(RedisSource):
         state["stages"]["snapshot"] = {"at_ms": int(time.time() * 1000)}
         run.save_state(pair.name, state)
 
-    def _check_master(self, pair: Pair, run: RunDir, clients: dict[str, redis.Redis], urls: tuple[str, str],
-                      state: dict[str, Any]) -> None:
+    def _check_master(
+        self, pair: Pair, run: RunDir, clients: dict[str, redis.Redis], urls: tuple[str, str], state: dict[str, Any]
+    ) -> None:
         state["early_findings"] = []
         if not pair.check_replication:
             state["checks"]["replication"] = {"status": "skipped", "reason": "check_replication: false"}
@@ -112,11 +125,14 @@ class PikaSource(RedisSource):
         wm = wrong_master(slave, *_host_port(urls[0]))
         if wm is not None:
             state["early_findings"].append(wm.to_row(run.run_id, pair.name, pair.kind))
-            state["checks"]["keyspace"] = {"status": "skipped", "reason": "the slave does not follow this pair's "
-                                           f"master ({json.dumps(wm.evidence, sort_keys=True)})"}
+            state["checks"]["keyspace"] = {
+                "status": "skipped",
+                "reason": f"the slave does not follow this pair's master ({json.dumps(wm.evidence, sort_keys=True)})",
+            }
 
-    def _snapshot_binlogs(self, pair: Pair, run: RunDir, clients: dict[str, redis.Redis],
-                          state: dict[str, Any]) -> None:
+    def _snapshot_binlogs(
+        self, pair: Pair, run: RunDir, clients: dict[str, redis.Redis], state: dict[str, Any]
+    ) -> None:
         from audit.diff.spark import get_spark
         from audit.sources.pika.logfiles import discover, producer_positions, scan_logs
 
@@ -137,7 +153,9 @@ class PikaSource(RedisSource):
             counts = scan_logs(spark, logs, str(out / BINLOG_SCAN))
             positions = producer_positions(logs)
             meta[side] = {
-                "dir": str(directory), "scan_s": round(time.time() - started, 3), **counts,
+                "dir": str(directory),
+                "scan_s": round(time.time() - started, 3),
+                **counts,
                 "dbs": [log.db for log in logs],
                 "manifest": {str(d): list(p) if p else None for d, p in positions.items()},
                 "info_binlog_offset": {str(d): [o.filenum, o.offset] for d, o in info.binlog.items()} if info else None,
@@ -147,10 +165,15 @@ class PikaSource(RedisSource):
             state["metrics"][f"{side}_binlog_files"] = counts["files"]
             state["metrics"][f"{side}_binlog_bytes"] = counts["bytes"]
             state["metrics"][f"{side}_binlog_scan_s"] = meta[side]["scan_s"]
-        state["binlog"] = {"dbs": meta["master"]["dbs"], "crosscheck": _crosscheck(meta),
-                           "crosscheck_findings": _crosscheck_findings(pair, run, meta)}
-        state["checks"]["binlog"] = {"status": "done", "reason": f"dbs {meta['master']['dbs']}, "
-                                     f"{meta['master']['files']}+{meta['replica']['files']} files"}
+        state["binlog"] = {
+            "dbs": meta["master"]["dbs"],
+            "crosscheck": _crosscheck(meta),
+            "crosscheck_findings": _crosscheck_findings(pair, run, meta),
+        }
+        state["checks"]["binlog"] = {
+            "status": "done",
+            "reason": f"dbs {meta['master']['dbs']}, {meta['master']['files']}+{meta['replica']['files']} files",
+        }
 
     # --- diff ------------------------------------------------------------------------------------
     def diff(self, pair: Pair, run: RunDir) -> None:
@@ -180,17 +203,20 @@ class PikaSource(RedisSource):
 
         m, s = (spark.read.parquet(str(run.snapshot(pair.name, side) / BINLOG_SCAN)) for side in SIDES)
         assert pair.binlog is not None
-        result = binlog_findings(m, s, run.run_id, pair.name, len(state["binlog"]["dbs"]), pair.binlog.file_size,
-                                 stage)
+        result = binlog_findings(m, s, run.run_id, pair.name, len(state["binlog"]["dbs"]), pair.binlog.file_size, stage)
         found, matched, lag = result.findings, result.matched, result.lag
         dmg = damage_findings(m, "master", run.run_id, pair.name).unionByName(
-            damage_findings(s, "replica", run.run_id, pair.name))
+            damage_findings(s, "replica", run.run_id, pair.name)
+        )
         found.unionByName(dmg).write.mode("overwrite").parquet(str(run.work(pair.name) / BINLOG_FINDINGS))
         where = F.when(F.col("m_epos") == F.col("s_epos"), "same").otherwise("shifted")
         how = {r["w"]: r["n"] for r in matched.groupBy(where.alias("w")).agg(F.count("*").alias("n")).collect()}
-        sides = {side: df.where(F.col("row_kind") == "record").agg(
-            F.count("*").alias("n"), F.coalesce(F.sum(F.col("end") - F.col("start")), F.lit(0)).alias("b")).first()
-            for side, df in (("master", m), ("replica", s))}
+        sides = {
+            side: df.where(F.col("row_kind") == "record")
+            .agg(F.count("*").alias("n"), F.coalesce(F.sum(F.col("end") - F.col("start")), F.lit(0)).alias("b"))
+            .first()
+            for side, df in (("master", m), ("replica", s))
+        }
         lag_rows = lag.collect()
         mt = state["metrics"]
         for side, row in sides.items():
@@ -231,11 +257,13 @@ class PikaSource(RedisSource):
     def _pika_sample(self, master: redis.Redis, replica: redis.Redis) -> PikaSample:
         s_info, s_raw = _repl(replica)
         m_info, m_raw = _repl(master)
-        return PikaSample(at_ms=int(time.time() * 1000), master=m_info, slave=s_info,
-                          raw={"master": m_raw, "replica": s_raw})
+        return PikaSample(
+            at_ms=int(time.time() * 1000), master=m_info, slave=s_info, raw={"master": m_raw, "replica": s_raw}
+        )
 
-    def _replication(self, pair: Pair, state: dict[str, Any], samples: list[PikaSample], slave_port: int
-                     ) -> list[Finding]:
+    def _replication(
+        self, pair: Pair, state: dict[str, Any], samples: list[PikaSample], slave_port: int
+    ) -> list[Finding]:
         dbs = state["dbs"]
         size = _file_size(pair)
         state["replication_samples"] = [{"at_ms": s.at_ms, **s.raw} for s in samples]
@@ -256,8 +284,9 @@ def _crosscheck(meta: dict[str, Any]) -> dict[str, Any]:
         info = m.get("info_binlog_offset")
         if info is None:
             continue
-        out[side] = {d: {"info": info.get(d), "manifest": pos, "equal": info.get(d) == pos}
-                     for d, pos in m["manifest"].items()}
+        out[side] = {
+            d: {"info": info.get(d), "manifest": pos, "equal": info.get(d) == pos} for d, pos in m["manifest"].items()
+        }
     return out
 
 
@@ -282,10 +311,20 @@ def _producer_ahead(pair: Pair, run: RunDir, state: dict[str, Any]) -> list[dict
             continue
         size = _file_size(pair)
         ahead = (s_pos[0] - m_pos[0]) * size + s_pos[1] - m_pos[1]
-        f = Finding("binlog", "replica_ahead", db=d, bytes=ahead,
-                    start=f"{m_pos[0]}:{m_pos[1]}", end=f"{s_pos[0]}:{s_pos[1]}",
-                    start_num=m_pos[0] << 32 | m_pos[1], end_num=s_pos[0] << 32 | s_pos[1],
-                    evidence={"master_producer": f"{m_pos[0]}:{m_pos[1]}", "slave_producer": f"{s_pos[0]}:{s_pos[1]}",
-                              "source": "manifest"})
+        f = Finding(
+            "binlog",
+            "replica_ahead",
+            db=d,
+            bytes=ahead,
+            start=f"{m_pos[0]}:{m_pos[1]}",
+            end=f"{s_pos[0]}:{s_pos[1]}",
+            start_num=m_pos[0] << 32 | m_pos[1],
+            end_num=s_pos[0] << 32 | s_pos[1],
+            evidence={
+                "master_producer": f"{m_pos[0]}:{m_pos[1]}",
+                "slave_producer": f"{s_pos[0]}:{s_pos[1]}",
+                "source": "manifest",
+            },
+        )
         rows.append(f.to_row(run.run_id, pair.name, pair.kind))
     return rows

@@ -87,16 +87,38 @@ class KeyReader:
         for i, k in enumerate(keys):
             type_, pttl = head[2 * i], head[2 * i + 1]
             if isinstance(type_, ReplyError) or isinstance(pttl, ReplyError):
-                out.append(KeyState(k, "", None, None, 0, None, ERROR, str(type_ if isinstance(type_, ReplyError)
-                                                                           else pttl), read_at))
+                out.append(
+                    KeyState(
+                        k,
+                        "",
+                        None,
+                        None,
+                        0,
+                        None,
+                        ERROR,
+                        str(type_ if isinstance(type_, ReplyError) else pttl),
+                        read_at,
+                    )
+                )
                 continue
             if type_ == b"none" or pttl == -2:
                 out.append(KeyState(k, "", None, None, 0, None, VANISHED, None, read_at))
                 continue
             len_cmd = _LEN_CMD.get(type_)
             if len_cmd is None:  # module types: nothing generic reads them
-                out.append(KeyState(k, type_.decode(), None, None, 0, None, ERROR,
-                                    f"type {type_.decode()} has no generic read", read_at))
+                out.append(
+                    KeyState(
+                        k,
+                        type_.decode(),
+                        None,
+                        None,
+                        0,
+                        None,
+                        ERROR,
+                        f"type {type_.decode()} has no generic read",
+                        read_at,
+                    )
+                )
                 continue
             live.append((k, type_, pttl))
             body_cmds.append((len_cmd, k))

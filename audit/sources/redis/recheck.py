@@ -95,8 +95,10 @@ def recheck(
         r_reads = read_keys(r_reader, keys)
         joined = join_sides(latest_read(states_frame(spark, m_reads)), latest_read(states_frame(spark, r_reads)))
         current = classify(joined, tolerance_ms).where("category IS NOT NULL").drop("unreadable").cache()
-        still = {(r["db"], bytes(r["key"])): tuple(r[f] for f in MASTER_FIELDS)
-                 for r in current.select("db", "key", *MASTER_FIELDS).collect()}
+        still = {
+            (r["db"], bytes(r["key"])): tuple(r[f] for f in MASTER_FIELDS)
+            for r in current.select("db", "key", *MASTER_FIELDS).collect()
+        }
         survivors = {}
         for k, before in master_before.items():
             if k not in still:

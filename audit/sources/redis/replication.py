@@ -84,25 +84,47 @@ def replication_findings(
     out: list[Finding] = []
     r = last.replica
     if r.get("master_link_status") != "up":
-        out.append(Finding("replication", "link_down", evidence={
-            "master_link_status": r.get("master_link_status"),
-            "master_link_down_since_seconds": as_int(r.get("master_link_down_since_seconds")),
-            "master_sync_in_progress": as_int(r.get("master_sync_in_progress")),
-        }))
+        out.append(
+            Finding(
+                "replication",
+                "link_down",
+                evidence={
+                    "master_link_status": r.get("master_link_status"),
+                    "master_link_down_since_seconds": as_int(r.get("master_link_down_since_seconds")),
+                    "master_sync_in_progress": as_int(r.get("master_sync_in_progress")),
+                },
+            )
+        )
     lag_bytes, lag_s = lag_of(last, replica_port)
     same_stream = r.get("master_replid") == last.master.get("master_replid")
     if lag_bytes is not None and lag_bytes < 0 and same_stream:
-        out.append(Finding("replication", "replica_ahead", bytes=-lag_bytes, evidence={
-            "master_repl_offset": as_int(last.master.get("master_repl_offset")),
-            "slave_repl_offset": as_int(r.get("slave_repl_offset")),
-        }))
+        out.append(
+            Finding(
+                "replication",
+                "replica_ahead",
+                bytes=-lag_bytes,
+                evidence={
+                    "master_repl_offset": as_int(last.master.get("master_repl_offset")),
+                    "slave_repl_offset": as_int(r.get("slave_repl_offset")),
+                },
+            )
+        )
     too_far = lag_bytes is not None and max_lag_bytes is not None and lag_bytes > max_lag_bytes
     too_old = lag_s is not None and max_lag_seconds is not None and lag_s > max_lag_seconds
     if r.get("master_link_status") == "up" and (too_far or too_old):
-        out.append(Finding("replication", "lagging", bytes=lag_bytes, evidence={
-            "lag_bytes": lag_bytes, "lag_seconds": lag_s,
-            "max_lag_bytes": max_lag_bytes, "max_lag_seconds": max_lag_seconds,
-        }))
+        out.append(
+            Finding(
+                "replication",
+                "lagging",
+                bytes=lag_bytes,
+                evidence={
+                    "lag_bytes": lag_bytes,
+                    "lag_seconds": lag_s,
+                    "max_lag_bytes": max_lag_bytes,
+                    "max_lag_seconds": max_lag_seconds,
+                },
+            )
+        )
     out.extend(_unacked_replicas(samples))
     return out
 
@@ -115,25 +137,38 @@ def _unacked_replicas(samples: Sequence[Sample]) -> list[Finding]:
     for entry in replicas_listed(last.master):
         if entry.get("port") != 0 or entry.get("offset") != 0:
             continue
-        earlier = next((e for e in replicas_listed(first.master)
-                        if e.get("ip") == entry.get("ip") and e.get("port") == 0 and e.get("offset") == 0), None)
+        earlier = next(
+            (
+                e
+                for e in replicas_listed(first.master)
+                if e.get("ip") == entry.get("ip") and e.get("port") == 0 and e.get("offset") == 0
+            ),
+            None,
+        )
         lags = [earlier.get("lag") if earlier else None, entry.get("lag")]
         growing = None
         if earlier is not None and last.at_ms - first.at_ms >= 1000:
             growing = bool(isinstance(lags[0], int) and isinstance(lags[1], int) and lags[1] > lags[0])
-        replica_clients = [c for c in clients if "S" in c.get("flags", "") and
-                           c.get("addr", "").rsplit(":", 1)[0] == entry.get("ip")]
+        replica_clients = [
+            c for c in clients if "S" in c.get("flags", "") and c.get("addr", "").rsplit(":", 1)[0] == entry.get("ip")
+        ]
         cmds = sorted({c.get("cmd", "") for c in replica_clients})
-        out.append(Finding("replication", "lag_metric_unreliable", evidence={
-            "entry": entry.get("name"),
-            "slave_ip": entry.get("ip"),
-            "slave_port": 0,
-            "ack_offset": 0,
-            "state": entry.get("state"),
-            "lag_samples_s": lags,
-            "sample_interval_ms": last.at_ms - first.at_ms,
-            "lag_growing": growing,
-            "client_cmd": "sync" if "sync" in cmds else (cmds[0] if cmds else None),
-            "client_idle_s": [as_int(c.get("idle")) for c in replica_clients],
-        }))
+        out.append(
+            Finding(
+                "replication",
+                "lag_metric_unreliable",
+                evidence={
+                    "entry": entry.get("name"),
+                    "slave_ip": entry.get("ip"),
+                    "slave_port": 0,
+                    "ack_offset": 0,
+                    "state": entry.get("state"),
+                    "lag_samples_s": lags,
+                    "sample_interval_ms": last.at_ms - first.at_ms,
+                    "lag_growing": growing,
+                    "client_cmd": "sync" if "sync" in cmds else (cmds[0] if cmds else None),
+                    "client_idle_s": [as_int(c.get("idle")) for c in replica_clients],
+                },
+            )
+        )
     return out

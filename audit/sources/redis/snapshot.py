@@ -32,11 +32,11 @@ SNAPSHOT_SCHEMA = pa.schema(
         ("db", pa.int32()),
         ("key", pa.binary()),
         ("type", pa.string()),
-        ("ttl_ms", pa.int64()),        # PTTL at read time; null = no expiry
+        ("ttl_ms", pa.int64()),  # PTTL at read time; null = no expiry
         ("expire_at_ms", pa.int64()),  # read_at_ms + ttl_ms: comparable across sides despite read skew
-        ("length", pa.int64()),        # STRLEN / HLEN / LLEN / SCARD / ZCARD / XLEN
-        ("digest", pa.string()),       # encoding-independent value digest (digest.py)
-        ("status", pa.string()),       # ok | unstable | error  (vanished keys are counted, not written)
+        ("length", pa.int64()),  # STRLEN / HLEN / LLEN / SCARD / ZCARD / XLEN
+        ("digest", pa.string()),  # encoding-independent value digest (digest.py)
+        ("status", pa.string()),  # ok | unstable | error  (vanished keys are counted, not written)
         ("error", pa.string()),
         ("read_at_ms", pa.int64()),
     ]
@@ -97,8 +97,10 @@ class _ParquetSink:
             return
         rows = self._rows
         dbs, states = zip(*rows, strict=True)
-        cols: dict[str, Any] = {"db": dbs, **dict(zip(SNAPSHOT_SCHEMA.names[1:], zip(*states, strict=True),
-                                                         strict=True))}
+        cols: dict[str, Any] = {
+            "db": dbs,
+            **dict(zip(SNAPSHOT_SCHEMA.names[1:], zip(*states, strict=True), strict=True)),
+        }
         self._writer.write_table(pa.Table.from_pydict(cols, schema=SNAPSHOT_SCHEMA))
         self._rows = []
 

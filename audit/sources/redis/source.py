@@ -32,8 +32,9 @@ def _urls(pair: Pair, resolver: ConnResolver | None) -> tuple[str, str]:
         if not url:
             raise ConfigError(f"pair {pair.name}: {side}: a redis:// URL is required for kind {pair.kind}")
         if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
-            raise ConfigError(f"pair {pair.name}: {side}: expected redis://, rediss:// or unix://, "
-                              f"got {redact_url(url)}")
+            raise ConfigError(
+                f"pair {pair.name}: {side}: expected redis://, rediss:// or unix://, got {redact_url(url)}"
+            )
     assert m is not None and r is not None
     return m, r
 
@@ -51,45 +52,75 @@ class RedisSource:
     # --- snapshot ----------------------------------------------------------------------------------
     def snapshot(self, pair: Pair, run: RunDir, resolver: ConnResolver | None, progress: Progress | None) -> None:
         m_url, r_url = _urls(pair, resolver)
-        clients = {"master": connect(m_url, role=f"{pair.name} master"),
-                   "replica": connect(r_url, role=f"{pair.name} replica")}
+        clients = {
+            "master": connect(m_url, role=f"{pair.name} master"),
+            "replica": connect(r_url, role=f"{pair.name} replica"),
+        }
         state = run.load_state(pair.name)
         states = {side: capture_state(c, with_clients=False) for side, c in clients.items()}
         state["servers"] = {
-            side: {"endpoint": redact_url(url), "version": s["info_server"].get("redis_version"),
-                   "role": s["info_replication"].get("role")}
+            side: {
+                "endpoint": redact_url(url),
+                "version": s["info_server"].get("redis_version"),
+                "role": s["info_replication"].get("role"),
+            }
             for (side, s), url in zip(states.items(), (m_url, r_url), strict=True)
         }
         early: list[dict[str, Any]] = []
         if pair.check_replication:
-            wm = wrong_master(states["master"]["info_replication"], states["replica"]["info_replication"],
-                              *_host_port(m_url))
+            wm = wrong_master(
+                states["master"]["info_replication"], states["replica"]["info_replication"], *_host_port(m_url)
+            )
             if wm is not None:
                 early.append(wm.to_row(run.run_id, pair.name, pair.kind))
-                state["checks"]["keyspace"] = {"status": "skipped", "reason": "the replica does not follow this "
-                                               f"pair's master ({json.dumps(wm.evidence, sort_keys=True)})"}
+                state["checks"]["keyspace"] = {
+                    "status": "skipped",
+                    "reason": "the replica does not follow this "
+                    f"pair's master ({json.dumps(wm.evidence, sort_keys=True)})",
+                }
         else:
             state["checks"]["replication"] = {"status": "skipped", "reason": "check_replication: false"}
         state["early_findings"] = early
         if state["checks"].get("keyspace", {}).get("status") != "skipped":
-            dbs = pair.dbs or sorted(set(keyspace_dbs(states["master"]["info_keyspace"]))
-                                     | set(keyspace_dbs(states["replica"]["info_keyspace"]))) or [0]
+            dbs = (
+                pair.dbs
+                or sorted(
+                    set(keyspace_dbs(states["master"]["info_keyspace"]))
+                    | set(keyspace_dbs(states["replica"]["info_keyspace"]))
+                )
+                or [0]
+            )
             totals = {side: sum(keyspace_dbs(s["info_keyspace"]).get(d, 0) for d in dbs) for side, s in states.items()}
             self._snapshot_sides(pair, run, clients, (m_url, r_url), dbs, totals, progress, state)
         state["stages"]["snapshot"] = {"at_ms": int(time.time() * 1000)}
         run.save_state(pair.name, state)
 
-    def _snapshot_sides(self, pair: Pair, run: RunDir, clients: dict[str, redis.Redis], urls: tuple[str, str],
-                        dbs: list[int], totals: dict[str, int], progress: Progress | None,
-                        state: dict[str, Any]) -> None:
+    def _snapshot_sides(
+        self,
+        pair: Pair,
+        run: RunDir,
+        clients: dict[str, redis.Redis],
+        urls: tuple[str, str],
+        dbs: list[int],
+        totals: dict[str, int],
+        progress: Progress | None,
+        state: dict[str, Any],
+    ) -> None:
         s = pair.settings
         options = SnapshotOptions(qps=s.qps, scan_count=s.scan_count, page=s.big_key_elements)
 
         def one(side: str, url: str) -> dict[str, Any]:
             label = f"{pair.name} {side}"
             hook = (lambda n: progress(label, n, totals[side])) if progress else None
-            return snapshot_side(clients[side], side=side, endpoint=redact_url(url), dbs=dbs,
-                                 out_dir=run.snapshot(pair.name, side), options=options, on_keys=hook)
+            return snapshot_side(
+                clients[side],
+                side=side,
+                endpoint=redact_url(url),
+                dbs=dbs,
+                out_dir=run.snapshot(pair.name, side),
+                options=options,
+                on_keys=hook,
+            )
 
         # Both sides at once: the reads of one key on the two sides are close in time, so fewer
         # in-flight writes show up as differences, and the wall time halves.
@@ -128,14 +159,16 @@ class RedisSource:
             samples.append(self._sample(master, replica))
             extra = [finding_from_row(row) for row in state.get("early_findings", [])]
             if pair.check_replication and not extra:
-                extra += replication_findings(samples, _host_port(r_url)[1], pair.gate.max_lag_bytes,
-                                              pair.gate.max_lag_seconds)
+                extra += replication_findings(
+                    samples, _host_port(r_url)[1], pair.gate.max_lag_bytes, pair.gate.max_lag_seconds
+                )
                 lag_bytes, lag_s = lag_of(samples[-1], _host_port(r_url)[1])
                 state["metrics"].update(lag_bytes=lag_bytes, lag_seconds=lag_s)
                 state["checks"]["replication"] = {"status": "done", "reason": f"{len(samples)} INFO samples"}
             sink.add(extra)
-        state["replication_samples"] = [{"at_ms": s.at_ms, "master": _repl_view(s.master),
-                                         "replica": _repl_view(s.replica)} for s in samples]
+        state["replication_samples"] = [
+            {"at_ms": s.at_ms, "master": _repl_view(s.master), "replica": _repl_view(s.replica)} for s in samples
+        ]
         state["counts"] = sink.counts
         state["stages"]["recheck"] = {"at_ms": int(time.time() * 1000)}
         run.save_state(pair.name, state)
@@ -143,11 +176,22 @@ class RedisSource:
     def _sample(self, master: redis.Redis, replica: redis.Redis) -> Sample:
         r = capture_state(replica, with_clients=False)
         m = capture_state(master, with_clients=True)
-        return Sample(at_ms=m["at_ms"], master=m["info_replication"], replica=r["info_replication"],
-                      master_clients_raw=m.get("client_list_raw"))
+        return Sample(
+            at_ms=m["at_ms"],
+            master=m["info_replication"],
+            replica=r["info_replication"],
+            master_clients_raw=m.get("client_list_raw"),
+        )
 
-    def _recheck_keyspace(self, pair: Pair, run: RunDir, state: dict[str, Any], master: redis.Redis,
-                          replica: redis.Redis, sink: FindingsSink) -> None:
+    def _recheck_keyspace(
+        self,
+        pair: Pair,
+        run: RunDir,
+        state: dict[str, Any],
+        master: redis.Redis,
+        replica: redis.Redis,
+        sink: FindingsSink,
+    ) -> None:
         from audit.diff.findings import keyspace_findings
         from audit.diff.spark import get_spark
         from audit.sources.redis.recheck import recheck
@@ -159,9 +203,16 @@ class RedisSource:
         to_check = cands.limit(s.recheck_max_keys) if total > s.recheck_max_keys else cands
         pipes = [RespPipe(c) for c in (master, replica)]  # recheck reads few keys: no rate limiter needed
         try:
-            survivors, stats = recheck(spark, to_check, *pipes, rounds=s.recheck_rounds,
-                                       interval_s=s.recheck_interval_s, tolerance_ms=s.ttl_tolerance_ms,
-                                       page=s.big_key_elements, window_bytes=1 << 20)
+            survivors, stats = recheck(
+                spark,
+                to_check,
+                *pipes,
+                rounds=s.recheck_rounds,
+                interval_s=s.recheck_interval_s,
+                tolerance_ms=s.ttl_tolerance_ms,
+                page=s.big_key_elements,
+                window_bytes=1 << 20,
+            )
         except (OSError, ConnectionError, redis.RedisError) as e:
             raise SourceError(f"pair {pair.name}: recheck failed: {e}") from None
         finally:
@@ -176,8 +227,10 @@ class RedisSource:
         df.write.mode("overwrite").parquet(str(tmp))
         sink.copy(tmp)
         state["metrics"].update(
-            recheck_candidates=stats.candidates, recheck_converged=stats.converged,
-            recheck_in_flight=stats.in_flight, recheck_rounds=stats.rounds_run,
+            recheck_candidates=stats.candidates,
+            recheck_converged=stats.converged,
+            recheck_in_flight=stats.in_flight,
+            recheck_rounds=stats.rounds_run,
             recheck_unrechecked=max(0, total - s.recheck_max_keys),
         )
 
@@ -189,14 +242,24 @@ def diff_keyspace(pair: Pair, run: RunDir, state: dict[str, Any]) -> None:
 
     started = time.time()
     m_path, r_path = (str(run.snapshot(pair.name, side) / KEYS_FILE) for side in SIDES)
-    coverage = diff_snapshots(get_spark(), m_path, r_path, str(run.work(pair.name) / CANDIDATES),
-                              pair.settings.ttl_tolerance_ms)
+    coverage = diff_snapshots(
+        get_spark(), m_path, r_path, str(run.work(pair.name) / CANDIDATES), pair.settings.ttl_tolerance_ms
+    )
     state["metrics"].update(coverage)
     state["metrics"]["diff_s"] = round(time.time() - started, 3)
 
 
-_REPL_FIELDS = ("role", "master_host", "master_port", "master_link_status", "master_last_io_seconds_ago",
-                "master_repl_offset", "slave_repl_offset", "master_replid", "connected_slaves")
+_REPL_FIELDS = (
+    "role",
+    "master_host",
+    "master_port",
+    "master_link_status",
+    "master_last_io_seconds_ago",
+    "master_repl_offset",
+    "slave_repl_offset",
+    "master_replid",
+    "connected_slaves",
+)
 
 
 def _repl_view(info: dict[str, Any]) -> dict[str, Any]:

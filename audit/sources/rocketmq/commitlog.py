@@ -385,8 +385,14 @@ def _validity(mask: npt.NDArray[np.bool_] | None) -> pa.Buffer | None:
     return None if mask is None or mask.all() else pa.py_buffer(np.packbits(mask, bitorder="little"))
 
 
-def _views(data: pa.Buffer, buf: U8Array, at: I64Array, lengths: I64Array,
-           valid: npt.NDArray[np.bool_] | None = None, base: int = 0) -> pa.Array:
+def _views(
+    data: pa.Buffer,
+    buf: U8Array,
+    at: I64Array,
+    lengths: I64Array,
+    valid: npt.NDArray[np.bool_] | None = None,
+    base: int = 0,
+) -> pa.Array:
     """A binary_view array of buf[at[i] : at[i] + lengths[i]] pointing into `data` (no bytes copied).
 
     A view is 16 bytes: length i32, then either the value inline (up to 12 bytes) or its first 4 bytes,
@@ -412,8 +418,7 @@ def _as_text(values: pa.Array) -> pa.Array:
         return pa.array([None if v is None else v.decode("utf-8", "replace") for v in values.to_pylist()], pa.string())
 
 
-def _hosts(ip: npt.NDArray[Any], port: npt.NDArray[Any], v6: npt.NDArray[np.bool_],
-           raw6: dict[int, bytes]) -> pa.Array:
+def _hosts(ip: npt.NDArray[Any], port: npt.NDArray[Any], v6: npt.NDArray[np.bool_], raw6: dict[int, bytes]) -> pa.Array:
     """``ip:port`` per row, formatted once per distinct host (IPv6 rows come pre-sliced in `raw6`)."""
     key = (ip.astype(np.uint64) << np.uint64(32)) | port.astype(np.uint32).astype(np.uint64)
     enc = pc.dictionary_encode(pa.array(key, pa.uint64()))
@@ -450,16 +455,22 @@ class _Columns:
         return _Columns(self.at[:n], {k: v[:n] for k, v in self.a.items()})
 
 
-def _middle(buf: U8Array, at: I64Array, born_v6: npt.NDArray[np.bool_],
-            store_v6: npt.NDArray[np.bool_]) -> tuple[dict[str, npt.NDArray[Any]], dict[str, dict[int, bytes]]]:
+def _middle(
+    buf: U8Array, at: I64Array, born_v6: npt.NDArray[np.bool_], store_v6: npt.NDArray[np.bool_]
+) -> tuple[dict[str, npt.NDArray[Any]], dict[str, dict[int, bytes]]]:
     """BORNHOST .. BODYLEN per row when some host is IPv6; IPv6 host bytes are returned per row."""
     mid_at = at + OFF_BORN_HOST
     n = len(at)
     cols: dict[str, npt.NDArray[Any]] = {
-        "born_ip": np.zeros(n, np.uint32), "born_port": np.zeros(n, np.int32), "store_ts": np.zeros(n, np.int64),
-        "store_ip": np.zeros(n, np.uint32), "store_port": np.zeros(n, np.int32),
-        "reconsume_times": np.zeros(n, np.int32), "prepared_tx_offset": np.zeros(n, np.int64),
-        "body_len": np.zeros(n, np.int32), "middle_size": np.zeros(n, np.int64),
+        "born_ip": np.zeros(n, np.uint32),
+        "born_port": np.zeros(n, np.int32),
+        "store_ts": np.zeros(n, np.int64),
+        "store_ip": np.zeros(n, np.uint32),
+        "store_port": np.zeros(n, np.int32),
+        "reconsume_times": np.zeros(n, np.int32),
+        "prepared_tx_offset": np.zeros(n, np.int64),
+        "body_len": np.zeros(n, np.int32),
+        "middle_size": np.zeros(n, np.int64),
     }
     raw6: dict[str, dict[int, bytes]] = {"born": {}, "store": {}}
     for (b6, s6), dtype in _MIDDLE.items():
@@ -496,8 +507,9 @@ def _heads(data: pa.Buffer, at: I64Array, stop: int) -> npt.NDArray[Any]:
     return np.frombuffer(heads.buffers()[2], dtype=_V4V4, count=n, offset=start)
 
 
-def _fields(data: pa.Buffer, buf: U8Array, starts: list[int], stop: int,
-            file_start: int) -> tuple[_Columns, dict[str, dict[int, bytes]]]:
+def _fields(
+    data: pa.Buffer, buf: U8Array, starts: list[int], stop: int, file_start: int
+) -> tuple[_Columns, dict[str, dict[int, bytes]]]:
     """Every field of the walked records (which are contiguous and end at `stop`), and the checks."""
     at = np.asarray(starts, dtype=np.int64)
     h = _heads(data, at, stop) if len(at) else np.zeros(0, dtype=_V4V4)
@@ -522,8 +534,14 @@ def _fields(data: pa.Buffer, buf: U8Array, starts: list[int], stop: int,
     prop_len = _native(_gather(buf, prop_len_at, np.dtype(">i2"))).astype(np.int64)
     want = BASE_LENGTH + V6_EXTRA * born_v6 + V6_EXTRA * store_v6 + v2 + body_len + topic_len + prop_len
     a.update(
-        body_len=body_len, body_at=body_at, born_v6=born_v6, store_v6=store_v6, topic_at=topic_at,
-        topic_len=topic_len, props_at=prop_len_at + I16.size, prop_len=prop_len,
+        body_len=body_len,
+        body_at=body_at,
+        born_v6=born_v6,
+        store_v6=store_v6,
+        topic_at=topic_at,
+        topic_len=topic_len,
+        props_at=prop_len_at + I16.size,
+        prop_len=prop_len,
         version=np.where(v2, 2, 1).astype(np.int8),
     )
     cols = _Columns(at=at, a=a)
@@ -564,8 +582,9 @@ def _crc_and_digest(piece: Callable[[slice], Any], cols: _Columns) -> I64Array:
 _WANTED = {"uniq_key": b"UNIQ_KEY", "keys": b"KEYS", "tags": b"TAGS"}
 
 
-def _properties(data: pa.Buffer, buf: U8Array, props_at: I64Array, prop_len: I64Array,
-                base: int) -> dict[str, pa.Array]:
+def _properties(
+    data: pa.Buffer, buf: U8Array, props_at: I64Array, prop_len: I64Array, base: int
+) -> dict[str, pa.Array]:
     """UNIQ_KEY, KEYS and TAGS per row, as string2messageProperties reads them, without a per-row loop.
 
     The properties of all rows are copied into one blob; every 0x01 that is the first of its item ends a
@@ -588,8 +607,9 @@ def _properties(data: pa.Buffer, buf: U8Array, props_at: I64Array, prop_len: I64
     prev_one = np.concatenate(([-1], ones[:-1]))
     first_in_item = prev_one < item_start
     key_len = ones - item_start
-    value_end = np.minimum(np.where(before < len(twos), twos[np.minimum(before, len(twos) - 1)], row_off[-1]),
-                           row_off[row + 1])
+    value_end = np.minimum(
+        np.where(before < len(twos), twos[np.minimum(before, len(twos) - 1)], row_off[-1]), row_off[row + 1]
+    )
     # The first 8 bytes of each key as one integer; shorter keys are compared on their low bytes.
     key8 = np.ascontiguousarray(_rows(blob, item_start, _ROW)[:, :8]).view("<u8")[:, 0]
     usable = first_in_item & (value_end > ones + 1)
@@ -608,8 +628,9 @@ def _properties(data: pa.Buffer, buf: U8Array, props_at: I64Array, prop_len: I64
     return out
 
 
-def _record_batch(data: pa.Buffer, buf: U8Array, cols: _Columns, raw6: dict[str, dict[int, bytes]],
-                  digests: I64Array, file_start: int) -> pa.RecordBatch:
+def _record_batch(
+    data: pa.Buffer, buf: U8Array, cols: _Columns, raw6: dict[str, dict[int, bytes]], digests: I64Array, file_start: int
+) -> pa.RecordBatch:
     a, n = cols.a, len(cols.at)
     base = int(cols.at[0]) if n else 0
     props = _properties(data, buf, a["props_at"], a["prop_len"], base)
@@ -640,8 +661,14 @@ def _record_batch(data: pa.Buffer, buf: U8Array, cols: _Columns, raw6: dict[str,
     return pa.RecordBatch.from_pydict(columns, schema=RECORD_SCHEMA)
 
 
-def _special_row(kind: str, phys_offset: int, size: int | None, magic: int | None, detail: dict[str, Any] | None,
-                 crc_ok: bool | None = None) -> pa.RecordBatch:
+def _special_row(
+    kind: str,
+    phys_offset: int,
+    size: int | None,
+    magic: int | None,
+    detail: dict[str, Any] | None,
+    crc_ok: bool | None = None,
+) -> pa.RecordBatch:
     row: dict[str, Any] = {name: [None] for name in RECORD_SCHEMA.names}
     row.update(
         row_kind=[kind],
@@ -719,8 +746,13 @@ def _stop_row(mv: memoryview, buf: U8Array, pos: int, file_start: int, last_file
     return _special_row("corrupt_record", at, size, magic, {"reason": "illegal_magic", "magic": magic & 0xFFFFFFFF})
 
 
-def iter_batches(data: bytes | bytearray | memoryview | mmap.mmap, *, file_start: int, last_file: bool = True,
-                 batch_bytes: int = DEFAULT_BATCH_BYTES) -> Iterator[pa.RecordBatch]:
+def iter_batches(
+    data: bytes | bytearray | memoryview | mmap.mmap,
+    *,
+    file_start: int,
+    last_file: bool = True,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+) -> Iterator[pa.RecordBatch]:
     """Scan one commit-log file (its bytes from position 0) as RECORD_SCHEMA batches of about batch_bytes.
 
     Ends with at most one row that is not a record: the BLANK, or the damaged record (corrupt_record, or
@@ -747,8 +779,9 @@ def iter_batches(data: bytes | bytearray | memoryview | mmap.mmap, *, file_start
         if bad is not None:
             bad_at, bad_size, bad_magic = starts[bad], int(cols.a["size"][bad]), int(cols.a["magic"][bad])
             if _all_zero(buf, bad_at + bad_size - 1, end):
-                yield _damage(file_start + bad_at, bad_size, bad_magic, {"reason": "cut", "check": cols.bad_detail},
-                              last_file)
+                yield _damage(
+                    file_start + bad_at, bad_size, bad_magic, {"reason": "cut", "check": cols.bad_detail}, last_file
+                )
             else:
                 crc_ok = False if cols.bad_detail.get("reason") == "body_crc" else None
                 yield _special_row("corrupt_record", file_start + bad_at, bad_size, bad_magic, cols.bad_detail, crc_ok)
@@ -762,8 +795,9 @@ def iter_batches(data: bytes | bytearray | memoryview | mmap.mmap, *, file_start
         return
 
 
-def scan_commitlog(data: bytes | bytearray | memoryview | mmap.mmap, *, file_start: int,
-                   last_file: bool = True) -> pa.RecordBatch:
+def scan_commitlog(
+    data: bytes | bytearray | memoryview | mmap.mmap, *, file_start: int, last_file: bool = True
+) -> pa.RecordBatch:
     """The whole file as one RECORD_SCHEMA batch (see iter_batches); for files that fit in memory."""
     batches = list(iter_batches(data, file_start=file_start, last_file=last_file, batch_bytes=len(data) + 1))
     if not batches:
@@ -816,8 +850,9 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
-def parse_file(path: str | Path, *, file_start: int | None = None, last_file: bool = True,
-               batch_bytes: int = DEFAULT_BATCH_BYTES) -> Iterator[pa.RecordBatch]:
+def parse_file(
+    path: str | Path, *, file_start: int | None = None, last_file: bool = True, batch_bytes: int = DEFAULT_BATCH_BYTES
+) -> Iterator[pa.RecordBatch]:
     """Scan one file from disk in batches (mmap: a 1 GiB file costs page cache, not process memory)."""
     p = Path(path)
     start = int(p.name) if file_start is None else file_start

@@ -138,16 +138,19 @@ def parse_broker_log(lines: Iterable[str]) -> BrokerLog:
         at = ts.group(1) if ts else None
         if m := _LAG.search(line):
             master, ack = m.group("master"), m.group("ack")
-            lags.append(LagLine(
-                lag_bytes=int(m.group("lag")),
-                at=at,
-                master_max=None if master is None else int(master),
-                ack_offset=None if ack is None else int(ack),
-                text=line.strip(),
-            ))
+            lags.append(
+                LagLine(
+                    lag_bytes=int(m.group("lag")),
+                    at=at,
+                    master_max=None if master is None else int(master),
+                    ack_offset=None if ack is None else int(ack),
+                    text=line.strip(),
+                )
+            )
         elif m := _REQUEST.search(line):
-            requests.append(RequestLine(client=m.group("client"), offset=int(m.group("offset")), at=at,
-                                        text=line.strip()))
+            requests.append(
+                RequestLine(client=m.group("client"), offset=int(m.group("offset")), at=at, text=line.strip())
+            )
     return BrokerLog(tuple(lags), tuple(requests))
 
 
@@ -216,14 +219,16 @@ def parse_ha_status(text: str) -> list[HaStatus]:
                 fields, rows = {}, []
             fields[m.group("key")] = m.group("value")
         elif m := _STATUS_ROW.match(line):
-            rows.append(HaConnection(
-                addr=m.group("addr"),
-                ack_offset=int(m.group("ack")),
-                diff=int(m.group("diff")),
-                transfer_kbps=float(m.group("speed")),
-                status=m.group("status"),
-                transfer_from=int(m.group("from")),
-            ))
+            rows.append(
+                HaConnection(
+                    addr=m.group("addr"),
+                    ack_offset=int(m.group("ack")),
+                    diff=int(m.group("diff")),
+                    transfer_kbps=float(m.group("speed")),
+                    status=m.group("status"),
+                    transfer_from=int(m.group("from")),
+                )
+            )
     if fields:
         blocks.append(_status_block(fields, rows))
     return blocks
@@ -252,8 +257,9 @@ def max_offset_from_status(text: str) -> int | None:
 # --- detectors ------------------------------------------------------------------------------------------
 
 
-def _ack_evidence(ack: int | None, ack_min: int, master_max: int | None, replica_max: int | None,
-                  implausible: int) -> dict[str, Any]:
+def _ack_evidence(
+    ack: int | None, ack_min: int, master_max: int | None, replica_max: int | None, implausible: int
+) -> dict[str, Any]:
     text = None if ack is None else decode_ascii_offset(ack)
     ev: dict[str, Any] = {
         "ack_offset": ack,
@@ -287,12 +293,12 @@ def _episodes(lines: Sequence[LagLine]) -> list[list[LagLine]]:
     return groups
 
 
-def _request_for(episode: list[LagLine], requests: Sequence[RequestLine],
-                 master_max: int | None) -> RequestLine | None:
+def _request_for(episode: list[LagLine], requests: Sequence[RequestLine], master_max: int | None) -> RequestLine | None:
     """The logged first ack that explains an episode whose lines do not print the ack themselves."""
     last = episode[-1]
     fits = [
-        r for r in requests
+        r
+        for r in requests
         if (r.at is None or last.at is None or r.at <= last.at)
         and r.offset + last.lag_bytes >= 0
         and (master_max is None or r.offset + last.lag_bytes <= master_max)
@@ -300,8 +306,7 @@ def _request_for(episode: list[LagLine], requests: Sequence[RequestLine],
     return max(fits, key=lambda r: r.offset) if fits else None  # push2SlaveMaxOffset: the largest ack
 
 
-def _log_findings(log: BrokerLog, master_max: int | None, replica_max: int | None,
-                  implausible: int) -> list[Finding]:
+def _log_findings(log: BrokerLog, master_max: int | None, replica_max: int | None, implausible: int) -> list[Finding]:
     out = []
     for episode in _episodes(log.negative):
         last = episode[-1]
@@ -324,21 +329,24 @@ def _log_findings(log: BrokerLog, master_max: int | None, replica_max: int | Non
             negative_lines=len(episode),
             line=last.text,
         )
-        out.append(Finding(
-            "ha",
-            "negative_lag",
-            start=None if line_master is None else str(line_master),
-            end=None if ack is None else str(ack),
-            start_num=line_master,
-            end_num=ack,
-            bytes=-last.lag_bytes,
-            evidence=ev,
-        ))
+        out.append(
+            Finding(
+                "ha",
+                "negative_lag",
+                start=None if line_master is None else str(line_master),
+                end=None if ack is None else str(ack),
+                start_num=line_master,
+                end_num=ack,
+                bytes=-last.lag_bytes,
+                evidence=ev,
+            )
+        )
     return out
 
 
-def _status_findings(blocks: Sequence[HaStatus], replica_max: int | None, replica_addr: str | None,
-                     implausible: int) -> list[Finding]:
+def _status_findings(
+    blocks: Sequence[HaStatus], replica_max: int | None, replica_addr: str | None, implausible: int
+) -> list[Finding]:
     out = []
     for block in blocks:
         for conn in block.connections:
@@ -357,8 +365,18 @@ def _status_findings(blocks: Sequence[HaStatus], replica_max: int | None, replic
                 status_ok=conn.status == "OK",
                 in_sync_slave_num=block.in_sync_slave_num,
             )
-            out.append(Finding("ha", "negative_lag", start=str(master_max), end=str(conn.ack_offset),
-                               start_num=master_max, end_num=conn.ack_offset, bytes=-conn.diff, evidence=ev))
+            out.append(
+                Finding(
+                    "ha",
+                    "negative_lag",
+                    start=str(master_max),
+                    end=str(conn.ack_offset),
+                    start_num=master_max,
+                    end_num=conn.ack_offset,
+                    bytes=-conn.diff,
+                    evidence=ev,
+                )
+            )
     return out
 
 
@@ -369,8 +387,9 @@ def _same_host(a: str, b: str) -> bool:
     return host(a) == host(b)
 
 
-def replica_ahead_finding(master_max: int | None, replica_max: int | None, *, master_min: int | None = None,
-                          acks: Sequence[int] = ()) -> Finding | None:
+def replica_ahead_finding(
+    master_max: int | None, replica_max: int | None, *, master_min: int | None = None, acks: Sequence[int] = ()
+) -> Finding | None:
     """`replica_ahead` when the replica's files end beyond the master's: it holds bytes the master never wrote.
 
     After a master redeploy a stale slave keeps the old master's log and reports its old max offset; the
@@ -386,13 +405,28 @@ def replica_ahead_finding(master_max: int | None, replica_max: int | None, *, ma
         "replica_ahead": True,
         "ack_matches_replica_max": (replica_max in acks) if acks else None,
     }
-    return Finding("ha", "replica_ahead", start=str(master_max), end=str(replica_max), start_num=master_max,
-                   end_num=replica_max, bytes=replica_max - master_max, evidence=ev)
+    return Finding(
+        "ha",
+        "replica_ahead",
+        start=str(master_max),
+        end=str(replica_max),
+        start_num=master_max,
+        end_num=replica_max,
+        bytes=replica_max - master_max,
+        evidence=ev,
+    )
 
 
-def ha_findings(*, master_max: int | None, replica_max: int | None, master_min: int | None = None,
-                log: BrokerLog | None = None, ha_status: Sequence[HaStatus] = (), replica_addr: str | None = None,
-                implausible: int = IMPLAUSIBLE_OFFSET) -> list[Finding]:
+def ha_findings(
+    *,
+    master_max: int | None,
+    replica_max: int | None,
+    master_min: int | None = None,
+    log: BrokerLog | None = None,
+    ha_status: Sequence[HaStatus] = (),
+    replica_addr: str | None = None,
+    implausible: int = IMPLAUSIBLE_OFFSET,
+) -> list[Finding]:
     """replica_ahead (from the two stores' max offsets) and negative_lag (from the log and haStatus)."""
     from_log = [] if log is None else _log_findings(log, master_max, replica_max, implausible)
     from_status = _status_findings(ha_status, replica_max, replica_addr, implausible)

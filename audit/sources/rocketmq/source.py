@@ -34,12 +34,14 @@ ENDPOINT_KEYS = {"store_dir", "broker_log", "ha_status", "broker_status", "ha_ad
 def _endpoint(pair: Pair, side: str) -> dict[str, Any]:
     value = pair.master if side == "master" else pair.replica
     if not isinstance(value, dict):
-        raise ConfigError(f"pair {pair.name}: {side}: expected a mapping like {{store_dir: /data/store}} "
-                          "for kind rocketmq")
+        raise ConfigError(
+            f"pair {pair.name}: {side}: expected a mapping like {{store_dir: /data/store}} for kind rocketmq"
+        )
     unknown = set(value) - ENDPOINT_KEYS
     if unknown:
-        raise ConfigError(f"pair {pair.name}: {side}.{sorted(unknown)[0]}: unknown key "
-                          f"(known: {', '.join(sorted(ENDPOINT_KEYS))})")
+        raise ConfigError(
+            f"pair {pair.name}: {side}.{sorted(unknown)[0]}: unknown key (known: {', '.join(sorted(ENDPOINT_KEYS))})"
+        )
     if not value.get("store_dir"):
         raise ConfigError(f"pair {pair.name}: {side}.store_dir: required for kind rocketmq")
     return value
@@ -66,8 +68,9 @@ def _text(path: str | None, what: str, pair: str) -> str | None:
 class RocketMQSource:
     KIND: ClassVar[str] = "rocketmq"
     SUITE: ClassVar[str] = "rocketmq.json"
-    ENDPOINT_HELP: ClassVar[str] = ("{store_dir: PATH, broker_log: PATH (master), "
-                                    "ha_status: PATH (saved mqadmin haStatus)}")
+    ENDPOINT_HELP: ClassVar[str] = (
+        "{store_dir: PATH, broker_log: PATH (master), ha_status: PATH (saved mqadmin haStatus)}"
+    )
 
     def snapshot(self, pair: Pair, run: RunDir, resolver: ConnResolver | None, progress: Progress | None) -> None:
         from audit.sources.rocketmq.commitlog import commitlog_files, file_data_end
@@ -84,13 +87,19 @@ class RocketMQSource:
             if not files:
                 raise SnapshotError(f"pair {pair.name}: {side} store {directory}: no commit-log files", where=directory)
             last_end = file_data_end(files[-1].path, file_start=files[-1].start, last_file=True)
-            meta[side] = {"store_dir": directory, "files": [[f.start, f.path, Path(f.path).stat().st_size]
-                                                           for f in files],
-                          "min_offset": files[0].start, "max_offset": last_end, "at_ms": int(time.time() * 1000)}
+            meta[side] = {
+                "store_dir": directory,
+                "files": [[f.start, f.path, Path(f.path).stat().st_size] for f in files],
+                "min_offset": files[0].start,
+                "max_offset": last_end,
+                "at_ms": int(time.time() * 1000),
+            }
             write_json(run.snapshot(pair.name, side) / STORE_META, meta[side])
         state["servers"] = {side: {"endpoint": meta[side]["store_dir"], "version": None} for side in SIDES}
-        state["checks"]["commitlog"] = {"status": "done", "reason": f"{len(meta['master']['files'])}+"
-                                        f"{len(meta['replica']['files'])} files"}
+        state["checks"]["commitlog"] = {
+            "status": "done",
+            "reason": f"{len(meta['master']['files'])}+{len(meta['replica']['files'])} files",
+        }
         state["stages"]["snapshot"] = {"at_ms": int(time.time() * 1000)}
         run.save_state(pair.name, state)
 
@@ -133,12 +142,20 @@ class RocketMQSource:
         status_text = _text(m_ep.get("ha_status"), "ha_status", pair.name)
         status = parse_ha_status(status_text) if status_text else []
         mt = state["metrics"]
-        ha = ha_findings(master_max=mt.get("master_max_offset"), replica_max=mt.get("replica_max_offset"),
-                         master_min=mt.get("master_min_offset"), log=log, ha_status=status,
-                         replica_addr=r_ep.get("ha_addr"))
+        ha = ha_findings(
+            master_max=mt.get("master_max_offset"),
+            replica_max=mt.get("replica_max_offset"),
+            master_min=mt.get("master_min_offset"),
+            log=log,
+            ha_status=status,
+            replica_addr=r_ep.get("ha_addr"),
+        )
         given = [w for w, v in (("broker_log", log), ("ha_status", status_text)) if v]
-        reason = (f"max offsets from the files; ack offset from {', '.join(given)}" if given else
-                  "max offsets from the files only (no broker_log or ha_status given: the ack offset was not checked)")
+        reason = (
+            f"max offsets from the files; ack offset from {', '.join(given)}"
+            if given
+            else "max offsets from the files only (no broker_log or ha_status given: the ack offset was not checked)"
+        )
         state["checks"]["ha"] = {"status": "done", "reason": reason}
         if not pair.check_replication:
             ha = []
