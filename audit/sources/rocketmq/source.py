@@ -73,7 +73,7 @@ class RocketMQSource:
     )
 
     def snapshot(self, pair: Pair, run: RunDir, resolver: ConnResolver | None, progress: Progress | None) -> None:
-        from audit.sources.rocketmq.commitlog import commitlog_files, file_data_end
+        from audit.sources.rocketmq.store import commitlog_files, file_data_end
 
         state = run.load_state(pair.name)
         meta: dict[str, Any] = {}
@@ -104,9 +104,9 @@ class RocketMQSource:
         run.save_state(pair.name, state)
 
     def diff(self, pair: Pair, run: RunDir) -> None:
-        from audit.diff.commitlog import diff_stores
         from audit.diff.spark import get_spark
-        from audit.sources.rocketmq.commitlog import CommitLogFile
+        from audit.sources.rocketmq.diff import diff_stores
+        from audit.sources.rocketmq.store import CommitLogFile
 
         state = run.require_stage(pair.name, "snapshot")
         started = time.time()
