@@ -24,7 +24,7 @@ import os
 from airflow.sdk import DAG, Param, TriggerRule
 from replica_audit_airflow.operators import SOURCE_RETRY_ARGS, AuditStageOperator, VerificationCertificateOperator
 
-from audit.verify import DEFAULT_NAME, DEFAULT_STRICTNESS, STRICTNESS, VERIFIABLE_KINDS
+from audit.verify import DEFAULT_NAME, DEFAULT_STRICTNESS, STRICTNESS, verifiable_kinds
 
 ENDPOINT = r"^(conn:[A-Za-z0-9_.-]+|rediss?://\S+)$"
 OUT = "{{ params.out }}"
@@ -60,7 +60,7 @@ with DAG(
             title="Target",
             description="where it was migrated to: redis://host:port or conn:<airflow_conn_id>",
         ),
-        "kind": Param("redis", type="string", enum=list(VERIFIABLE_KINDS), title="Kind"),
+        "kind": Param("redis", type="string", enum=verifiable_kinds(), title="Kind"),
         "strictness": Param(
             DEFAULT_STRICTNESS,
             type="string",

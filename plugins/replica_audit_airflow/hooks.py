@@ -32,6 +32,7 @@ def server_url(conn: Any, scheme: str, default_port: int, with_schema: bool) -> 
 
 class _AuditHook(BaseHook):
     conn_name_attr = "audit_conn_id"
+    default_conn_name = ""
 
     def __init__(self, audit_conn_id: str | None = None) -> None:
         super().__init__()

@@ -26,6 +26,7 @@ from replica_audit_airflow.hooks import airflow_conn_resolver
 
 if TYPE_CHECKING:
     from audit import Inventory
+    from audit.kernel.state import GateVerdict
 
 
 class SourceUnavailable(AirflowException):
@@ -71,8 +72,15 @@ def load(spec: InventorySpec) -> Inventory:
     return load_inventory(spec)
 
 
-def _failed_checks(verdict: dict[str, Any]) -> str:
-    return ", ".join(f"{f['column']}={f['observed']} (max {f['threshold']})" for f in verdict["failed"])
+def _names(pairs: list[str] | str | None) -> list[str] | None:
+    """The `pairs` Param rendered: a list (native rendering), or one name."""
+    if not pairs:
+        return None
+    return [pairs] if isinstance(pairs, str) else list(pairs)
+
+
+def _failed_checks(verdict: GateVerdict) -> str:
+    return ", ".join(f"{f.column}={f.observed} (max {f.threshold})" for f in verdict.failed)
 
 
 class PlanPairsOperator(BaseOperator):
@@ -80,7 +88,7 @@ class PlanPairsOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("inventory", "pairs")
 
-    def __init__(self, *, inventory: str, pairs: list[str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, inventory: str, pairs: list[str] | str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.inventory = inventory
         self.pairs = pairs
@@ -89,7 +97,7 @@ class PlanPairsOperator(BaseOperator):
         from audit import AuditError
 
         try:
-            return [p.name for p in load(self.inventory).select(self.pairs or None)]
+            return [p.name for p in load(self.inventory).select(_names(self.pairs))]
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
 
@@ -116,9 +124,9 @@ class AuditStageOperator(BaseOperator):
             raise SourceUnavailable(f"{self.pair}: could not be audited: {e}") from None
         except AuditError as e:
             raise AirflowFailException(f"{self.pair}: {e}") from None
-        if verdict is not None and not verdict["success"]:
+        if verdict is not None and not verdict.success:
             raise AirflowFailException(f"{self.pair}: gate failed: {_failed_checks(verdict)}")
-        return verdict
+        return verdict.model_dump() if verdict is not None else None
 
 
 class PairVerdictOperator(BaseOperator):
@@ -151,7 +159,7 @@ class AuditReportOperator(BaseOperator):
     template_fields: Sequence[str] = ("inventory", "out_dir", "run_id", "pairs")
 
     def __init__(
-        self, *, inventory: str, out_dir: str, run_id: str, pairs: list[str] | None = None, **kwargs: Any
+        self, *, inventory: str, out_dir: str, run_id: str, pairs: list[str] | str | None = None, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
         self.inventory, self.out_dir, self.run_id, self.pairs = inventory, out_dir, run_id, pairs
@@ -161,7 +169,7 @@ class AuditReportOperator(BaseOperator):
 
         inv = load(self.inventory)
         run = start_run(inv, Path(self.out_dir), safe_run_id(self.run_id))
-        summary = finish_run(inv, run, inv.select(self.pairs or None))
+        summary = finish_run(inv, run, inv.select(_names(self.pairs)))
         verdicts = {p["pair"]: p["status"] for p in summary["pairs"]}
         self.log.info("run %s: %s %s; report %s", run.run_id, summary["verdict"], verdicts, run.report)
         if summary["exit_code"] != 0:

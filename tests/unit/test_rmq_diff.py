@@ -43,9 +43,7 @@ SIZE = encoded_length(msg(0))
 
 
 def run(spark: Any, master: Path, replica: Path) -> tuple[list[dict[str, Any]], StoreDiff]:
-    result = diff_stores(
-        spark, commitlog_files(master), commitlog_files(replica), run_id="r1", pair="mq-a", chunk_bytes=CHUNK
-    )
+    result = diff_stores(spark, commitlog_files(master), commitlog_files(replica), chunk_bytes=CHUNK)
     rows = sorted((r.asDict() for r in result.findings.collect()), key=lambda r: (r["category"], r["start_num"]))
     result.release()
     return rows, result

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class StoreDiff:
     findings: DataFrame
-    """Rows with the columns of FINDINGS_SCHEMA."""
+    """Rows with the columns of FINDINGS_SCHEMA (run_id, pair and kind left for the pipeline to stamp)."""
     metrics: dict[str, Any] = field(default_factory=dict)
     """Coverage: bytes and records per side, the common range, chunks equal/different, what was compared."""
     cached: tuple[DataFrame, ...] = ()
@@ -194,13 +194,13 @@ def _chunk_plan(chunks: list[Chunk], lo: int, hi: int) -> tuple[tuple[tuple[int,
     return coalesce_ranges(differ), counts
 
 
-def _record_findings(cands: DataFrame, master: _Side, replica: _Side, names: tuple[str, str, str]) -> DataFrame:
+def _record_findings(cands: DataFrame, master: _Side, replica: _Side) -> DataFrame:
     """The record-level findings: classified candidates, coalesced into ranges, as findings rows."""
     hosts, first_ts = master.store_hosts, master.first_store_ts
     aligned = by_message(at_same_offset(cands), replica_lo=replica.min_offset or 0, replica_hi=replica.max_offset or 0)
     classified = classify(aligned, master_hosts=hosts, master_first_ts=first_ts)
     bridged = bridged_end(classified, {"master": master.blanks, "replica": replica.blanks})
-    return findings_frame(ranges(runs(bridged), hosts, first_ts), *names)
+    return findings_frame(ranges(runs(bridged), hosts, first_ts))
 
 
 def diff_stores(
@@ -208,9 +208,6 @@ def diff_stores(
     master_files: Sequence[CommitLogFile],
     replica_files: Sequence[CommitLogFile],
     *,
-    run_id: str = "",
-    pair: str = "",
-    kind: str = "rocketmq",
     chunk_bytes: int = CHUNK_BYTES,
     max_lookup_keys: int = MAX_LOOKUP_KEYS,
 ) -> StoreDiff:
@@ -239,13 +236,13 @@ def diff_stores(
     hi = min(master.max_offset or 0, replica.max_offset or 0)
     compare_plan, counts = _chunk_plan(chunk_rows, lo, hi)
     damage = [
-        f.to_row(run_id, pair, kind) for f in _damage_findings("master", master) + _damage_findings("replica", replica)
+        f.to_row(None, None, None) for f in _damage_findings("master", master) + _damage_findings("replica", replica)
     ]
     findings = spark.createDataFrame(pa.Table.from_pylist(damage, schema=FINDINGS_SCHEMA))
     compared_counts = {"m": 0, "r": 0}
     if compare_plan:  # else every chunk of the common range is byte-equal: nothing to compare record by record
         cands = candidates(master_rows, replica_rows, lo, hi, master.not_read(), replica.not_read())
-        findings = _record_findings(cands, master, replica, (run_id, pair, kind)).unionByName(findings)
+        findings = _record_findings(cands, master, replica).unionByName(findings)
         compared_counts = (
             cands.agg(
                 F.count_if(F.col("compared") & (F.col("side") == "master")).alias("m"),

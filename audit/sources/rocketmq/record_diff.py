@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from audit.diff.findings import severity_of
-from audit.findings import FINDING_COLUMNS
+from audit.diff.findings import to_findings
 
 if TYPE_CHECKING:
     pass
@@ -240,28 +239,12 @@ def ranges(runs_df: DataFrame, master_hosts: Sequence[str], master_first_ts: int
     )
 
 
-def findings_frame(ranges_df: DataFrame, run_id: str, pair: str, kind: str = "rocketmq") -> DataFrame:
-    """Range rows as rows of the findings schema (check `commitlog`)."""
-    return ranges_df.select(
-        F.lit(run_id).alias("run_id"),
-        F.lit(pair).alias("pair"),
-        F.lit(kind).alias("kind"),
-        F.lit("commitlog").alias("check"),
-        F.col("category"),
-        severity_of(F.col("category")).alias("severity"),
-        F.lit(None).cast("int").alias("db"),
-        F.lit(None).cast("binary").alias("key"),
-        F.col("start_num").cast("string").alias("start"),
-        F.col("end_num").cast("string").alias("end"),
-        F.col("start_num").cast("long").alias("start_num"),
-        F.col("end_num").cast("long").alias("end_num"),
-        F.col("count").cast("long").alias("count"),
-        F.col("bytes").cast("long").alias("bytes"),
-        F.col("master_digest"),
-        F.col("replica_digest"),
-        F.lit(None).cast("string").alias("diagnosis"),
-        F.col("detail"),
-    ).select(*FINDING_COLUMNS)
-
-
-# --- the whole diff -------------------------------------------------------------------------------------
+def findings_frame(ranges_df: DataFrame) -> DataFrame:
+    """Range rows as rows of the findings schema (check `commitlog`): offsets as the locations."""
+    return to_findings(
+        ranges_df,
+        check="commitlog",
+        category=F.col("category"),
+        start=F.col("start_num").cast("string"),
+        end=F.col("end_num").cast("string"),
+    )
