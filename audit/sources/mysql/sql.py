@@ -13,7 +13,8 @@ Row hash (both sides run the same expression over the columns they have in commo
 `ei` is each column's normalised text (see `column_expr`); the ISNULL flags of the columns that may be
 NULL (on either side) make NULL differ from '' and from a missing value (CONCAT_WS skips NULLs); the
 byte lengths of the columns whose text may contain '#' (strings, binaries, JSON, enums, sets), when
-there are two or more, make the encoding unambiguous (`'a#','b'` vs `'a','#b'`). CRC32 detects every change of up to 32 adjacent bits; `hash_function: md5` gives 64 bits.
+there are two or more, make the encoding unambiguous (`'a#','b'` vs `'a','#b'`). CRC32 detects every
+change of up to 32 adjacent bits; `hash_function: md5` gives 64 bits.
 A chunk's digest is `COUNT(*)` and `SUM(hash)`: a sum, not pt-table-checksum's BIT_XOR, so two equal
 rows do not cancel out (a keyless table is a multiset) and swapping values between two rows of equal
 length (which XOR of CRCs cannot see: CRC is linear) changes it; it is order-independent and additive,
