@@ -56,8 +56,8 @@ def audit_error(e: pymysql.MySQLError, endpoint: MySQLEndpoint, side: str, doing
         )
     if code == 1227:
         m = _PRIVILEGE.search(message)
-        needed = m.group(1) if m else "a replication-monitoring"
-        return SourceError(f"{side} {where}: the auditor lacks the {needed} privilege, needed for {doing}", where=where)
+        needed = f"(one of) the {m.group(1)} privilege" if m else "a replication-monitoring privilege"
+        return SourceError(f"{side} {where}: the auditor lacks {needed}, needed for {doing}", where=where)
     if code in (1142, 1143, 1044):
         m = _COMMAND_DENIED.search(message)
         needed = f"the {m.group(1).upper()} privilege on {m.group(2)}" if m else "a privilege"
