@@ -52,7 +52,7 @@ def select_tables(
     for i, pattern in enumerate(patterns):
         hits = [t for t in known if pattern.matches(*t)]
         if not hits:
-            what = "matches no table" if pattern.is_glob else "does not exist"
+            what = "matches no table" if pattern.is_glob else "does not exist (or is not visible to the auditor)"
             raise ConfigError(f"{field}[{i}]: {pattern.text} {what} on the master or the replica")
         chosen.update(dict.fromkeys(hits))
     return list(chosen)
