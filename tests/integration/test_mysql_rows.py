@@ -131,7 +131,8 @@ def test_composite_varchar_binary_and_datetime_keys(pair: Pair, schema: str) -> 
         f"CREATE TABLE {schema}.blobs (k VARBINARY(16) PRIMARY KEY, v INT)",
         f"INSERT INTO {schema}.blobs SELECT UNHEX(LPAD(HEX(seq * 7919), 8, '0')), seq FROM {schema}.seq_1_to_1500",
         f"CREATE TABLE {schema}.events (at DATETIME(6) NOT NULL, v INT, UNIQUE KEY at_u (at))",
-        f"INSERT INTO {schema}.events SELECT '2024-01-01' + INTERVAL seq * 1001 MICROSECOND, seq FROM {schema}.seq_1_to_1500",
+        f"INSERT INTO {schema}.events SELECT '2024-01-01' + INTERVAL seq * 1001 MICROSECOND, seq "
+        f"FROM {schema}.seq_1_to_1500",
     )
     pair.on_replica_only(
         f"DELETE FROM {schema}.orders WHERE code = 'A-17' AND line = 3",
@@ -286,6 +287,26 @@ def test_repair_plan_applied_to_the_replica_makes_a_second_audit_pass(pair: Pair
     second = pair.audit([f"{schema}.*"])
     assert second.findings == [] and all(t["equal"] for t in second.tables)
     assert [t["master_digest"] for t in second.tables] == [t["replica_digest"] for t in second.tables]
+    assert first.content("master")["digest"] != first.content("replica")["digest"]
+    assert second.content("master") == {**second.content("replica")}
+    assert second.content("master")["rows_per_table"] == {f"{schema}.log": 3, f"{schema}.types": 30}
+
+
+def test_post_migration_two_independent_servers(pair: Pair, schema: str, tmp_path: Path) -> None:
+    """MariaDB to MariaDB without replication (check_replication false): a copy, then one row changed."""
+    target = MariaDBServer(free_port(), tmp_path / "target").start()
+    try:
+        ddl = f"CREATE TABLE {schema}.c (id INT PRIMARY KEY, v VARCHAR(10))"
+        load = f"INSERT INTO {schema}.c SELECT seq, CONCAT('v', seq) FROM {schema}.seq_1_to_300"
+        pair.on_master(ddl, load)
+        target.execute(f"CREATE DATABASE {schema}", ddl, load, f"UPDATE {schema}.c SET v = 'moved' WHERE id = 42")
+        result = audit_tables(
+            None, pair.master_url, target.create_auditor(), [f"{schema}.c"], FAST, check_replication=False
+        )
+    finally:
+        target.stop()
+    assert [(f.category, f.key) for f in result.findings] == [("row_mismatch", b"[42]")]
+    assert result.metrics["rows_compared"] == 300
 
 
 def test_healthy_pair_under_concurrent_writes_gives_no_findings(pair: Pair, schema: str, spark: Any) -> None:

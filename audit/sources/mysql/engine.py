@@ -7,6 +7,7 @@ metrics and one digest per table and side for a certificate. Nothing is written 
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -78,6 +79,22 @@ class RowsAudit:
     """Server versions, by side."""
     repair_path: Path | None = None
     repair_statements: int = 0
+
+    def content(self, side: str) -> dict[str, Any]:
+        """One side's content for a verification certificate: rows and digest per table, and overall.
+
+        The overall digest is SHA-256 over the sorted `table count sum` lines, so it is equal on both
+        sides exactly when every table's row count and row-hash sum are.
+        """
+        per_table = {t["table"]: t[f"{side}_digest"] for t in self.tables}
+        lines = "\n".join(f"{name} {digest}" for name, digest in sorted(per_table.items()))
+        return {
+            "algorithm": "per table: COUNT(*) and SUM of the row hash; overall: sha256 of the sorted table lines",
+            "digest": hashlib.sha256(lines.encode()).hexdigest(),
+            "rows": sum(int(t[f"{side}_rows"]) for t in self.tables),
+            "rows_per_table": {t["table"]: t[f"{side}_rows"] for t in self.tables},
+            "digest_per_table": per_table,
+        }
 
 
 @dataclass
