@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from audit.errors import ConfigError, SourceConnectError
+from audit.errors import ConfigError, SourceConnectError, SourceError
 from audit.findings import Finding
 from audit.local.mariadb_server import MariaDBServer, free_port, mariadb_available, start_pair, wait_in_sync
 from audit.sources.mysql.endpoint import MySQLSettings
@@ -383,6 +383,16 @@ def test_table_that_does_not_exist_is_a_config_error_naming_it(pair: Pair, schem
     pair.on_master(f"CREATE TABLE {schema}.real (id INT PRIMARY KEY)")
     with pytest.raises(ConfigError, match=rf"tables\[1\]: {schema}.nope does not exist"):
         pair.audit([f"{schema}.real", f"{schema}.nope"])
+
+
+def test_table_the_auditor_may_not_read_names_the_privilege(pair: Pair, schema: str) -> None:
+    pair.on_master(f"CREATE TABLE {schema}.secret (id INT PRIMARY KEY)")
+    urls = [s.create_auditor("narrow", grants=("SLAVE MONITOR",)) for s in (pair.master, pair.replica)]
+    with pytest.raises(SourceError, match=rf"lacks the SELECT privilege on `{schema}`.`secret`") as e:
+        audit_tables(None, *urls, [f"{schema}.secret"], FAST)
+    assert not isinstance(e.value, SourceConnectError) and f"127.0.0.1:{pair.master.port}" in str(e.value)
+    with pytest.raises(SourceError, match="no base table visible on master"):
+        audit_tables(None, *urls, None, FAST)
 
 
 def test_table_altered_during_the_audit_is_uncovered_not_a_crash(pair: Pair, schema: str) -> None:

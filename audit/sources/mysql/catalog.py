@@ -14,10 +14,10 @@ from dataclasses import replace
 
 from audit.errors import ConfigError
 from audit.findings import Finding
-from audit.sources.mysql.client import Server, decode_texts
+from audit.sources.mysql.client import Server, TableGone, decode_texts
 from audit.sources.mysql.endpoint import SYSTEM_SCHEMAS, TablePattern
 from audit.sources.mysql.model import Column, SideSql, TableDef, TablePlan, UniqueKey
-from audit.sources.mysql.sql import column_expr, literal
+from audit.sources.mysql.sql import column_expr, literal, table_ref
 
 TableName = tuple[str, str]
 _TABLE_TYPES = ("BASE TABLE", "SYSTEM VERSIONED")
@@ -56,6 +56,19 @@ def select_tables(
             raise ConfigError(f"{field}[{i}]: {pattern.text} {what} on the master or the replica")
         chosen.update(dict.fromkeys(hits))
     return list(chosen)
+
+
+def probe_missing(servers: Sequence[Server], patterns: Sequence[TablePattern], visible: set[TableName]) -> None:
+    """A table named outright that no side lists: SourceError if the auditor may not read it (MySQL and
+    MariaDB hide such tables from information_schema), else left to select_tables (does not exist)."""
+    for pattern in patterns:
+        if pattern.is_glob or (pattern.schema, pattern.table) in visible:
+            continue
+        for server in servers:
+            try:
+                server.query(f"SELECT 1 FROM {table_ref(pattern.schema, pattern.table)} LIMIT 0", "reading a table")
+            except TableGone:
+                continue  # no such table there
 
 
 def load_definitions(

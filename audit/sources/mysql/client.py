@@ -34,7 +34,7 @@ CONNECT_ERRORS = frozenset({2002, 2003, 2005, 2006, 2013})
 TABLE_GONE_ERRORS = frozenset({1054, 1146, 1176, 1412})
 """Unknown column, no such table, key gone, table definition changed: the table was altered under us."""
 _PRIVILEGE = re.compile(r"you need \(at least one of\) the (.+?) privilege", re.IGNORECASE)
-_COMMAND_DENIED = re.compile(r"^(\w+) command denied to user .+? for table [`'](.+?)[`']", re.IGNORECASE)
+_COMMAND_DENIED = re.compile(r"^(\w+) command denied to user .+? for table (.+)$", re.IGNORECASE)
 
 
 class TableGone(AuditError):

@@ -172,7 +172,14 @@ def audit_tables(
     sides = Sides(master, replica)
     try:
         m_list, r_list = catalog.list_tables(master), catalog.list_tables(replica)
+        catalog.probe_missing((master, replica), patterns, set(m_list) | set(r_list))
         names = catalog.select_tables(patterns, m_list, r_list)
+        if not names:
+            raise SourceError(
+                f"no base table visible on master {master_ep.where} or replica {replica_ep.where}: "
+                "the auditor needs SELECT on the tables to audit",
+                where=master_ep.where,
+            )
         m_defs = catalog.load_definitions(master, [n for n in names if n in m_list], m_list)
         r_defs = catalog.load_definitions(replica, [n for n in names if n in r_list], r_list)
         plans, schema_findings = catalog.compare_catalogs(names, m_defs, r_defs)
