@@ -176,7 +176,8 @@ def test_spark_tasks_find_the_same_rows(pair: Pair, schema: str, spark: Any) -> 
     keys = sorted((f.evidence["table"], f.key, f.category) for f in in_spark.findings)
     assert keys == sorted((f.evidence["table"], f.key, f.category) for f in local.findings)
     assert len(keys) == 6 and in_spark.metrics["segments"] == 6
-    assert in_spark.tables == local.tables
+    # chunk sizes follow the measured rate, so only the chunk counts may differ between runs
+    assert [{**t, "chunks": 0} for t in in_spark.tables] == [{**t, "chunks": 0} for t in local.tables]
 
 
 # --- keyless tables, schemas ---------------------------------------------------------------------------------

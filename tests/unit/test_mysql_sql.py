@@ -14,6 +14,7 @@ from audit.sources.mysql.sql import (
     json_value,
     key_in,
     literal,
+    may_hold_separator,
     quote_ident,
     range_where,
     row_hash,
@@ -78,7 +79,11 @@ def test_column_expressions_normalise_what_text_would_hide_or_split() -> None:
 
 def test_row_string_flags_only_what_can_be_ambiguous() -> None:
     s = row_string(["`id`", "`a`", "`b`"], [False, True, False], [False, True, True])
-    assert s == "CONCAT_WS('#', `id`, `a`, `b`, CONCAT(ISNULL(`a`)), CONCAT_WS(',', LENGTH(`a`), LENGTH(`b`)))"
+    assert s == "CONCAT_WS('#', `id`, `a`, `b`, CONCAT(ISNULL(`a`)), CONCAT_WS(',', LENGTH(`a`)))"
+    three = row_string(["`a`", "`b`", "`c`"], [False] * 3, [True] * 3)
+    assert three == "CONCAT_WS('#', `a`, `b`, `c`, CONCAT_WS(',', LENGTH(`a`), LENGTH(`b`)))"
+    assert not may_hold_separator(col("e", "enum", "enum('new','paid')"))
+    assert may_hold_separator(col("e", "enum", "enum('#1','b')")) and may_hold_separator(col("j", "json"))
     # one column that may hold '#' among columns that cannot: no lengths needed; no nullable column: no flags
     assert row_string(["`id`", "`a`"], [False, False], [False, True]) == "CONCAT_WS('#', `id`, `a`)"
     assert row_hash(["`a`"], [True], [True]).startswith("CRC32(")

@@ -12,8 +12,8 @@ Row hash (both sides run the same expression over the columns they have in commo
 
 `ei` is each column's normalised text (see `column_expr`); the ISNULL flags of the columns that may be
 NULL (on either side) make NULL differ from '' and from a missing value (CONCAT_WS skips NULLs); the
-byte lengths of the columns whose text may contain '#' (strings, binaries, JSON, enums, sets), when
-there are two or more, make the encoding unambiguous (`'a#','b'` vs `'a','#b'`). CRC32 detects every
+byte lengths of the columns whose text may contain '#' (strings, binaries, JSON; enums and sets with
+a '#' in a value), all but the last, make the encoding unambiguous (`'a#','b'` vs `'a','#b'`). CRC32 detects every
 change of up to 32 adjacent bits; `hash_function: md5` gives 64 bits.
 A chunk's digest is `COUNT(*)` and `SUM(hash)`: a sum, not pt-table-checksum's BIT_XOR, so two equal
 rows do not cancel out (a keyless table is a multiset) and swapping values between two rows of equal
@@ -77,6 +77,9 @@ def literal(value: KeyValue | None) -> str:
 
 
 def may_hold_separator(column: Column) -> bool:
+    """Whether the column's text may contain '#' (an ENUM or SET only if one of its values does)."""
+    if column.data_type in ("enum", "set"):
+        return "#" in column.column_type
     return column.data_type in TEXT_TYPES or column.data_type in BINARY_TYPES
 
 
@@ -159,11 +162,13 @@ def column_expr(column: Column, peer: Column | None = None) -> str:
 def row_string(exprs: Sequence[str], nullable: Sequence[bool], separable: Sequence[bool]) -> str:
     """The text a row hashes: see the module doc (flags only where needed: they cost ~10% each)."""
     flags = [f"ISNULL({e})" for e, n in zip(exprs, nullable, strict=True) if n]
-    lengths = [f"LENGTH({e})" for e, s in zip(exprs, separable, strict=True) if s]
+    # With k columns that may hold '#', the lengths of k - 1 of them pin every field: the last one's
+    # extent is what is left between its neighbours, which cannot hold '#'.
+    lengths = [f"LENGTH({e})" for e, s in zip(exprs, separable, strict=True) if s][:-1]
     parts = list(exprs)
     if flags:
         parts.append("CONCAT(" + ", ".join(flags) + ")")
-    if len(lengths) > 1:  # one column holding '#' among others that cannot is parsed back unambiguously
+    if lengths:
         parts.append("CONCAT_WS(',', " + ", ".join(lengths) + ")")
     return "CONCAT_WS('#', " + ", ".join(parts) + ")"
 
