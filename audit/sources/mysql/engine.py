@@ -18,12 +18,13 @@ from audit.errors import AuditError, ConfigError, SnapshotError, SourceConnectEr
 from audit.findings import Finding
 from audit.sources.mysql import catalog
 from audit.sources.mysql.chunks import ZERO, ChunkDone, Digest, RowDiff, Sides, Uncovered
-from audit.sources.mysql.client import connect_pair
+from audit.sources.mysql.client import Server, connect_pair
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings, parse_tables
 from audit.sources.mysql.model import TablePlan
 from audit.sources.mysql.repair import RepairPlan
-from audit.sources.mysql.rows import recheck, to_finding
+from audit.sources.mysql.rows import RecheckResult, recheck, to_finding
 from audit.sources.mysql.spark_job import Job, TaskError, TaskStats, events, plan_segments
+from audit.sources.mysql.sql import KeyValue
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -134,8 +135,8 @@ class _Run:
             )
 
 
-def _bound(bound: object) -> object:
-    return None if bound is None else [v.hex() if isinstance(v, bytes) else str(v) for v in bound]  # type: ignore[attr-defined]
+def _bound(bound: Sequence[KeyValue] | None) -> list[str] | None:
+    return None if bound is None else [v.hex() if isinstance(v, bytes) else str(v) for v in bound]
 
 
 def _parallelism(spark: SparkSession | None, settings: MySQLSettings) -> int:
@@ -234,7 +235,8 @@ def audit_tables(
             statements = plan_file.statements
 
     if on_findings is not None:
-        on_findings(findings)
+        for i in range(0, len(findings), 10_000):
+            on_findings(findings[i : i + 10_000])
         findings = []
     metrics = _metrics(run, rechecked, plans, m_list, r_list, names, counts, started, len(segments))
     return RowsAudit(
@@ -250,7 +252,12 @@ def audit_tables(
 
 
 def _altered_tables(
-    master: Any, replica: Any, plans: list[TablePlan], names: list[catalog.TableName], m_list: Any, r_list: Any
+    master: Server,
+    replica: Server,
+    plans: list[TablePlan],
+    names: list[catalog.TableName],
+    m_list: dict[catalog.TableName, int],
+    r_list: dict[catalog.TableName, int],
 ) -> set[int]:
     """Tables whose definition (either side) is not the one planned with."""
     by_name = {(p.schema, p.name): i for i, p in enumerate(plans)}
@@ -267,10 +274,10 @@ def _altered_tables(
 
 def _metrics(
     run: _Run,
-    rechecked: Any,
+    rechecked: RecheckResult,
     plans: list[TablePlan],
-    m_list: Any,
-    r_list: Any,
+    m_list: dict[catalog.TableName, int],
+    r_list: dict[catalog.TableName, int],
     names: list[catalog.TableName],
     counts: dict[str, int],
     started: float,
