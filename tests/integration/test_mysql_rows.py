@@ -180,6 +180,28 @@ def test_spark_tasks_find_the_same_rows(pair: Pair, schema: str, spark: Any) -> 
     assert [{**t, "chunks": 0} for t in in_spark.tables] == [{**t, "chunks": 0} for t in local.tables]
 
 
+def test_a_table_whose_every_chunk_differs_is_compared_by_the_spark_tasks(
+    pair: Pair, schema: str, spark: Any, tmp_path: Path
+) -> None:
+    pair.on_master(
+        f"CREATE TABLE {schema}.half (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {schema}.half SELECT seq, seq FROM {schema}.seq_1_to_4000",
+    )
+    pair.on_replica_only(
+        f"DELETE FROM {schema}.half WHERE id MOD 2 = 0", f"UPDATE {schema}.half SET v = -1 WHERE id MOD 100 = 1"
+    )
+    settings = FAST.model_copy(update={"parallelism": 2, "min_segment_rows": 1000})
+
+    result = pair.audit([f"{schema}.half"], settings, spark=spark, repair_path=tmp_path / "fix.sql")
+
+    cats: dict[str, int] = {}
+    for f in result.findings:
+        cats[f.category] = cats.get(f.category, 0) + 1
+    assert cats == {"missing_row": 2000, "row_mismatch": 40}
+    assert result.metrics["chunks_different"] == result.metrics["chunks"] > 2 and result.metrics["segments"] == 2
+    assert result.repair_statements == 2040 and result.metrics["rows_converged"] == 0
+
+
 # --- keyless tables, schemas ---------------------------------------------------------------------------------
 
 

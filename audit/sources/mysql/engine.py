@@ -107,6 +107,7 @@ class _Run:
     overflow: list[RowDiff] = field(default_factory=list)
     uncovered: list[dict[str, Any]] = field(default_factory=list)
     rows_read: dict[str, int] = field(default_factory=lambda: {"master": 0, "replica": 0})
+    phases: dict[str, float] = field(default_factory=dict)
 
     def fold(self, event: object) -> None:
         if isinstance(event, TaskError):
@@ -187,9 +188,16 @@ def audit_tables(
         segments = plan_segments(master, replica, plans, _parallelism(spark, settings), settings)
         run = _Run(plans, settings, [TableResult(p.display, list(p.key) or None) for p in plans])
         job = Job(master_ep, replica_ep, tuple(plans), tuple(segments), settings, check_replication)
+        t_chunks = time.time()
         for event in events(spark, job):
             run.fold(event)
+        t_recheck = time.time()
         rechecked = recheck(sides, plans, run.candidates, settings, check_replication)
+        run.phases = {
+            "plan_s": t_chunks - started,
+            "chunks_s": t_recheck - t_chunks,
+            "recheck_s": time.time() - t_recheck,
+        }
         altered = _altered_tables(master, replica, plans, names, m_list, r_list)
         servers = {"master": master.version, "replica": replica.version}
     finally:
@@ -309,5 +317,6 @@ def _metrics(
         "uncovered": len(run.uncovered),
         "uncovered_rows": uncovered_rows,
         "duration_s": round(time.time() - started, 3),
+        **{k: round(v, 3) for k, v in run.phases.items()},
         **{f"findings_{c}": n for c, n in counts.items()},
     }

@@ -132,12 +132,26 @@ def _recheck_keyed(work: TableWork, diffs: list[RowDiff], result: RecheckResult)
         before, replica, after = _read(work, [d.key for d in batch if d.key is not None])
         for d in batch:
             assert d.key is not None
-            m1, r, m2 = before.get(d.key), replica.get(d.key), after.get(d.key)
-            if _row(m1) == _row(r):
+            fresh = reread(d, before.get(d.key), replica.get(d.key), after.get(d.key))
+            if fresh is None:
                 result.converged += 1
-                continue
-            left.append(RowDiff(d.table, d.key, _row(m1), _row(r), _hash(m1), _hash(r), in_flight=_row(m1) != _row(m2)))
+            else:
+                left.append(fresh)
     return left
+
+
+def reread(
+    diff: RowDiff,
+    master_before: tuple[Row, int] | None,
+    replica: tuple[Row, int] | None,
+    master_after: tuple[Row, int] | None,
+) -> RowDiff | None:
+    """A row's verdict from one recheck round: None when both sides agree now; else the row as now read,
+    `in_flight` when the master changed it between its two reads (the replica read in between)."""
+    m1, r, m2 = _row(master_before), _row(replica), _row(master_after)
+    if m1 == r:
+        return None
+    return RowDiff(diff.table, diff.key, m1, r, _hash(master_before), _hash(replica), in_flight=m1 != m2)
 
 
 def _recheck_keyless(work: TableWork, diffs: list[RowDiff], result: RecheckResult) -> list[RowDiff]:
