@@ -74,3 +74,12 @@ def test_a_recheck_round_tells_converged_in_flight_and_persisting_rows() -> None
     missing = reread(diff, (MASTER_ROW, 1), None, (MASTER_ROW, 1))
     assert missing is not None and category_of(missing) == "missing_row"
     assert reread(diff, None, None, None) is None
+
+
+def test_keyless_counts_merge_as_they_stream() -> None:
+    from audit.sources.mysql.chunks import merge_counts
+
+    a = iter([(b"1", b"2"), (b"5", b"1"), (b"9", b"3")])
+    b = iter([(b"1", b"2"), (b"7", b"1"), (b"9", b"1"), (b"12", b"4")])
+    assert list(merge_counts(a, b)) == [(1, 2, 2), (5, 1, 0), (7, 0, 1), (9, 3, 1), (12, 0, 4)]
+    assert list(merge_counts(iter([]), iter([]))) == []

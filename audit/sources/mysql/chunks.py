@@ -184,7 +184,7 @@ class TableSql:
         )
 
     def hash_counts(self) -> str:
-        return f"SELECT {self.hash} AS h, COUNT(*) FROM {self.plain_source} GROUP BY h"
+        return f"SELECT {self.hash} AS h, COUNT(*) FROM {self.plain_source} GROUP BY h ORDER BY h"
 
     def all_rows(self) -> str:
         return f"SELECT {', '.join(self.exprs)}, {self.hash} FROM {self.plain_source}"
@@ -198,6 +198,26 @@ def decode_key(plan: TablePlan, raw: Sequence[bytes | None]) -> Key:
 
 def row_key(plan: TablePlan, row: Row) -> Key:
     return decode_key(plan, [row[i] for i in plan.key_positions])
+
+
+def merge_counts(a: Iterator[Row], b: Iterator[Row]) -> Iterator[tuple[int, int, int]]:
+    """(hash, count in a, count in b) over two streams of (hash, count) sorted by hash."""
+    x, y = next(a, None), next(b, None)
+    while x is not None or y is not None:
+        hx = int(x[0] or 0) if x is not None else None
+        hy = int(y[0] or 0) if y is not None else None
+        if hy is None or (hx is not None and hx < hy):
+            assert x is not None and hx is not None
+            yield hx, int(x[1] or 0), 0
+            x = next(a, None)
+        elif hx is None or hy < hx:
+            assert y is not None
+            yield hy, 0, int(y[1] or 0)
+            y = next(b, None)
+        else:
+            assert x is not None and y is not None
+            yield hx, int(x[1] or 0), int(y[1] or 0)
+            x, y = next(a, None), next(b, None)
 
 
 def _digest(row: Row | None) -> Digest:
@@ -356,9 +376,19 @@ class TableWork:
                 )
 
     # --- keyless tables ----------------------------------------------------------------------------------
-    def _hash_counts(self, side: Side) -> dict[int, int]:
-        rows = self.sides.server(side).query(self.sql[side].hash_counts(), "counting the copies of each row")
-        return {int(h or 0): int(n or 0) for h, n in rows}
+    def _surplus(self) -> dict[int, int]:
+        """Row hash -> master copies minus replica copies, where they differ: both sides' counts come
+        sorted by hash and are merged as they stream, so memory holds the differences only."""
+        doing = "counting the copies of each row"
+        m_rows, r_rows = self.sides.both(
+            lambda s: s.start_stream(self.sql["master"].hash_counts(), doing),
+            lambda s: s.start_stream(self.sql["replica"].hash_counts(), doing),
+        )
+        surplus: dict[int, int] = {}
+        for h, m, r in merge_counts(m_rows, r_rows):
+            if m != r:
+                surplus[h] = m - r
+        return surplus
 
     def _samples(self, side: Side, wanted: set[int]) -> dict[int, Row]:
         out: dict[int, Row] = {}
@@ -371,9 +401,7 @@ class TableWork:
 
     def multiset(self) -> Iterator[RowDiff]:
         """A keyless table as a multiset: rows whose number of copies differs, with the surplus."""
-        mc, rc = self.sides.both(lambda s: self._hash_counts("master"), lambda s: self._hash_counts("replica"))
-        surplus = {h: mc.get(h, 0) - rc.get(h, 0) for h in {**mc, **rc}}
-        surplus = {h: n for h, n in surplus.items() if n}
+        surplus = self._surplus()
         if not surplus:
             return
         ms, rs = self.sides.both(

@@ -104,6 +104,27 @@ class Server:
         except pymysql.MySQLError as e:
             raise audit_error(e, self.endpoint, self.side, doing) from None
 
+    def start_stream(self, sql: str, doing: str = "a query", batch: int = 5000) -> Iterator[Row]:
+        """Send `sql` now (so that both sides can work at once) and return its rows as an iterator."""
+        cur = self.conn.cursor(pymysql.cursors.SSCursor)
+        try:
+            cur.execute(sql)
+        except pymysql.MySQLError as e:
+            cur.close()
+            raise audit_error(e, self.endpoint, self.side, doing) from None
+
+        def rows() -> Iterator[Row]:
+            try:
+                while chunk := cur.fetchmany(batch):
+                    self.rows_read += len(chunk)
+                    yield from chunk
+            except pymysql.MySQLError as e:
+                raise audit_error(e, self.endpoint, self.side, doing) from None
+            finally:
+                cur.close()
+
+        return rows()
+
     def one(self, sql: str, doing: str = "a query") -> Row | None:
         rows = self.query(sql, doing)
         return rows[0] if rows else None
