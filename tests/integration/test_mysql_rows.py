@@ -365,6 +365,31 @@ def test_healthy_pair_under_concurrent_writes_gives_no_findings(pair: Pair, sche
     assert result.metrics["chunks"] > 5
 
 
+def test_lag_makes_no_false_positive(pair: Pair, schema: str) -> None:
+    """Writes the replica has not applied yet: waited for when it catches up, uncovered when it cannot."""
+    from audit.local.mariadb_server import wait_link_up
+
+    pair.on_master(
+        f"CREATE TABLE {schema}.lag (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {schema}.lag SELECT seq, seq FROM {schema}.seq_1_to_1000",
+    )
+    pair.replica.execute("STOP SLAVE SQL_THREAD")
+    try:
+        pair.master.execute(f"UPDATE {schema}.lag SET v = -v WHERE id MOD 97 = 0")
+        stuck = pair.audit([f"{schema}.lag"], FAST.model_copy(update={"gtid_wait_s": 0.3}))
+        assert stuck.findings == [] and stuck.metrics["chunks_uncovered"] >= 1
+        assert "had not applied the master's GTID position" in stuck.uncovered[0]["reason"]
+        restart = threading.Timer(1.0, lambda: pair.replica.execute("START SLAVE SQL_THREAD"))
+        restart.start()
+        caught_up = pair.audit([f"{schema}.lag"], FAST.model_copy(update={"gtid_wait_s": 20}))
+        restart.join()
+    finally:
+        pair.replica.execute("START SLAVE SQL_THREAD")
+        wait_link_up(pair.replica)
+    assert caught_up.findings == [] and caught_up.metrics["uncovered"] == 0
+    assert caught_up.metrics["chunks_different"] == 0 and all(t["equal"] for t in caught_up.tables)
+
+
 def test_least_privilege_audit_leaves_the_gtid_positions_alone(pair: Pair, schema: str) -> None:
     from audit.sources.mysql.replication import replication_findings
 

@@ -8,9 +8,11 @@ finds each chunk's upper bound with `ORDER BY key LIMIT 1 OFFSET n` on the maste
 cheaper than the hash). Bounds are the master's, applied to both sides, so rows only the replica
 holds fall into some chunk too.
 
-Each chunk: the master opens a consistent snapshot and reads its GTID position (check_replication);
-the replica waits until it has applied that position (bounded by `gtid_wait_s`), opens its own
-snapshot; both compute COUNT(*) and SUM(row hash) at the same time. Equal chunks ship two numbers.
+Each chunk: both sides open a consistent snapshot (the master notes its GTID position in it) and
+compute COUNT(*) and SUM(row hash) at the same time. Equal chunks ship two numbers and are done. When
+they differ (and check_replication), the replica first waits until it has applied the master's
+position (bounded by `gtid_wait_s`), then reads its side again in a new snapshot, so lag alone never
+makes a difference.
 A differing chunk is narrowed inside the same two snapshots: the left half is checksummed on both
 sides (the right half is the difference, sums being additive) and each half that differs is split
 again, down to ranges of at most `fetch_rows` rows, whose keys and row hashes are fetched; only the
@@ -237,6 +239,7 @@ class TableWork:
         self.settings, self.check_replication = settings, check_replication
         self.sql = {s: TableSql(plan, s, settings.hash_function) for s in ("master", "replica")}
         self.pacer = RateLimiter(settings.max_rows_per_s) if settings.max_rows_per_s else None
+        self._behind = False
 
     def checksums(self, lower: Bound, upper: Bound) -> tuple[Digest, Digest]:
         m_sql, r_sql = self.sql["master"].checksum(lower, upper), self.sql["replica"].checksum(lower, upper)
@@ -266,21 +269,33 @@ class TableWork:
         self.sides.both(lambda s: s.end(), lambda s: s.end())
 
     def _open_and_checksum(self, lower: Bound, upper: Bound) -> tuple[Digest, Digest, bool | None]:
-        """New snapshots and the chunk's digests: the master's computed while the replica waits for the
-        master's position, then computes its own. Each START TRANSACTION also ends the previous chunk's
-        snapshot, which saves a COMMIT round trip per side and chunk."""
+        """New snapshots and the chunk's digests, both sides at once; (master, replica, reached).
+
+        Equal digests need no waiting: equal is equal. Only when they differ (and check_replication)
+        does the replica wait until it has applied the master's position, noted in the master's
+        snapshot, and read its side again: lag then makes no difference. Each START TRANSACTION also
+        ends the previous chunk's snapshot, which saves a COMMIT round trip per side and chunk.
+        """
         m_sql, r_sql = self.sql["master"].checksum(lower, upper), self.sql["replica"].checksum(lower, upper)
         self.sides.master.begin()
         position = self.sides.master.gtid_position() if self.check_replication else ""
-        wait_s = self.settings.gtid_wait_s
 
-        def replica(s: Server) -> tuple[bool | None, Digest]:
-            reached = s.wait_for(position, wait_s) if self.check_replication else None
+        def replica(s: Server) -> Digest:
             s.begin()
-            return reached, _digest(s.one(r_sql, "a chunk checksum"))
+            return _digest(s.one(r_sql, "a chunk checksum"))
 
-        m, (reached, r) = self.sides.both(lambda s: _digest(s.one(m_sql, "a chunk checksum")), replica)
-        return m, r, reached
+        m, r = self.sides.both(lambda s: _digest(s.one(m_sql, "a chunk checksum")), replica)
+        if m == r or not self.check_replication:
+            return m, r, None
+        reached = self._wait(position)
+        return m, replica(self.sides.replica), reached
+
+    def _wait(self, position: str) -> bool:
+        """The replica's bounded wait; after one that timed out, the next ones wait at most a second."""
+        bound = min(1.0, self.settings.gtid_wait_s) if self._behind else self.settings.gtid_wait_s
+        reached = self.sides.replica.wait_for(position, bound)
+        self._behind = not reached
+        return reached
 
     def chunk(self, lower: Bound, upper: Bound) -> Iterator[Event]:
         """One chunk's events; its snapshots stay open until the next chunk (or close_snapshots)."""
