@@ -81,7 +81,7 @@ HashFunction = Literal["crc32", "md5"]
 
 
 class MySQLSettings(_Strict):
-    """Tuning of a mysql pair; each default is the value that made the bench in bench/mysql_bench.py fast."""
+    """Tuning of a mysql pair (docs/mysql.md, "Settings")."""
 
     chunk_time_s: float = Field(0.02, gt=0, description="time target of one chunk's checksum query")
     min_chunk_rows: int = Field(500, gt=0)
