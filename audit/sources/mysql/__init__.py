@@ -2,8 +2,8 @@
 
 The two entry points the pipeline wires:
 
-- :func:`audit_tables` (engine.py): the row audit -> :class:`RowsAudit` (findings of check `rows` and
-  `schema`, coverage metrics, per-table digests, the repair plan);
+- :func:`audit_tables` (engine.py): the row audit -> :class:`RowsAudit` (findings of check `rows`:
+  rows, tables on one side, schema mismatches; coverage metrics, per-table digests, the repair plan);
 - :func:`replication_findings` (replication.py): link, lag, missing/errant GTIDs, wrong master ->
   :class:`ReplicationAudit`.
 """

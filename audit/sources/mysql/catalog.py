@@ -158,7 +158,7 @@ def _schema_mismatch(master: TableDef, replica: TableDef) -> Finding | None:
     evidence: dict[str, object] = {"table": master.display, "columns": sorted(differ), "definitions": differ}
     if m_key != r_key:
         evidence["key"] = {"master": m_key, "replica": r_key}
-    return Finding("schema", "schema_mismatch", count=len(differ), evidence=evidence)
+    return Finding("rows", "schema_mismatch", count=len(differ), evidence=evidence)
 
 
 def _replica_index(replica: TableDef, key: tuple[str, ...]) -> str | None:
@@ -207,12 +207,12 @@ def compare_catalogs(
         if r is None:
             assert m is not None
             findings.append(
-                Finding("schema", "missing_table", evidence={"table": shown, "rows_estimate": m.rows_estimate})
+                Finding("rows", "missing_table", evidence={"table": shown, "rows_estimate": m.rows_estimate})
             )
             continue
         if m is None:
             findings.append(
-                Finding("schema", "extra_table", evidence={"table": shown, "rows_estimate": r.rows_estimate})
+                Finding("rows", "extra_table", evidence={"table": shown, "rows_estimate": r.rows_estimate})
             )
             continue
         mismatch = _schema_mismatch(m, r)
