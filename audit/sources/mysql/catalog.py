@@ -211,9 +211,7 @@ def compare_catalogs(
             )
             continue
         if m is None:
-            findings.append(
-                Finding("rows", "extra_table", evidence={"table": shown, "rows_estimate": r.rows_estimate})
-            )
+            findings.append(Finding("rows", "extra_table", evidence={"table": shown, "rows_estimate": r.rows_estimate}))
             continue
         mismatch = _schema_mismatch(m, r)
         if mismatch is not None:

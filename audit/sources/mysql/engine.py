@@ -185,11 +185,12 @@ def audit_tables(
         m_defs = catalog.load_definitions(master, [n for n in names if n in m_list], m_list)
         r_defs = catalog.load_definitions(replica, [n for n in names if n in r_list], r_list)
         plans, schema_findings = catalog.compare_catalogs(names, m_defs, r_defs)
-        segments = plan_segments(master, replica, plans, _parallelism(spark, settings), settings)
+        tasks = _parallelism(spark, settings)
+        segments = plan_segments(master, replica, plans, tasks, settings)
         run = _Run(plans, settings, [TableResult(p.display, list(p.key) or None) for p in plans])
         job = Job(master_ep, replica_ep, tuple(plans), tuple(segments), settings, check_replication)
         t_chunks = time.time()
-        for event in events(spark, job):
+        for event in events(spark, job, tasks):
             run.fold(event)
         t_recheck = time.time()
         rechecked = recheck(sides, plans, run.candidates, settings, check_replication)

@@ -94,7 +94,7 @@ def run_segments(
 
 
 def _task(job: Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    indexes = [i for b in batches for i in b.column("segment").to_pylist()]
+    indexes = [i for b in batches for group in b.column("segments").to_pylist() for i in group]
     buffer: list[bytes] = []
     for event in run_segments(job, indexes):
         buffer.append(pickle.dumps(event))
@@ -105,16 +105,35 @@ def _task(job: Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatc
         yield pa.RecordBatch.from_pydict({"event": buffer}, schema=_EVENTS)
 
 
-def events(spark: SparkSession | None, job: Job) -> Iterator[Event | TaskStats | TaskError]:
-    """Every segment's events: in Spark tasks, or in this process when `spark` is None."""
-    order = sorted(range(len(job.segments)), key=lambda i: -job.plans[job.segments[i].table].rows_estimate)
-    if spark is None or not order:
-        yield from run_segments(job, order)
+def assign(weights: Sequence[float], tasks: int) -> list[list[int]]:
+    """Segments spread over at most `tasks` tasks, heaviest first onto the lightest task (LPT)."""
+    groups: list[list[int]] = [[] for _ in range(max(1, min(tasks, len(weights))))]
+    loads = [0.0] * len(groups)
+    for i in sorted(range(len(weights)), key=lambda i: -weights[i]):
+        k = loads.index(min(loads))
+        groups[k].append(i)
+        loads[k] += max(weights[i], 1.0)
+    return [g for g in groups if g]
+
+
+def segment_weights(job: Job) -> list[float]:
+    per_table: dict[int, int] = {}
+    for seg in job.segments:
+        per_table[seg.table] = per_table.get(seg.table, 0) + 1
+    return [job.plans[seg.table].rows_estimate / per_table[seg.table] for seg in job.segments]
+
+
+def events(spark: SparkSession | None, job: Job, tasks: int = 1) -> Iterator[Event | TaskStats | TaskError]:
+    """Every segment's events: in at most `tasks` Spark tasks (each reusing its two sessions for all of
+    its segments), or in this process when `spark` is None."""
+    groups = assign(segment_weights(job), tasks)
+    if spark is None or not job.segments:
+        yield from run_segments(job, [i for g in groups for i in g])
         return
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    rdd = spark.sparkContext.parallelize([(i,) for i in order], len(order))
-    frame = spark.createDataFrame(rdd, "segment int")
+    rdd = spark.sparkContext.parallelize([(g,) for g in groups], len(groups))
+    frame = spark.createDataFrame(rdd, "segments array<int>")
     for row in frame.mapInArrow(partial(_task, job), from_arrow_schema(_EVENTS)).toLocalIterator():
         yield pickle.loads(row["event"])
 
