@@ -159,7 +159,7 @@ def audit_tables(
     repair_path: Path | None = None,
     on_findings: FindingsSink | None = None,
 ) -> RowsAudit:
-    """Compare the tables of a master and a replica row by row; see the package README section.
+    """Compare the tables of a master and a replica row by row (docs/mysql.md).
 
     `spark` None runs the chunk work in this process (small audits, tests); `repair_path` defaults to
     `work_dir/repair/<pair>.sql` when a work_dir is given. Raises ConfigError (bad URL, table that
