@@ -34,9 +34,11 @@ SEVERITY_BY_CATEGORY: dict[str, str] = {
     "row_mismatch": "critical",
     "missing_gtid": "critical",
     "errant_gtid": "critical",
+    # A selected table on one side only, and column definitions that differ (rows are still compared
+    # over the columns both sides have).
     "missing_table": "critical",
     "extra_table": "critical",
-    "schema_mismatch": "critical",
+    "schema_mismatch": "warning",
     # Added by replica-audit (README, "Contract changes"): the server named as replica follows some
     # other master, so diffing it against this pair's master would report noise, not divergence.
     "wrong_master": "critical",
