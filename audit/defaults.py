@@ -20,6 +20,9 @@ RECHECK_ROUNDS = 3
 RECHECK_INTERVAL_S = 2.0
 """Seconds between recheck rounds."""
 
+RECHECK_ACK_WAIT_S = 5.0
+"""Seconds the recheck waits for a replica to apply the master's replication position before reading it."""
+
 RECHECK_MAX_KEYS = 100_000
 """At most this many diverged keys are re-read live; the rest are reported as found, marked unrechecked."""
 

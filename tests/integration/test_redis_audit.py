@@ -171,3 +171,52 @@ def test_read_only_acl_user_and_password_never_written(tmp_path, monkeypatch, ca
     finally:
         replica.stop()
         master.stop()
+
+
+def _hot_writer(master: RedisServer, stop: threading.Event, pause_s: dict[bytes, float]) -> None:
+    """Keeps writing: each key's field f gets a new value every pause_s[key] seconds."""
+    c = master.client()
+    n = 0
+    due = dict.fromkeys(pause_s, 0.0)
+    while not stop.is_set():
+        now = time.monotonic()
+        for key, pause in pause_s.items():
+            if now >= due[key]:
+                c.hset(key, b"f", n)
+                due[key] = now + pause
+        n += 1
+        time.sleep(0.0002)
+
+
+def test_keys_written_during_the_recheck_are_judged_not_dropped(fresh_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A broken replica must not hide behind a key the master keeps writing: the recheck judges such keys
+    against the replication stream (the old recheck dropped them as "in flight" and reported nothing)."""
+    master, replica = fresh_pair
+    c = master.client()
+    c.mset({f"plain:{i}": i for i in range(500)})
+    writes = {b"warm": 0.05, b"hot": 0.0, b"hot-healthy": 0.0, b"warm-healthy": 0.05}
+    for key in writes:
+        c.hset(key, b"f", b"0")
+    wait_in_sync(master, replica)
+    r = replica.client()
+    r.config_set("replica-read-only", "no")
+    for key in (b"warm", b"hot"):
+        r.hset(key, b"planted", b"1")  # the replica now holds a field its master never wrote
+    stop = threading.Event()
+    writer = threading.Thread(target=_hot_writer, args=(master, stop, writes), daemon=True)
+    writer.start()
+    try:
+        time.sleep(0.3)
+        inv = write_inventory(
+            tmp_path / "inv.yaml", [pair_entry("p", master, replica, gate={"max_in_flight": 0})], recheck_rounds=2
+        )
+        code = run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch)
+    finally:
+        stop.set()
+        writer.join()
+    root = latest_run(tmp_path / "out")
+    got = {(f["category"], f["key"]) for f in findings(root)}
+    assert got == {("value_mismatch", b"warm"), ("value_mismatch", b"hot")}
+    assert code == 1
+    m = summary(root)["pairs"][0]["metrics"]
+    assert m["recheck_in_flight"] == 0 and m["recheck_confirmed_live"] == 2

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 
 def checks(pair: PikaPair) -> Sequence[Check]:
+    from audit.sources.pika.ack import PikaBinlogAck
     from audit.sources.pika.binlog_check import BinlogCheck
     from audit.sources.pika.replication_check import PikaReplicationCheck
     from audit.sources.redis.keyspace_check import KeyspaceCheck
@@ -22,7 +23,12 @@ def checks(pair: PikaPair) -> Sequence[Check]:
     return [
         PikaReplicationCheck(pair),
         BinlogCheck(pair),
-        KeyspaceCheck(pair.settings, dbs=pair.dbs, dbs_from_info=False),
+        KeyspaceCheck(
+            pair.settings,
+            dbs=pair.dbs,
+            dbs_from_info=False,
+            ack=PikaBinlogAck(pair.dbs or [0]) if pair.check_replication else None,
+        ),
     ]
 
 

@@ -21,6 +21,7 @@ from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
 from audit.kernel.state import MetricValue, PairState
 from audit.layout import RunDir
+from audit.sources.redis.ack import ReplicaAck
 from audit.sources.redis.client import connect
 from audit.sources.redis.info import keyspace_dbs
 from audit.sources.redis.model import KeyspaceSettings
@@ -48,15 +49,29 @@ class KeyspaceCheck(Check):
         "recheck_candidates",
         "recheck_converged",
         "recheck_in_flight",
+        "recheck_confirmed_live",
         "recheck_unrechecked",
     )
 
-    def __init__(self, settings: KeyspaceSettings, *, dbs: list[int] | None, dbs_from_info: bool) -> None:
+    def __init__(
+        self,
+        settings: KeyspaceSettings,
+        *,
+        dbs: list[int] | None,
+        dbs_from_info: bool,
+        ack: ReplicaAck | None,
+        judge_hot_keys: int = 0,
+    ) -> None:
         """`dbs` as the pair names them; without them, every db INFO keyspace lists on either side when
-        `dbs_from_info` (Redis), else db 0 (Pika's INFO keyspace is not a reliable list)."""
+        `dbs_from_info` (Redis), else db 0 (Pika's INFO keyspace is not a reliable list). `ack` tells the
+        recheck when the replica has applied a master read (None for two independent servers); up to
+        `judge_hot_keys` keys still moving after the rounds are judged at the replica's offset
+        (audit/sources/redis/hotkeys.py: Redis replication offsets only)."""
         self.settings = settings
         self.dbs = dbs
         self.dbs_from_info = dbs_from_info
+        self.ack = ack
+        self.judge_hot_keys = judge_hot_keys
 
     def _clients(self, ctx: StageContext) -> dict[str, redis.Redis]:
         return {side: connect(str(ctx.url(side)), role=f"{ctx.pair.name} {side}") for side in SIDES}
@@ -135,6 +150,9 @@ class KeyspaceCheck(Check):
                 tolerance_ms=s.ttl_tolerance_ms,
                 page=s.big_key_elements,
                 window_bytes=WINDOW_BYTES,
+                ack=self.ack,
+                ack_wait_s=s.recheck_ack_wait_s,
+                judge_hot_keys=self.judge_hot_keys,
             )
         except (OSError, ConnectionError, redis.RedisError) as e:
             raise SourceError(f"pair {ctx.pair.name}: recheck failed: {e}") from None
@@ -150,6 +168,7 @@ class KeyspaceCheck(Check):
             recheck_candidates=stats.candidates,
             recheck_converged=stats.converged,
             recheck_in_flight=stats.in_flight,
+            recheck_confirmed_live=stats.confirmed,
             recheck_rounds=stats.rounds_run,
             recheck_unrechecked=max(0, total - s.recheck_max_keys),
         )

@@ -12,11 +12,20 @@ if TYPE_CHECKING:
     from audit.kernel.check import Check
 
 
+HOT_KEYS = 100
+"""Keys still moving after the recheck's rounds that are judged at the replica's offset, at most."""
+
+
 def checks(pair: RedisPair) -> Sequence[Check]:
+    from audit.sources.redis.ack import RedisOffsetAck
     from audit.sources.redis.keyspace_check import KeyspaceCheck
     from audit.sources.redis.replication_check import ReplicationCheck
 
-    return [ReplicationCheck(pair), KeyspaceCheck(pair.settings, dbs=pair.dbs, dbs_from_info=True)]
+    ack = RedisOffsetAck() if pair.check_replication else None
+    keyspace = KeyspaceCheck(
+        pair.settings, dbs=pair.dbs, dbs_from_info=True, ack=ack, judge_hot_keys=HOT_KEYS if ack else 0
+    )
+    return [ReplicationCheck(pair), keyspace]
 
 
 KIND = KindSpec(

@@ -39,6 +39,11 @@ class KeyspaceSettings(Strict):
     qps: int = Field(defaults.QPS, gt=0)
     recheck_rounds: int = Field(defaults.RECHECK_ROUNDS, ge=0)
     recheck_interval_s: float = Field(defaults.RECHECK_INTERVAL_S, ge=0)
+    recheck_ack_wait_s: float = Field(
+        defaults.RECHECK_ACK_WAIT_S,
+        ge=0,
+        description="how long a recheck waits for the replica to apply the master's read",
+    )
     recheck_max_keys: int = Field(defaults.RECHECK_MAX_KEYS, ge=0)
     ttl_tolerance_ms: int = Field(defaults.TTL_TOLERANCE_MS, ge=0)
     scan_count: int = Field(defaults.SCAN_COUNT, gt=0)

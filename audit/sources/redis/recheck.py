@@ -1,10 +1,21 @@
-"""Re-read diverged keys live for a few rounds; only divergences that persist are reported.
+"""Re-read diverged keys live; only divergences that persist are reported.
 
-A key that differs once may only be in flight (redis-full-check's idea). Each round reads the
-remaining keys on the master, then on the replica, and classifies them with the same Spark rule as
-the diff. A key is dropped when both sides now agree (`converged`), or when the master's own value
-changed since the previous read (`in_flight`: it is being written, or expired, so no verdict can be
-given about the replica from this audit).
+A key that differs once may only be in flight. Each round reads the remaining keys on the master, then
+on the replica, and compares them with the diff's rule (:func:`category_of`, the per-key twin of
+audit/diff/keyspace.py's `classify`; a test holds the two to the same cases):
+
+- with the replication stream to go by (a :class:`~audit.sources.redis.ack.ReplicaAck`): the first round
+  runs at once; after the master's read the recheck waits until the replica has applied the master's
+  position, reads the replica, then the master again. A key the replica now agrees with (either master
+  read) has converged; one that still differs while the master's value stayed the same is a confirmed
+  divergence at once, however hot the key; one whose master value moved is in flight and read again in
+  the next round;
+- without it (two independent servers): rounds `interval_s` apart; a key that differs while the master's
+  value did not change since its previous read survives the round; one whose master value changed is in
+  flight this round and read again in the next. What still differs after the last round is reported.
+
+Keys still in flight after the last round are not judged: they are counted (`recheck_in_flight`, gated
+by `max_in_flight` when a pair sets it), never silently dropped.
 """
 
 from __future__ import annotations
@@ -18,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from audit.diff.keyspace import classify, join_sides, latest_read
-from audit.sources.redis.keys import KeyReader, KeyState
+from audit.sources.redis.ack import ReplicaAck, wait_for
+from audit.sources.redis.keys import ERROR, UNSTABLE, VANISHED, KeyReader, KeyState
 from audit.sources.redis.resp import RespPipe
 from audit.sources.redis.snapshot import SNAPSHOT_SCHEMA
 
@@ -26,6 +38,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 MASTER_FIELDS = ("m_type", "m_digest", "m_length", "m_expire_at_ms", "m_status")
+Key = tuple[int, bytes]
 
 
 @dataclass
@@ -33,38 +46,139 @@ class RecheckStats:
     candidates: int = 0
     converged: int = 0
     in_flight: int = 0
+    confirmed: int = 0
+    """Divergences judged against the replication stream (the replica had applied the master's read)."""
     rounds_run: int = 0
     per_round_remaining: list[int] = field(default_factory=list)
 
 
-def read_keys(reader: KeyReader, keys: Iterable[tuple[int, bytes]]) -> list[tuple[int, KeyState]]:
+def read_keys(reader: KeyReader, keys: Iterable[Key]) -> dict[Key, KeyState]:
     by_db: dict[int, list[bytes]] = defaultdict(list)
     for db, key in keys:
         by_db[db].append(key)
-    out: list[tuple[int, KeyState]] = []
+    out: dict[Key, KeyState] = {}
     for db, db_keys in sorted(by_db.items()):
         reader.pipe.execute([(b"SELECT", b"%d" % db)])
         for i in range(0, len(db_keys), 1000):
-            out.extend((db, s) for s in reader.read(db_keys[i : i + 1000]))
+            out.update(((db, s.key), s) for s in reader.read(db_keys[i : i + 1000]))
+    return out
+
+
+def _present(s: KeyState | None) -> KeyState | None:
+    return None if s is None or s.status == VANISHED else s
+
+
+def category_of(master: KeyState | None, replica: KeyState | None, tolerance_ms: int) -> str | None:
+    """The keyspace diff's category for one key read live on both sides (None: they agree, or unreadable)."""
+    m, r = _present(master), _present(replica)
+    if (m is not None and m.status == ERROR) or (r is not None and r.status == ERROR):
+        return None
+    if m is None and r is None:
+        return None
+    if r is None:
+        return "missing_on_replica"
+    if m is None:
+        return "extra_on_replica"
+    if m.type != r.type:
+        return "type_mismatch"
+    if m.digest != r.digest or m.length != r.length or UNSTABLE in (m.status, r.status):
+        return "value_mismatch"
+    if (m.expire_at_ms is None) != (r.expire_at_ms is None):
+        return "ttl_mismatch"
+    if (
+        m.expire_at_ms is not None
+        and r.expire_at_ms is not None
+        and abs(m.expire_at_ms - r.expire_at_ms) > tolerance_ms
+    ):
+        return "ttl_mismatch"
+    return None
+
+
+def _same_master_value(a: KeyState | None, b: KeyState | None, tolerance_ms: int) -> bool:
+    """The master's value did not move between two reads (expiry within the tolerance counts as still)."""
+    a, b = _present(a), _present(b)
+    if a is None or b is None:
+        return a is None and b is None
+    if UNSTABLE in (a.status, b.status) or (a.type, a.digest, a.length) != (b.type, b.digest, b.length):
+        return False
+    if (a.expire_at_ms is None) != (b.expire_at_ms is None):
+        return False
+    return a.expire_at_ms is None or b.expire_at_ms is None or abs(a.expire_at_ms - b.expire_at_ms) <= tolerance_ms
+
+
+@dataclass
+class _Round:
+    """What one round decided: keys judged divergent (with the reads that show it) and keys to read again."""
+
+    divergent: dict[Key, tuple[KeyState | None, KeyState | None]] = field(default_factory=dict)
+    again: dict[Key, KeyState | None] = field(default_factory=dict)
+    converged: int = 0
+
+
+def _round_with_ack(
+    keys: list[Key], m_reader: KeyReader, r_reader: KeyReader, ack: ReplicaAck, ack_wait_s: float, tolerance_ms: int
+) -> _Round:
+    out = _Round()
+    before = read_keys(m_reader, keys)
+    acked = wait_for(ack, r_reader.pipe, ack.mark(m_reader.pipe), ack_wait_s)
+    replica = read_keys(r_reader, keys)
+    after = read_keys(m_reader, keys)
+    for k in keys:
+        r = replica.get(k)
+        if category_of(before.get(k), r, tolerance_ms) is None or category_of(after.get(k), r, tolerance_ms) is None:
+            out.converged += 1
+        elif acked and _same_master_value(before.get(k), after.get(k), tolerance_ms):
+            out.divergent[k] = (after.get(k), r)
+        else:
+            out.again[k] = after.get(k)
+    return out
+
+
+def _round_without_ack(
+    keys: list[Key],
+    previous: dict[Key, KeyState | None],
+    m_reader: KeyReader,
+    r_reader: KeyReader,
+    tolerance_ms: int,
+    last: bool,
+) -> _Round:
+    out = _Round()
+    master = read_keys(m_reader, keys)
+    replica = read_keys(r_reader, keys)
+    for k in keys:
+        m, r = master.get(k), replica.get(k)
+        if category_of(m, r, tolerance_ms) is None:
+            out.converged += 1
+        elif last and _same_master_value(previous.get(k), m, tolerance_ms):
+            out.divergent[k] = (m, r)
+        else:
+            out.again[k] = m  # a difference must persist to the last round, with the master's value still
     return out
 
 
 def states_frame(spark: SparkSession, reads: list[tuple[int, KeyState]]) -> DataFrame:
-    present = [(db, s) for db, s in reads if s.status != "vanished"]
+    present = [(db, s) for db, s in reads if s.status != VANISHED]
     rows: dict[str, list[Any]] = {"db": [db for db, _ in present]}
     for name in SNAPSHOT_SCHEMA.names[1:]:
         rows[name] = [getattr(s, name) for _, s in present]
     return spark.createDataFrame(pa.Table.from_pydict(rows, schema=SNAPSHOT_SCHEMA))
 
 
-def _master_changed(before: tuple[Any, ...], now: tuple[Any, ...], tolerance_ms: int) -> bool:
-    b_type, b_digest, b_len, b_exp, _ = before
-    n_type, n_digest, n_len, n_exp, n_status = now
-    if n_status == "unstable" or (b_type, b_digest, b_len) != (n_type, n_digest, n_len):
-        return True
-    if (b_exp is None) != (n_exp is None):
-        return True
-    return b_exp is not None and abs(b_exp - n_exp) > tolerance_ms
+def _snapshot_state(row: Any) -> KeyState | None:
+    """The master's side of a diff candidate row, as the state the first round compares against."""
+    if row["m_type"] is None:
+        return None
+    return KeyState(
+        bytes(row["key"]),
+        row["m_type"],
+        None,
+        row["m_expire_at_ms"],
+        row["m_length"] or 0,
+        row["m_digest"],
+        row["m_status"],
+        None,
+        0,
+    )
 
 
 def recheck(
@@ -78,39 +192,83 @@ def recheck(
     tolerance_ms: int,
     page: int,
     window_bytes: int,
+    ack: ReplicaAck | None = None,
+    ack_wait_s: float = 5.0,
+    judge_hot_keys: int = 0,
 ) -> tuple[DataFrame, RecheckStats]:
-    """Return the persisting divergences (same columns as the diff's candidates) and what happened."""
+    """The persisting divergences (the diff's candidate columns, re-read values) and what happened."""
     stats = RecheckStats()
     rows = candidates.select("db", "key", *MASTER_FIELDS).collect()
     stats.candidates = len(rows)
-    master_before = {(r["db"], bytes(r["key"])): tuple(r[f] for f in MASTER_FIELDS) for r in rows}
-    current = candidates
-    m_reader, r_reader = KeyReader(master, page, window_bytes), KeyReader(replica, page, window_bytes)
-    for _ in range(rounds):
-        if not master_before:
-            break
-        time.sleep(interval_s)
-        keys = list(master_before)
-        m_reads = read_keys(m_reader, keys)
-        r_reads = read_keys(r_reader, keys)
-        joined = join_sides(latest_read(states_frame(spark, m_reads)), latest_read(states_frame(spark, r_reads)))
-        current = classify(joined, tolerance_ms).where("category IS NOT NULL").drop("unreadable").cache()
-        still = {
-            (r["db"], bytes(r["key"])): tuple(r[f] for f in MASTER_FIELDS)
-            for r in current.select("db", "key", *MASTER_FIELDS).collect()
-        }
-        survivors = {}
-        for k, before in master_before.items():
-            if k not in still:
-                stats.converged += 1
-            elif _master_changed(before, still[k], tolerance_ms):
-                stats.in_flight += 1
-            else:
-                survivors[k] = still[k]
-        master_before = survivors
-        stats.rounds_run += 1
-        stats.per_round_remaining.append(len(survivors))
-    if stats.rounds_run == 0:
+    if rounds == 0:
         return candidates, stats
-    keep = spark.createDataFrame([(db, key) for db, key in master_before], "db int, key binary")
-    return current.join(keep, on=["db", "key"], how="left_semi"), stats
+    pending: dict[Key, KeyState | None] = {(r["db"], bytes(r["key"])): _snapshot_state(r) for r in rows}
+    divergent: dict[Key, tuple[KeyState | None, KeyState | None]] = {}
+    m_reader, r_reader = KeyReader(master, page, window_bytes), KeyReader(replica, page, window_bytes)
+    for n in range(rounds):
+        if not pending:
+            break
+        if ack is None or n > 0:
+            time.sleep(interval_s)
+        keys = list(pending)
+        if ack is not None:
+            result = _round_with_ack(keys, m_reader, r_reader, ack, ack_wait_s, tolerance_ms)
+        else:
+            result = _round_without_ack(keys, pending, m_reader, r_reader, tolerance_ms, last=n == rounds - 1)
+        divergent.update(result.divergent)
+        stats.converged += result.converged
+        stats.confirmed += len(result.divergent) if ack is not None else 0
+        pending = result.again
+        stats.rounds_run += 1
+        stats.per_round_remaining.append(len(pending))
+    if judge_hot_keys and pending:
+        pending = _judge_hot(pending, master, replica, divergent, stats, judge_hot_keys, ack_wait_s)
+    stats.in_flight = len(pending)
+    return _divergent_frame(spark, divergent, tolerance_ms), stats
+
+
+def _judge_hot(
+    pending: dict[Key, KeyState | None],
+    master: RespPipe,
+    replica: RespPipe,
+    divergent: dict[Key, tuple[KeyState | None, KeyState | None]],
+    stats: RecheckStats,
+    limit: int,
+    budget_s: float,
+) -> dict[Key, KeyState | None]:
+    """Keys still moving after the rounds, judged at the replica's own offset (audit/sources/redis/hotkeys.py)."""
+    from audit.sources.redis.hotkeys import judge
+
+    left: dict[Key, KeyState | None] = {}
+    deadline = time.monotonic() + budget_s
+    for n, (k, last) in enumerate(pending.items()):
+        remaining = deadline - time.monotonic()
+        verdict = None
+        if n < limit and last is not None and remaining > 0:
+            verdict = judge(master, replica, k[0], k[1], last.type, min(remaining, 1.0))
+        if verdict is None:
+            left[k] = last
+        elif verdict.agrees:
+            stats.converged += 1
+        else:
+            stats.confirmed += 1
+            divergent[k] = (_state(k[1], verdict.master), _state(k[1], verdict.replica))
+    return left
+
+
+def _state(key: bytes, value: Any) -> KeyState | None:
+    """A bracketed value as the state the diff's rule classifies (expiry kept only as present or not)."""
+    if value is None:
+        return None
+    type_, length, digest, expires = value
+    return KeyState(key, type_, None, 0 if expires else None, length, digest, "ok", None, int(time.time() * 1000))
+
+
+def _divergent_frame(
+    spark: SparkSession, divergent: dict[Key, tuple[KeyState | None, KeyState | None]], tolerance_ms: int
+) -> DataFrame:
+    """The judged keys as diff rows (db, key, category, m_*, r_*), classified by the diff's own rule."""
+    m_reads = [(k[0], s) for k, (s, _) in divergent.items() if s is not None]
+    r_reads = [(k[0], s) for k, (_, s) in divergent.items() if s is not None]
+    joined = join_sides(latest_read(states_frame(spark, m_reads)), latest_read(states_frame(spark, r_reads)))
+    return classify(joined, tolerance_ms).where("category IS NOT NULL").drop("unreadable")

@@ -1,0 +1,114 @@
+"""Judging a key written all the time: the master's value bracketed around the replica's position.
+
+A healthy replica at replication offset R holds exactly what the master held at offset R. The recheck
+cannot read the master "at R", but it can read a key together with the server's offset in one pipeline
+(``INFO replication``, the key's reads, ``INFO replication`` again: a server executes one client's
+pipeline without applying anything else in between, which the two equal offsets confirm). Reading the
+master like that again and again, and the replica once in between, gives master samples at offsets
+M_a <= R <= M_b; if the key held the same value at M_a and at M_b, that is its value at R, and the
+replica must hold it. A difference is then a divergence, however often the key is written; samples that
+do not bracket R with one value are simply taken again, until a deadline.
+
+What this cannot see: a key written to a value and back within one bracket (a few hundred microseconds).
+Keys larger than one page are left to the paged reader (one pipeline must read the whole value).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+from hiredis import ReplyError
+
+from audit.sources.redis.digest import OrderedDigest, UnorderedDigest
+from audit.sources.redis.info import as_int, parse_info
+from audit.sources.redis.resp import Command, RespPipe
+
+Value = tuple[str, int, str, bool] | None
+"""(type, length, digest, expires) of a key, or None when it does not exist."""
+
+_FULL_READ: dict[str, tuple[bytes, ...]] = {
+    "string": (b"GET",),
+    "hash": (b"HGETALL",),
+    "list": (b"LRANGE", b"0", b"-1"),
+    "set": (b"SMEMBERS",),
+    "zset": (b"ZRANGE", b"0", b"-1", b"WITHSCORES"),
+    "stream": (b"XRANGE", b"-", b"+"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    offset: int
+    value: Value
+
+
+def _digest(type_: str, reply: Any) -> tuple[int, str]:
+    if type_ == "string":
+        o = OrderedDigest(type_)
+        o.add_bytes(reply)
+        return len(reply), o.hexdigest()
+    if type_ in ("hash", "set", "zset"):
+        u = UnorderedDigest(type_)
+        {"hash": u.add_hash_page, "set": u.add_set_page, "zset": u.add_zset_page}[type_](reply)
+        return u.count, u.hexdigest()
+    o = OrderedDigest(type_)
+    (o.add_elements if type_ == "list" else o.add_stream_entries)(reply)
+    return o.count, o.hexdigest()
+
+
+def read_at_offset(pipe: RespPipe, key: bytes, type_: str, offset_field: str) -> Sample | None:
+    """The key's value with the server's replication offset, or None if the read was not atomic."""
+    info: Command = (b"INFO", b"replication")
+    read = (*_FULL_READ[type_][:1], key, *_FULL_READ[type_][1:])
+    first, kind, pttl, value, last = pipe.execute([info, (b"TYPE", key), (b"PTTL", key), read, info])
+    before, after = (as_int(parse_info(r).get(offset_field)) for r in (first, last))
+    if before is None or before != after or isinstance(kind, ReplyError):
+        return None
+    if kind == b"none":
+        return Sample(before, None)
+    if kind.decode() != type_ or isinstance(value, ReplyError):
+        return Sample(before, (kind.decode(), -1, "", False))  # another type now: a value all the same
+    length, digest = _digest(type_, value)
+    return Sample(before, (type_, length, digest, isinstance(pttl, int) and pttl >= 0))
+
+
+def bracket(samples: list[Sample], replica: Sample) -> tuple[bool | None, Sample | None]:
+    """Whether the replica's value is the master's at its offset, and the master sample that says so
+    (None, None: no two samples around the replica's offset with one value, yet)."""
+    for a, b in pairwise(samples):
+        if a.offset <= replica.offset <= b.offset and a.value == b.value:
+            return replica.value == a.value, a
+    exact = [s for s in samples if s.offset == replica.offset]
+    return (replica.value == exact[0].value, exact[0]) if exact else (None, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    agrees: bool
+    master: Value
+    replica: Value
+    offset: int
+
+
+def judge(master: RespPipe, replica: RespPipe, db: int, key: bytes, type_: str, timeout_s: float) -> Verdict | None:
+    """Whether the replica holds the master's value at the replica's own offset; None if not decided in time."""
+    if type_ not in _FULL_READ:
+        return None
+    for pipe in (master, replica):
+        pipe.execute([(b"SELECT", b"%d" % db)])
+    samples: list[Sample] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        m = read_at_offset(master, key, type_, "master_repl_offset")
+        if m is not None:
+            samples.append(m)
+            samples = samples[-4096:]
+        r = read_at_offset(replica, key, type_, "slave_repl_offset")
+        if r is not None and samples:
+            agrees, at = bracket(samples, r)
+            if agrees is not None and at is not None:
+                return Verdict(agrees, at.value, r.value, r.offset)
+    return None

@@ -1,0 +1,79 @@
+"""The recheck's per-key rule against the diff's Spark rule, and the hot-key bracketing, without servers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from audit.diff.keyspace import classify, join_sides, latest_read
+from audit.sources.redis.hotkeys import Sample, bracket
+from audit.sources.redis.keys import KeyState
+from audit.sources.redis.recheck import _same_master_value, category_of, states_frame
+
+
+def state(key: bytes, **kw: Any) -> KeyState:
+    base: dict[str, Any] = {
+        "key": key, "type": "string", "ttl_ms": None, "expire_at_ms": None, "length": 1, "digest": "d",
+        "status": "ok", "error": None, "read_at_ms": 1000,
+    }
+    return KeyState(**{**base, **kw})
+
+
+CASES: list[tuple[bytes, dict[str, Any] | None, dict[str, Any] | None]] = [
+    (b"same", {}, {}),
+    (b"gone", {}, None),
+    (b"extra", None, {}),
+    (b"type", {}, {"type": "hash"}),
+    (b"value", {}, {"digest": "x"}),
+    (b"length", {}, {"length": 2}),
+    (b"unstable", {"status": "unstable"}, {}),
+    (b"ttl-one-sided", {"expire_at_ms": 5000}, {}),
+    (b"ttl-drift", {"expire_at_ms": 5000}, {"expire_at_ms": 9000}),
+    (b"ttl-skew", {"expire_at_ms": 5000}, {"expire_at_ms": 6500}),
+    (b"unreadable", {"status": "error", "error": "boom"}, {}),
+    (b"vanished", {"status": "vanished"}, None),
+]
+
+
+def test_the_per_key_rule_is_the_diffs_rule(spark) -> None:  # type: ignore[no-untyped-def]
+    tolerance = 2000
+    m = [(0, state(k, **kw)) for k, kw, _ in CASES if kw is not None]
+    r = [(0, state(k, **kw)) for k, _, kw in CASES if kw is not None]
+    joined = join_sides(latest_read(states_frame(spark, m)), latest_read(states_frame(spark, r)))
+    by_spark = {bytes(x["key"]): x["category"] for x in classify(joined, tolerance).collect()}
+    for key, mkw, rkw in CASES:
+        ms = state(key, **mkw) if mkw is not None else None
+        rs = state(key, **rkw) if rkw is not None else None
+        assert category_of(ms, rs, tolerance) == by_spark.get(key), key
+
+
+def test_a_master_value_that_moved_is_not_the_same() -> None:
+    assert _same_master_value(state(b"k"), state(b"k", expire_at_ms=None, read_at_ms=9), 2000)
+    assert not _same_master_value(state(b"k"), state(b"k", digest="e"), 2000)
+    assert not _same_master_value(state(b"k"), None, 2000)
+    assert _same_master_value(None, state(b"k", status="vanished"), 2000)
+    assert _same_master_value(state(b"k", expire_at_ms=10_000), state(b"k", expire_at_ms=11_000), 2000)
+    assert not _same_master_value(state(b"k", expire_at_ms=10_000), state(b"k"), 2000)
+
+
+V1, V2 = ("string", 1, "a", False), ("string", 1, "b", False)
+
+
+@pytest.mark.parametrize(
+    ("samples", "replica", "expected"),
+    [
+        ([(10, V1), (20, V1)], (15, V1), True),  # bracketed by one value: the replica holds it
+        ([(10, V1), (20, V1)], (15, V2), False),  # ... or it diverges
+        ([(10, V1), (20, V2)], (15, V1), None),  # the key changed inside the bracket: undecided
+        ([(10, V1), (20, V2), (30, V2)], (25, V2), True),
+        ([(10, V1), (20, V1)], (5, V1), None),  # the replica is not there yet
+        ([(10, V1), (20, V2)], (20, V1), False),  # exactly at a sample: that sample's value
+        ([(10, None), (20, None)], (12, None), True),  # absent on both
+        ([(10, None), (20, None)], (12, V1), False),
+    ],
+)
+def test_bracketing_the_replicas_offset(samples: list[tuple[int, Any]], replica: tuple[int, Any],
+                                        expected: bool | None) -> None:
+    agrees, _ = bracket([Sample(o, v) for o, v in samples], Sample(*replica))
+    assert agrees is expected
