@@ -62,13 +62,15 @@ def verification_inventory(
     strictness: str = DEFAULT_STRICTNESS,
     dbs: list[int] | None = None,
     *,
+    tables: list[str] | None = None,
     name: str = DEFAULT_NAME,
     settings: dict[str, Any] | None = None,
 ) -> Inventory:
     """A one-pair inventory: `source` as the master side, `target` as the replica side.
 
     `source` and `target` are URLs of the kind's servers or `conn:<airflow_conn_id>`; `dbs`
-    None or empty means every db either side has keys in; `settings` are inventory settings (qps,
+    None or empty means every db either side has keys in (kinds with dbs); `tables` likewise for kinds
+    with tables (every base table outside the system schemas); `settings` are inventory settings (qps,
     recheck_rounds, ...). Raises ConfigError naming the bad argument.
     """
     if kind not in verifiable_kinds():
@@ -80,15 +82,21 @@ def verification_inventory(
             raise ConfigError(f"verification {label}: give a server URL or conn:<airflow_conn_id>")
     gate: dict[str, int | None] = {f: 0 for f in gate_field_names()}
     gate.update(STRICTNESS[strictness][0])
-    pair = {
+    pair: dict[str, Any] = {
         "name": name,
         "kind": kind,
         "master": source.strip(),
         "replica": target.strip(),
-        "dbs": list(dbs) if dbs else None,
         "check_replication": False,
         "gate": gate,
     }
+    fields = kind_spec(kind).pair_model.model_fields
+    selection: dict[str, list[Any]] = {"dbs": list(dbs or []), "tables": list(tables or [])}
+    for field_name, chosen in selection.items():
+        if chosen and field_name not in fields:
+            raise ConfigError(f"verification {field_name}: kind {kind} does not take {field_name}")
+        if chosen:
+            pair[field_name] = chosen
     raw = {"defaults": dict(settings or {}), "pairs": [pair]}
     return parse_inventory(json.dumps(raw), source="verification")  # JSON is YAML
 

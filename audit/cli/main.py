@@ -281,6 +281,9 @@ def verify(
         str, typer.Option("--strictness", help="zero_tolerance | allow_ttl_drift | allow_extra_on_target")
     ] = "zero_tolerance",
     db: Annotated[list[int] | None, typer.Option("--db", help="only this db (repeatable; default all)")] = None,
+    table: Annotated[
+        list[str] | None, typer.Option("--table", help="schema.table or schema.* (repeatable; kinds with tables)")
+    ] = None,
     name: Annotated[str, typer.Option("--name", help="the pair's name in the outputs")] = "migration",
     setting: Annotated[
         list[str] | None, typer.Option("--setting", help="inventory setting key=value, e.g. qps=5000 (repeatable)")
@@ -304,7 +307,7 @@ def verify(
         k, v = item.split("=", 1)
         settings[k] = yaml.safe_load(v)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    inv = verification_inventory(source, target, kind, strictness, db, name=name, settings=settings)
+    inv = verification_inventory(source, target, kind, strictness, db, tables=table, name=name, settings=settings)
     run_dir = start_run(inv, out_dir, run_id)
     _say(f"verification [bold]{run_dir.run_id}[/] → {run_dir.root}")
     outcome = audit_pair(inv.pairs[0], run_dir, on_stage=lambda n, stage: _say(f"[dim]{n}: {stage}[/]"))

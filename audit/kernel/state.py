@@ -96,6 +96,8 @@ class PairState(_Model):
     dbs: list[int] | None = None
     replication_samples: list[dict[str, Any]] = Field(default_factory=list)
     offsets: Offsets | None = None
+    artifacts: dict[str, str] = Field(default_factory=dict)
+    """Files a check wrote for people (a repair plan): label -> path relative to the run directory."""
     notes: list[str] = Field(default_factory=list)
     """Plain sentences for the summary about how the pair was audited (e.g. which dbs were compared)."""
     check_data: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -108,6 +108,7 @@ def pair_summary(run: RunDir, pair: Pair, per_category: int) -> dict[str, Any]:
         "skipped_checks": {name: c.reason for name, c in state.checks.items() if c.status == "skipped"},
         "not_covered": _not_covered(uncovered_of(spec, pair, state), state),
         "notes": state.notes,
+        "artifacts": state.artifacts,
         "coverage": {k: state.metrics[k] for k in coverage_keys if k in state.metrics},
         "metrics": state.metrics,
         "counts": state.counts,

@@ -11,4 +11,5 @@ BUILTIN_KINDS = {
     "redis": "audit.sources.redis.kind",
     "pika": "audit.sources.pika.kind",
     "rocketmq": "audit.sources.rocketmq.kind",
+    "mysql": "audit.sources.mysql.kind",
 }

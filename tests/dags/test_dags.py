@@ -102,7 +102,7 @@ print(json.dumps({{
     "verification_accepts_good": not rejects(pmv, good),
     "verification_requires_endpoints": requires_source(pmv),
     "verification_rejects": [rejects(pmv, {{**good, **bad}}) for bad in (
-        {{"kind": "mysql"}}, {{"strictness": "lenient"}}, {{"source": "10.0.0.5:6379"}}, {{"dbs": [-1]}},
+        {{"kind": "memcached"}}, {{"strictness": "lenient"}}, {{"source": "10.0.0.5:6379"}}, {{"dbs": [-1]}},
         {{"name": "bad name"}})],
 }}))
 """,

@@ -13,18 +13,15 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, Field, SecretStr, ValidationError
 
 from audit.errors import ConfigError
 from audit.inventory import redact_url
+from audit.kernel.pair import Strict as _Strict
 
 DEFAULT_PORT = 3306
 URL_HELP = "mysql://user:password@host:3306 (options: ?connect_timeout=5&ssl_ca=/path/ca.pem)"
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class MySQLEndpoint(_Strict):

@@ -1,0 +1,48 @@
+"""The mysql kind's replication check: the replica's threads and its GTID set against the master's.
+
+snapshot: server versions; and, with check_replication, link_down, lagging, missing_gtid, errant_gtid
+or wrong_master (audit/sources/mysql/replication.py). A replica that follows another master is not
+compared row by row against this pair's master.
+"""
+
+from __future__ import annotations
+
+import json
+
+from audit.inventory import redact_url
+from audit.kernel.check import Check
+from audit.kernel.context import StageContext
+from audit.sources.mysql.kind import MySQLPair
+
+SIDES = ("master", "replica")
+
+
+class GtidCheck(Check):
+    name = "replication"
+
+    def __init__(self, pair: MySQLPair) -> None:
+        self.pair = pair
+
+    def snapshot(self, ctx: StageContext) -> None:
+        from audit.sources.mysql.replication import replication_findings
+
+        for side in SIDES:
+            ctx.state.servers[side] = {"endpoint": redact_url(ctx.url(side)), "version": None}
+        if not self.pair.check_replication:
+            ctx.skip("check_replication: false")
+            return
+        gate = self.pair.gate
+        audit = replication_findings(
+            str(ctx.url("master")), str(ctx.url("replica")), self.pair.settings, max_lag_seconds=gate.max_lag_seconds
+        )
+        ctx.add_findings(audit.findings)
+        ctx.metrics.update(audit.metrics)
+        for side in SIDES:
+            ctx.state.servers[side]["version"] = (audit.state.get("versions") or {}).get(side)
+        ctx.data["state"] = json.loads(json.dumps(audit.state, default=str))
+        if not audit.follows_master:
+            why = "the replica does not follow this pair's master (wrong_master)"
+            ctx.skip_check("rows", why)
+            ctx.skip(why)
+            return
+        ctx.done(f"GTID sets of both sides ({audit.state.get('flavor')})")
