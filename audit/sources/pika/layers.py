@@ -1,0 +1,281 @@
+"""In which layer a Pika key was lost: master binlog -> slave binlog -> slave data.
+
+A write on a Pika master goes to its DB, then to its binlog; the slave writes each record it receives to
+its own binlog synchronously and applies it to its DB asynchronously (the README's Pika section; the
+formats are in audit/sources/pika/binlog.py). So a keyspace finding can be placed by looking up the last
+record that wrote its key on each side (a Spark join of the findings with the two scans):
+
+| layer               | the master's last write of the key        | the slave's binlog                         |
+|---------------------|-------------------------------------------|--------------------------------------------|
+| not_logged          | none, and the master's binlog is complete | (any)                                      |
+| older_than_binlog   | none, and older files were purged         | (any)                                      |
+| slave_only          | none                                      | has a write of the key the master's lacks  |
+| before_slave_binlog | before the slave's first record           | starts later (a full sync brought the key) |
+| not_yet_shipped     | after the slave's last record             | not there yet: lag, not loss               |
+| not_shipped         | in the window both logs cover             | lacks it (or lacks an earlier write)       |
+| replayed            | present                                   | has more writes of the key than the master |
+| not_applied         | present                                   | same last write: the DB did not apply it   |
+
+"Complete" means the master's oldest file is write2file0, its first record starts at offset 0 and no
+full-sync padding precedes it: the binlog goes back to the log's beginning, so a key it never mentions
+was not logged (rather than logged before the horizon).
+
+Keys: the scan's `key` column holds the first 1024 bytes of a record's first key (KEY_PREFIX_MAX). A
+finding whose key is 1024 bytes or longer is matched by that prefix and marked `key_match: prefix` (two
+long keys sharing it cannot be told apart); the catalog's signatures require `exact`. Pika 4.0 logs
+multi-key writes as one record per key (DEL k1 k2 as `del k1` + `del k2`, MSET as one `set` per pair,
+src/pika_kv.cc DelCmd/MsetCmd::DoBinlog), so the first key is the key. Records that write a key other
+than their first argument (RENAME's target, SMOVE's/RPOPLPUSH's destination, an unsplit MSET from an older
+version) are counted per db as `other_key_writers`: with any present, a key "never logged" may just have
+been written that way, and PIKA_NOT_LOGGED does not fire.
+
+Files older than a side's last full sync (before its padding) belong to another replication life and are
+left out, as the binlog diff does.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from audit.sources.pika.binlog import KEY_PREFIX_MAX
+from audit.sources.pika.record_args import with_expiry
+
+OTHER_KEY_WRITERS = ("rename", "renamenx", "smove", "rpoplpush", "brpoplpush", "lmove", "blmove", "mset", "msetnx")
+LAYERS = (
+    "not_logged",
+    "older_than_binlog",
+    "slave_only",
+    "before_slave_binlog",
+    "not_yet_shipped",
+    "not_shipped",
+    "replayed",
+    "not_applied",
+)
+_WRITE_FIELDS = ("command", "filenum", "start", "end", "exec_time", "digest", "path")
+_JSON = {"ignoreNullFields": "false"}  # a side with no record is an explicit null, not an absent field
+
+
+def _c(c: Column | str) -> Column:
+    return F.col(c) if isinstance(c, str) else c
+
+
+def pos(filenum: Column | str, offset: Column | str) -> Column:
+    """A binlog position as one number, `filenum << 32 | offset` (the findings' start_num/end_num)."""
+    return F.shiftleft(_c(filenum).cast("long"), 32) + _c(offset)
+
+
+def where(filenum: Column | str, offset: Column | str) -> Column:
+    """`filenum:offset`, the findings' start/end text; null when the position is."""
+    return F.when(_c(filenum).isNotNull(), F.concat_ws(":", _c(filenum).cast("string"), _c(offset).cast("string")))
+
+
+def key_text(key: Column) -> Column:
+    """A key for JSON: UTF-8 as is, anything else as 0x-hex (binary-safe, like the report's display_key)."""
+    as_text = key.cast("string")
+    return F.when(F.is_valid_utf8(as_text), as_text).otherwise(F.concat(F.lit("0x"), F.lower(F.hex(key))))
+
+
+def iso_time(seconds: Column) -> Column:
+    return F.date_format(F.timestamp_seconds(seconds), "yyyy-MM-dd'T'HH:mm:ss'Z'")
+
+
+def merge_detail(detail: Column, extra: Column) -> Column:
+    """The `detail` JSON object with the fields of the struct `extra` appended (nulls written as null)."""
+    add = F.to_json(extra, _JSON)
+    base = F.trim(F.coalesce(detail, F.lit("{}")))
+    head = F.regexp_replace(base, r"\}$", "")
+    return F.when(base == "{}", add).otherwise(F.concat(head, F.lit(","), F.regexp_replace(add, r"^\{", "")))
+
+
+def live_files(records: DataFrame) -> DataFrame:
+    """Drop a side's files older than its last full sync (the file holding its padding is kept)."""
+    pad = records.where(F.col("row_kind") == "padding").groupBy("db").agg(F.max("filenum").alias("_pad"))
+    return (
+        records.join(F.broadcast(pad), "db", "left")
+        .where(F.col("_pad").isNull() | (F.col("filenum") >= F.col("_pad")))
+        .drop("_pad")
+    )
+
+
+def _real(records: DataFrame) -> DataFrame:
+    return records.where((F.col("row_kind") == "record") & (F.col("command") != "padding")).withColumn(
+        "spos", pos("filenum", "start")
+    )
+
+
+def horizons(records: DataFrame) -> DataFrame:
+    """Per db, what one side's kept binlog covers.
+
+    Columns: db; oldest_file; first_file/first_start/first_spos/first_exec_time and last_file/last_end/
+    last_epos/last_exec_time of its real records; start_spos (where its own history starts: the end of
+    its full-sync padding, else its first record); records; complete (see the module docstring);
+    other_key_writers.
+    """
+    live = live_files(records)
+    first = F.min_by(F.struct("filenum", "start", "spos", "exec_time"), "spos")
+    last = F.max_by(F.struct("filenum", "end", "exec_time", pos("filenum", "end").alias("epos")), "spos")
+    covered = (
+        _real(live)
+        .groupBy("db")
+        .agg(
+            first.alias("f"),
+            last.alias("l"),
+            F.count("*").alias("n"),
+            F.count_if(F.col("command").isin(*OTHER_KEY_WRITERS)).alias("other"),
+        )
+    )
+    files = live.groupBy("db").agg(
+        F.min("filenum").alias("oldest_file"),
+        F.max(F.when(F.col("row_kind") == "padding", pos("filenum", "end"))).alias("pad_end"),
+    )
+    complete = (F.col("oldest_file") == 0) & F.col("pad_end").isNull() & (F.col("f.spos") == 0)
+    return files.join(covered, "db", "left").select(
+        "db",
+        "oldest_file",
+        F.col("f.filenum").alias("first_file"),
+        F.col("f.start").alias("first_start"),
+        F.col("f.spos").alias("first_spos"),
+        F.col("f.exec_time").alias("first_exec_time"),
+        F.col("l.filenum").alias("last_file"),
+        F.col("l.end").alias("last_end"),
+        F.col("l.epos").alias("last_epos"),
+        F.col("l.exec_time").alias("last_exec_time"),
+        F.coalesce("pad_end", "f.spos").alias("start_spos"),
+        F.coalesce("n", F.lit(0)).alias("records"),
+        F.coalesce(complete, F.lit(False)).alias("complete"),
+        F.coalesce("other", F.lit(0)).alias("other_key_writers"),
+    )
+
+
+def last_writes(records: DataFrame, keys: DataFrame | None = None, count_from: DataFrame | None = None) -> DataFrame:
+    """The last record that wrote each (db, key) on one side, by binlog position.
+
+    `keys` (db, key) restricts the work to those keys first (a semi-join: findings are few, logs are not).
+    `count_from` (db, from_spos) adds `records_from`, the key's records at or after that position.
+    Columns: db, key, command, filenum, start, end, exec_time, digest, path (when the scan has it), spos,
+    epos, records[, records_from]. `key` is the scan's key prefix (KEY_PREFIX_MAX bytes).
+    """
+    good = _real(live_files(records)).where(F.col("key").isNotNull())
+    if keys is not None:
+        good = good.join(keys.select("db", "key").distinct(), ["db", "key"], "left_semi")
+    fields = [c for c in _WRITE_FIELDS if c in good.columns]
+    aggs = [F.max_by(F.struct(*fields), "spos").alias("w"), F.max("spos").alias("spos"), F.count("*").alias("records")]
+    extra = []
+    if count_from is not None:
+        good = good.join(F.broadcast(count_from.select("db", "from_spos")), "db", "left")
+        since = F.col("from_spos").isNull() | (F.col("spos") >= F.col("from_spos"))
+        aggs.append(F.count_if(since).alias("records_from"))
+        extra.append("records_from")
+    out = good.groupBy("db", "key").agg(*aggs).select("db", "key", "w.*", "spos", "records", *extra)
+    return out.withColumn("epos", pos("filenum", "end"))
+
+
+def _prefixed(df: DataFrame, p: str) -> DataFrame:
+    return df.select(*[F.col(c).alias(p + c) for c in df.columns])
+
+
+def layer_of() -> Column:
+    """The layer column over the joined m_* (master's last write), s_* (slave's), mh_*/sh_* (horizons)."""
+    m_has, s_has = F.col("m_command").isNotNull(), F.col("s_command").isNotNull()
+    same_last = m_has & s_has & (F.col("m_digest") == F.col("s_digest"))
+    slave_start = F.col("sh_start_spos")
+    slave_end = F.coalesce(F.col("sh_last_epos"), slave_start, F.lit(0))
+    return (
+        F.when(F.col("mh_db").isNull() | F.col("sh_db").isNull(), F.lit(None))
+        .when(~m_has & s_has & (F.col("mh_complete") | (F.col("s_spos") >= F.col("mh_first_spos"))), "slave_only")
+        .when(~m_has & F.col("mh_complete"), "not_logged")
+        .when(~m_has, "older_than_binlog")
+        .when(same_last & (F.col("m_records_from") > F.col("s_records")), "not_shipped")
+        .when(same_last & (F.col("m_records_from") < F.col("s_records")), "replayed")
+        .when(same_last, "not_applied")
+        .when(slave_start.isNotNull() & (F.col("m_epos") <= slave_start), "before_slave_binlog")
+        .when(F.col("m_epos") > slave_end, "not_yet_shipped")
+        .otherwise("not_shipped")
+    )
+
+
+def _write(p: str) -> Column:
+    """One side's last write of the key, or null."""
+    c = lambda n: F.col(p + n)  # noqa: E731
+    return F.when(
+        c("command").isNotNull(),
+        F.struct(
+            c("command").alias("command"),
+            where(c("filenum"), c("start")).alias("at"),
+            where(c("filenum"), c("end")).alias("end"),
+            c("exec_time").alias("exec_time"),
+            iso_time(c("exec_time")).alias("exec_at"),
+            c("records").alias("records"),
+            c("expire_at_ms").alias("expire_at_ms"),
+            (c("expire_at_ms") - c("exec_time") * 1000).alias("ttl_when_logged_ms"),
+            c("args_read").alias("args_read"),
+        ),
+    )
+
+
+def _horizon(p: str) -> Column:
+    c = lambda n: F.col(p + n)  # noqa: E731
+    return F.when(
+        c("db").isNotNull(),
+        F.struct(
+            where(c("first_file"), c("first_start")).alias("first"),
+            c("first_exec_time").alias("first_exec_time"),
+            where(c("last_file"), c("last_end")).alias("last"),
+            c("last_exec_time").alias("last_exec_time"),
+            c("oldest_file").alias("oldest_file"),
+            c("complete").alias("complete"),
+            c("records").alias("records"),
+        ),
+    )
+
+
+def _evidence(key_match: Column) -> Column:
+    """What the catalog matches (top-level detail fields) and the `binlog` block."""
+    same_last = F.col("m_digest") == F.col("s_digest")
+    s_expired = F.when(F.col("s_expire_at_ms").isNotNull(), F.col("s_expire_at_ms") <= F.col("s_exec_time") * 1000)
+    binlog = F.struct(
+        key_match.alias("key_match"),
+        _write("m_").alias("master"),
+        _write("s_").alias("replica"),
+        F.struct(_horizon("mh_").alias("master"), _horizon("sh_").alias("replica")).alias("horizon"),
+    )
+    return F.struct(
+        F.when(F.col("mh_db").isNotNull() & F.col("sh_db").isNotNull(), binlog).alias("binlog"),
+        layer_of().alias("layer"),
+        F.coalesce("m_command", "s_command").alias("last_command"),
+        key_match.alias("key_match"),
+        F.col("mh_other_key_writers").alias("other_key_writers"),
+        F.when(same_last, s_expired).alias("expired_when_replica_logged"),
+        F.when(same_last, F.col("s_exec_time") - F.col("m_exec_time")).alias("replica_delay_s"),
+    )
+
+
+KEYSPACE = ("missing_on_replica", "extra_on_replica", "type_mismatch", "value_mismatch", "ttl_mismatch")
+
+
+def annotate_keyspace(findings: DataFrame, m_records: DataFrame, s_records: DataFrame) -> DataFrame:
+    """Keyspace findings with `detail.binlog` (each side's last write of the key, both horizons) and the
+    layer evidence (`layer`, `last_command`, `key_match`, ...) the catalog matches. Other rows pass as is.
+
+    `findings`: the findings schema (audit/findings.py). `m_records`, `s_records`: each side's binlog scan
+    (audit/sources/pika/logfiles.py SCAN_SCHEMA, `snapshots/<pair>/<side>/binlog.parquet`).
+    """
+    columns = findings.columns
+    is_ks = F.col("category").isin(*KEYSPACE) & F.col("key").isNotNull()
+    ks = findings.where(is_ks).withColumn("_mkey", F.substring("key", 1, KEY_PREFIX_MAX))
+    rest = findings.where(~is_ks | is_ks.isNull())
+    keys = ks.select("db", F.col("_mkey").alias("key")).distinct()
+    mh, sh = horizons(m_records), horizons(s_records)
+    since = sh.select("db", F.col("start_spos").alias("from_spos"))
+    mw = with_expiry(last_writes(m_records, keys, count_from=since))
+    sw = with_expiry(last_writes(s_records, keys))
+    joined = (
+        ks.join(_prefixed(mw, "m_"), (F.col("db") == F.col("m_db")) & (F.col("_mkey") == F.col("m_key")), "left")
+        .join(_prefixed(sw, "s_"), (F.col("db") == F.col("s_db")) & (F.col("_mkey") == F.col("s_key")), "left")
+        .join(F.broadcast(_prefixed(mh, "mh_")), F.col("db") == F.col("mh_db"), "left")
+        .join(F.broadcast(_prefixed(sh, "sh_")), F.col("db") == F.col("sh_db"), "left")
+    )
+    key_match = F.when(F.length("key") >= KEY_PREFIX_MAX, "prefix").otherwise("exact")
+    annotated = joined.withColumn("detail", merge_detail(F.col("detail"), _evidence(key_match))).select(*columns)
+    return annotated.unionByName(rest)
