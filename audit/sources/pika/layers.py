@@ -105,32 +105,26 @@ def _real(records: DataFrame) -> DataFrame:
 
 
 def horizons(records: DataFrame) -> DataFrame:
-    """Per db, what one side's kept binlog covers.
+    """Per db, what one side's kept binlog covers (one aggregation over the side's live files).
 
     Columns: db; oldest_file; first_file/first_start/first_spos/first_exec_time and last_file/last_end/
     last_epos/last_exec_time of its real records; start_spos (where its own history starts: the end of
     its full-sync padding, else its first record); records; complete (see the module docstring);
     other_key_writers.
     """
-    live = live_files(records)
-    first = F.min_by(F.struct("filenum", "start", "spos", "exec_time"), "spos")
-    last = F.max_by(F.struct("filenum", "end", "exec_time", pos("filenum", "end").alias("epos")), "spos")
-    covered = (
-        _real(live)
-        .groupBy("db")
-        .agg(
-            first.alias("f"),
-            last.alias("l"),
-            F.count("*").alias("n"),
-            F.count_if(F.col("command").isin(*OTHER_KEY_WRITERS)).alias("other"),
-        )
-    )
-    files = live.groupBy("db").agg(
+    live = live_files(records).withColumn("spos", pos("filenum", "start"))
+    real = (F.col("row_kind") == "record") & (F.col("command") != "padding")
+    spos = F.when(real, F.col("spos"))
+    agg = live.groupBy("db").agg(
         F.min("filenum").alias("oldest_file"),
         F.max(F.when(F.col("row_kind") == "padding", pos("filenum", "end"))).alias("pad_end"),
+        F.min_by(F.struct("filenum", "start", "spos", "exec_time"), spos).alias("f"),
+        F.max_by(F.struct("filenum", "end", "exec_time", pos("filenum", "end").alias("epos")), spos).alias("l"),
+        F.count_if(real).alias("records"),
+        F.count_if(real & F.col("command").isin(*OTHER_KEY_WRITERS)).alias("other_key_writers"),
     )
     complete = (F.col("oldest_file") == 0) & F.col("pad_end").isNull() & (F.col("f.spos") == 0)
-    return files.join(covered, "db", "left").select(
+    return agg.select(
         "db",
         "oldest_file",
         F.col("f.filenum").alias("first_file"),
@@ -142,9 +136,9 @@ def horizons(records: DataFrame) -> DataFrame:
         F.col("l.epos").alias("last_epos"),
         F.col("l.exec_time").alias("last_exec_time"),
         F.coalesce("pad_end", "f.spos").alias("start_spos"),
-        F.coalesce("n", F.lit(0)).alias("records"),
+        "records",
         F.coalesce(complete, F.lit(False)).alias("complete"),
-        F.coalesce("other", F.lit(0)).alias("other_key_writers"),
+        "other_key_writers",
     )
 
 
@@ -197,7 +191,10 @@ def layer_of() -> Column:
 
 def _write(p: str) -> Column:
     """One side's last write of the key, or null."""
-    c = lambda n: F.col(p + n)  # noqa: E731
+
+    def c(name: str) -> Column:
+        return F.col(p + name)
+
     return F.when(
         c("command").isNotNull(),
         F.struct(
@@ -215,7 +212,9 @@ def _write(p: str) -> Column:
 
 
 def _horizon(p: str) -> Column:
-    c = lambda n: F.col(p + n)  # noqa: E731
+    def c(name: str) -> Column:
+        return F.col(p + name)
+
     return F.when(
         c("db").isNotNull(),
         F.struct(

@@ -133,42 +133,38 @@ def read_expiry(path: str, start: int, end: int, digest: int | None, command: st
         return {"expire_at_ms": None, "args_read": f"unreadable: {e}"}
 
 
-EXPIRY_SCHEMA = pa.schema(
-    [
-        ("db", pa.int32()),
-        ("key", pa.binary()),
-        ("expire_at_ms", pa.int64()),
-        ("args_read", pa.string()),
-    ]
-)
+EXPIRY_FIELDS = [pa.field("expire_at_ms", pa.int64()), pa.field("args_read", pa.string())]
 
 
 def _expiry_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Each row as is plus its expiry; only rows whose command sets one are read from their file."""
     for batch in batches:
-        rows = sorted(batch.to_pylist(), key=lambda r: (r["path"], r["start"]))  # one pass over each file
-        out = [
-            {
-                "db": r["db"],
-                "key": r["key"],
-                **read_expiry(r["path"], r["start"], r["end"], r["digest"], r["command"], r["exec_time"]),
-            }
-            for r in rows
-        ]
-        yield pa.RecordBatch.from_pylist(out, schema=EXPIRY_SCHEMA)
+        rows = batch.to_pylist()
+        wanted = sorted(
+            (k for k, r in enumerate(rows) if r["command"] in EXPIRY_COMMANDS and r["path"] is not None),
+            key=lambda k: (rows[k]["path"], rows[k]["start"]),  # one forward pass over each file
+        )
+        found = {
+            k: read_expiry(r["path"], r["start"], r["end"], r["digest"], r["command"], r["exec_time"])
+            for k in wanted
+            for r in (rows[k],)
+        }
+        extra = [found.get(k, {"expire_at_ms": None, "args_read": None}) for k in range(len(rows))]
+        columns = [*batch.columns, *[pa.array([e[f.name] for e in extra], f.type) for f in EXPIRY_FIELDS]]
+        yield pa.RecordBatch.from_arrays(columns, schema=batch.schema.append(EXPIRY_FIELDS[0]).append(EXPIRY_FIELDS[1]))
 
 
 def with_expiry(writes: DataFrame) -> DataFrame:
-    """Add `expire_at_ms` and `args_read` to last-write rows (db, key, path, start, end, digest, command,
-    exec_time) whose command sets an expiry; other rows get nulls. Reads only those records' bytes."""
+    """Add `expire_at_ms` and `args_read` to last-write rows (columns path, start, end, digest, command,
+    exec_time among others); only the records whose command sets an expiry are read, the rest get nulls."""
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     if "path" not in writes.columns:
         return writes.withColumn("expire_at_ms", F.lit(None).cast("long")).withColumn(
-            "args_read", F.lit("no file path in the scan").cast("string")
+            "args_read", F.lit("no file path in the scan")
         )
-    wanted = writes.where(F.col("command").isin(*EXPIRY_COMMANDS)).select(
-        "db", "key", "path", "start", "end", "digest", "command", "exec_time"
-    )
-    read = wanted.mapInArrow(_expiry_partition, from_arrow_schema(EXPIRY_SCHEMA))
-    return writes.join(read, ["db", "key"], "left")
+    out = to_arrow_schema(writes.schema)
+    for field in EXPIRY_FIELDS:
+        out = out.append(field)
+    return writes.mapInArrow(_expiry_partition, from_arrow_schema(out))
