@@ -91,19 +91,20 @@ def group_by_command(findings: DataFrame, sample: int = SAMPLE_KEYS) -> DataFram
         "db",
         "key",
     ).where(F.col("layer").isNotNull())
-    per_db = rows.groupBy(*_GROUP, "db").agg(F.count("*").alias("n"))
-    counts = per_db.groupBy(*_GROUP).agg(
-        F.sum("n").alias("count"), F.map_from_entries(F.collect_list(F.struct("db", "n"))).alias("per_db")
-    )
     nth = F.row_number().over(Window.partitionBy(*_GROUP).orderBy("key"))
-    firsts = (
+    first = F.when(F.col("nth") <= sample, F.struct("nth", key_text(F.col("key")).alias("k")))
+    per_db = (
         rows.withColumn("nth", nth)
-        .where(F.col("nth") <= sample)
-        .groupBy(*_GROUP)
-        .agg(F.array_sort(F.collect_list(F.struct("nth", key_text(F.col("key")).alias("k")))).alias("s"))
-        .select(*_GROUP, F.transform("s", lambda x: x["k"]).alias("sample_keys"))
+        .groupBy(*_GROUP, "db")  # group keys may be null (no command, no diagnosis): no join on them
+        .agg(F.count("*").alias("n"), F.collect_list(first).alias("s"))
     )
-    return counts.join(firsts, _GROUP, "left").orderBy(F.desc("count"), *_GROUP)
+    groups = per_db.groupBy(*_GROUP).agg(
+        F.sum("n").alias("count"),
+        F.map_from_entries(F.collect_list(F.struct("db", "n"))).alias("per_db"),
+        F.array_sort(F.flatten(F.collect_list("s"))).alias("s"),
+    )
+    sample_keys = F.transform("s", lambda x: x["k"]).alias("sample_keys")
+    return groups.select(*_GROUP, "count", "per_db", sample_keys).orderBy(F.desc("count"), *_GROUP)
 
 
 def collect_groups(groups: DataFrame) -> list[LayerGroup]:

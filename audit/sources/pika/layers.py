@@ -11,10 +11,15 @@ record that wrote its key on each side (a Spark join of the findings with the tw
 | older_than_binlog   | none, and older files were purged         | (any)                                      |
 | slave_only          | none                                      | has a write of the key the master's lacks  |
 | before_slave_binlog | before the slave's first record           | starts later (a full sync brought the key) |
-| not_yet_shipped     | after the slave's last record             | not there yet: lag, not loss               |
+| not_yet_shipped     | after the last one the slave holds        | not there yet: lag, not loss               |
 | not_shipped         | in the window both logs cover             | lacks it (or lacks an earlier write)       |
 | replayed            | present                                   | has more writes of the key than the master |
 | not_applied         | present                                   | same last write: the DB did not apply it   |
+
+"The last one the slave holds" is the frontier: per db, the master position of the last master record the
+slave holds, from the binlog diff's alignment (`shipped_frontier`), else found by content
+(`frontier_by_content`): in a healthy pair it is the slave's own last position, after a gap or a replay
+the slave's offsets are shifted and only content places it. A key whose last write lies after it is lag.
 
 "Complete" means the master's oldest file is write2file0, its first record starts at offset 0 and no
 full-sync padding precedes it: the binlog goes back to the log's beginning, so a key it never mentions
@@ -34,6 +39,8 @@ left out, as the binlog diff does.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -169,22 +176,55 @@ def _prefixed(df: DataFrame, p: str) -> DataFrame:
     return df.select(*[F.col(c).alias(p + c) for c in df.columns])
 
 
+def _frontier_pos() -> Column:
+    """The master position up to which the slave holds the master's records (lag starts after it)."""
+    return F.coalesce(F.col("fr_epos"), F.col("sh_last_epos"), F.col("sh_start_spos"), F.lit(0))
+
+
+def shipped_frontier(matched: DataFrame) -> dict[int, int]:
+    """Per db, the end position (filenum << 32 | offset) of the last master record the slave holds, from
+    the binlog diff's alignment (`BinlogDiff.matched`: db, m_epos, ...). Master records after it are lag."""
+    rows = matched.groupBy("db").agg(F.max("m_epos").alias("f")).collect()
+    return {int(r["db"]): int(r["f"]) for r in rows}
+
+
+def frontier_by_content(m_records: DataFrame, s_records: DataFrame) -> DataFrame:
+    """Without the alignment: per db (db, fr_epos), the master record with the content of the slave's last
+    record nearest to its position (a gap puts the slave's offsets behind, a replay ahead), else the
+    slave's own last position."""
+    s_last = (
+        _real(live_files(s_records))
+        .groupBy("db")
+        .agg(F.max_by(F.struct("digest", pos("filenum", "end").alias("epos")), "spos").alias("l"))
+        .select(F.col("db").alias("l_db"), F.col("l.digest").alias("l_digest"), F.col("l.epos").alias("l_epos"))
+    )
+    m = _real(live_files(m_records)).select("db", "digest", pos("filenum", "end").alias("m_epos"))
+    same = (F.col("db") == F.col("l_db")) & (F.col("digest") == F.col("l_digest"))
+    nearest = (
+        m.join(F.broadcast(s_last), same)
+        .groupBy("db")
+        .agg(F.min_by("m_epos", F.abs(F.col("m_epos") - F.col("l_epos"))).alias("m_epos"))
+    )
+    return s_last.join(nearest, F.col("l_db") == F.col("db"), "left").select(
+        F.col("l_db").alias("db"), F.coalesce("m_epos", "l_epos").alias("fr_epos")
+    )
+
+
 def layer_of() -> Column:
     """The layer column over the joined m_* (master's last write), s_* (slave's), mh_*/sh_* (horizons)."""
     m_has, s_has = F.col("m_command").isNotNull(), F.col("s_command").isNotNull()
     same_last = m_has & s_has & (F.col("m_digest") == F.col("s_digest"))
     slave_start = F.col("sh_start_spos")
-    slave_end = F.coalesce(F.col("sh_last_epos"), slave_start, F.lit(0))
     return (
         F.when(F.col("mh_db").isNull() | F.col("sh_db").isNull(), F.lit(None))
         .when(~m_has & s_has & (F.col("mh_complete") | (F.col("s_spos") >= F.col("mh_first_spos"))), "slave_only")
         .when(~m_has & F.col("mh_complete"), "not_logged")
         .when(~m_has, "older_than_binlog")
+        .when(F.col("m_epos") > _frontier_pos(), "not_yet_shipped")
         .when(same_last & (F.col("m_records_from") > F.col("s_records")), "not_shipped")
         .when(same_last & (F.col("m_records_from") < F.col("s_records")), "replayed")
         .when(same_last, "not_applied")
         .when(slave_start.isNotNull() & (F.col("m_epos") <= slave_start), "before_slave_binlog")
-        .when(F.col("m_epos") > slave_end, "not_yet_shipped")
         .otherwise("not_shipped")
     )
 
@@ -237,7 +277,11 @@ def _evidence(key_match: Column) -> Column:
         key_match.alias("key_match"),
         _write("m_").alias("master"),
         _write("s_").alias("replica"),
-        F.struct(_horizon("mh_").alias("master"), _horizon("sh_").alias("replica")).alias("horizon"),
+        F.struct(
+            _horizon("mh_").alias("master"),
+            _horizon("sh_").alias("replica"),
+            where(F.shiftright(_frontier_pos(), 32), _frontier_pos().bitwiseAND(0xFFFFFFFF)).alias("shipped_upto"),
+        ).alias("horizon"),
     )
     return F.struct(
         F.when(F.col("mh_db").isNotNull() & F.col("sh_db").isNotNull(), binlog).alias("binlog"),
@@ -250,15 +294,28 @@ def _evidence(key_match: Column) -> Column:
     )
 
 
+def _frontier(
+    findings: DataFrame, frontier: Mapping[int, int] | None, m_records: DataFrame, s_records: DataFrame
+) -> DataFrame:
+    if frontier is None:
+        found = frontier_by_content(m_records, s_records)
+    else:
+        found = findings.sparkSession.createDataFrame(list(frontier.items()), "db int, fr_epos long")
+    return found.withColumnRenamed("db", "fr_db")
+
+
 KEYSPACE = ("missing_on_replica", "extra_on_replica", "type_mismatch", "value_mismatch", "ttl_mismatch")
 
 
-def annotate_keyspace(findings: DataFrame, m_records: DataFrame, s_records: DataFrame) -> DataFrame:
+def annotate_keyspace(
+    findings: DataFrame, m_records: DataFrame, s_records: DataFrame, frontier: Mapping[int, int] | None = None
+) -> DataFrame:
     """Keyspace findings with `detail.binlog` (each side's last write of the key, both horizons) and the
     layer evidence (`layer`, `last_command`, `key_match`, ...) the catalog matches. Other rows pass as is.
 
     `findings`: the findings schema (audit/findings.py). `m_records`, `s_records`: each side's binlog scan
-    (audit/sources/pika/logfiles.py SCAN_SCHEMA, `snapshots/<pair>/<side>/binlog.parquet`).
+    (audit/sources/pika/logfiles.py SCAN_SCHEMA, `snapshots/<pair>/<side>/binlog.parquet`). `frontier`:
+    `shipped_frontier(BinlogDiff.matched)` when the binlog diff ran; else it is found by content.
     """
     columns = findings.columns
     is_ks = F.col("category").isin(*KEYSPACE) & F.col("key").isNotNull()
@@ -274,6 +331,7 @@ def annotate_keyspace(findings: DataFrame, m_records: DataFrame, s_records: Data
         .join(_prefixed(sw, "s_"), (F.col("db") == F.col("s_db")) & (F.col("_mkey") == F.col("s_key")), "left")
         .join(F.broadcast(_prefixed(mh, "mh_")), F.col("db") == F.col("mh_db"), "left")
         .join(F.broadcast(_prefixed(sh, "sh_")), F.col("db") == F.col("sh_db"), "left")
+        .join(F.broadcast(_frontier(findings, frontier, m_records, s_records)), F.col("db") == F.col("fr_db"), "left")
     )
     key_match = F.when(F.length("key") >= KEY_PREFIX_MAX, "prefix").otherwise("exact")
     annotated = joined.withColumn("detail", merge_detail(F.col("detail"), _evidence(key_match))).select(*columns)
