@@ -138,11 +138,12 @@ def test_catalog_says_not_applied_for_all_of_them(capture) -> None:  # type: ign
 
 
 def test_one_group_of_900_keys_written_by_pksetexat(spark, capture, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from audit.sources.pika.layer_groups import layer_groups, render_groups
+    from audit.sources.pika.layer_groups import collect_groups, group_by_command, layer_groups, render_groups
 
     path = tmp_path / "pika-live.parquet"  # the pair's findings file, as the sink writes it
     pq.write_table(findings_table(_diagnosed(capture)), path)
-    (group,) = layer_groups(spark, path)
+    (group,) = layer_groups(path)  # streamed with pyarrow: what the summary can call without Spark
+    assert collect_groups(group_by_command(spark.read.parquet(str(path)))) == [group]  # the Spark transform agrees
     assert (group.layer, group.command, group.category, group.diagnosis) == (
         "not_applied",
         "pksetexat",

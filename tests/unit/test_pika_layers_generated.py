@@ -203,6 +203,8 @@ def test_the_binlog_diffs_frontier_gives_the_same_layers(spark, tmp_path) -> Non
 def test_healthy_pair_with_writes_in_flight_gives_no_loss(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A healthy slave 40 records behind a master still being written: the binlog diff finds nothing, and
     a key whose last write is among those 40 records is lag, never a loss signature."""
+    import pyarrow as pa
+
     from audit.sources.pika.layer_groups import collect_groups, group_by_command
     from audit.sources.pika.layers import annotate_keyspace
     from audit.sources.pika.range_keys import keys_of_ranges
@@ -224,5 +226,8 @@ def test_healthy_pair_with_writes_in_flight_gives_no_loss(spark, tmp_path) -> No
     assert (f.evidence["layer"], f.diagnosis) == ("not_yet_shipped", "PIKA_NOT_YET_SHIPPED")
     empty = annotate_keyspace(findings_df(spark, {}), m, s)
     assert empty.count() == 0 and collect_groups(group_by_command(empty)) == []
+    other = Finding("replication", "link_down", db=0, evidence={"link": "down"}).to_row("run", "p", "pika")
+    df = spark.createDataFrame(pa.Table.from_pylist([other], schema=FINDINGS_SCHEMA))
+    assert [r.asDict() for r in annotate_keyspace(df, m, s).collect()] == [other]  # not a keyspace finding: as is
     replica = json.loads(rows[0]["detail"])["binlog"]["replica"]
     assert replica["command"] == "incr"  # an older INCR of it was shipped
