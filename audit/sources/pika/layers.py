@@ -95,11 +95,17 @@ def merge_detail(detail: Column, extra: Column) -> Column:
     return F.when(base == "{}", add).otherwise(F.concat(head, F.lit(","), F.regexp_replace(add, r"^\{", "")))
 
 
+def _by(records: DataFrame) -> list[str]:
+    """Group by db, and by side when both sides come in one DataFrame (`side` column: m or s)."""
+    return ["side", "db"] if "side" in records.columns else ["db"]
+
+
 def live_files(records: DataFrame) -> DataFrame:
     """Drop a side's files older than its last full sync (the file holding its padding is kept)."""
-    pad = records.where(F.col("row_kind") == "padding").groupBy("db").agg(F.max("filenum").alias("_pad"))
+    by = _by(records)
+    pad = records.where(F.col("row_kind") == "padding").groupBy(*by).agg(F.max("filenum").alias("_pad"))
     return (
-        records.join(F.broadcast(pad), "db", "left")
+        records.join(F.broadcast(pad), by, "left")
         .where(F.col("_pad").isNull() | (F.col("filenum") >= F.col("_pad")))
         .drop("_pad")
     )
@@ -115,24 +121,28 @@ def horizons(records: DataFrame) -> DataFrame:
     """Per db, what one side's kept binlog covers (one aggregation over the side's live files).
 
     Columns: db; oldest_file; first_file/first_start/first_spos/first_exec_time and last_file/last_end/
-    last_epos/last_exec_time of its real records; start_spos (where its own history starts: the end of
-    its full-sync padding, else its first record); records; complete (see the module docstring);
-    other_key_writers.
+    last_epos/last_exec_time/last_digest of its real records; start_spos (where its own history starts:
+    the end of its full-sync padding, else its first record); records; complete (see the module
+    docstring); other_key_writers. With a `side` column, one row per side and db.
     """
-    live = live_files(records).withColumn("spos", pos("filenum", "start"))
+    return _horizons(live_files(records))
+
+
+def _horizons(live: DataFrame) -> DataFrame:
     real = (F.col("row_kind") == "record") & (F.col("command") != "padding")
-    spos = F.when(real, F.col("spos"))
-    agg = live.groupBy("db").agg(
+    spos = F.when(real, pos("filenum", "start"))
+    last = F.struct("filenum", "end", "exec_time", "digest", pos("filenum", "end").alias("epos"))
+    agg = live.groupBy(*_by(live)).agg(
         F.min("filenum").alias("oldest_file"),
         F.max(F.when(F.col("row_kind") == "padding", pos("filenum", "end"))).alias("pad_end"),
-        F.min_by(F.struct("filenum", "start", "spos", "exec_time"), spos).alias("f"),
-        F.max_by(F.struct("filenum", "end", "exec_time", pos("filenum", "end").alias("epos")), spos).alias("l"),
+        F.min_by(F.struct("filenum", "start", spos.alias("spos"), "exec_time"), spos).alias("f"),
+        F.max_by(last, spos).alias("l"),
         F.count_if(real).alias("records"),
         F.count_if(real & F.col("command").isin(*OTHER_KEY_WRITERS)).alias("other_key_writers"),
     )
     complete = (F.col("oldest_file") == 0) & F.col("pad_end").isNull() & (F.col("f.spos") == 0)
     return agg.select(
-        "db",
+        *_by(live),
         "oldest_file",
         F.col("f.filenum").alias("first_file"),
         F.col("f.start").alias("first_start"),
@@ -142,6 +152,7 @@ def horizons(records: DataFrame) -> DataFrame:
         F.col("l.end").alias("last_end"),
         F.col("l.epos").alias("last_epos"),
         F.col("l.exec_time").alias("last_exec_time"),
+        F.col("l.digest").alias("last_digest"),
         F.coalesce("pad_end", "f.spos").alias("start_spos"),
         "records",
         F.coalesce(complete, F.lit(False)).alias("complete"),
@@ -149,27 +160,52 @@ def horizons(records: DataFrame) -> DataFrame:
     )
 
 
-def last_writes(records: DataFrame, keys: DataFrame | None = None, count_from: DataFrame | None = None) -> DataFrame:
+def last_writes(records: DataFrame, keys: DataFrame | None = None) -> DataFrame:
     """The last record that wrote each (db, key) on one side, by binlog position.
 
     `keys` (db, key) restricts the work to those keys first (a semi-join: findings are few, logs are not).
-    `count_from` (db, from_spos) adds `records_from`, the key's records at or after that position.
     Columns: db, key, command, filenum, start, end, exec_time, digest, path (when the scan has it), spos,
-    epos, records[, records_from]. `key` is the scan's key prefix (KEY_PREFIX_MAX bytes).
+    epos, records. `key` is the scan's key prefix (KEY_PREFIX_MAX bytes).
     """
     good = _real(live_files(records)).where(F.col("key").isNotNull())
     if keys is not None:
         good = good.join(keys.select("db", "key").distinct(), ["db", "key"], "left_semi")
     fields = [c for c in _WRITE_FIELDS if c in good.columns]
-    aggs = [F.max_by(F.struct(*fields), "spos").alias("w"), F.max("spos").alias("spos"), F.count("*").alias("records")]
-    extra = []
-    if count_from is not None:
-        good = good.join(F.broadcast(count_from.select("db", "from_spos")), "db", "left")
-        since = F.col("from_spos").isNull() | (F.col("spos") >= F.col("from_spos"))
-        aggs.append(F.count_if(since).alias("records_from"))
-        extra.append("records_from")
-    out = good.groupBy("db", "key").agg(*aggs).select("db", "key", "w.*", "spos", "records", *extra)
-    return out.withColumn("epos", pos("filenum", "end"))
+    out = good.groupBy("db", "key").agg(
+        F.max_by(F.struct(*fields), "spos").alias("w"), F.max("spos").alias("spos"), F.count("*").alias("records")
+    )
+    return out.select("db", "key", "w.*", "spos", "records").withColumn("epos", pos("filenum", "end"))
+
+
+def _both(m_records: DataFrame, s_records: DataFrame) -> DataFrame:
+    """Both scans in one DataFrame with a `side` column (m, s): each aggregation runs once for both."""
+    wanted = ("row_kind", "db", "filenum", "start", "end", "exec_time", "digest", "command", "key", "path")
+    cols = [c for c in wanted if c in m_records.columns and c in s_records.columns]
+    return m_records.select(F.lit("m").alias("side"), *cols).unionByName(
+        s_records.select(F.lit("s").alias("side"), *cols)
+    )
+
+
+def _pair_writes(real: DataFrame, keys: DataFrame, slave_start: DataFrame) -> DataFrame:
+    """Per (db, key) of `keys`: each side's last write (m_*, s_* columns), records per side, and the
+    master's records from where the slave's history starts (`m_records_from`)."""
+    good = real.where(F.col("key").isNotNull()).join(keys, ["db", "key"], "left_semi")
+    good = good.join(F.broadcast(slave_start.select("db", "from_spos")), "db", "left")
+    fields = [c for c in _WRITE_FIELDS if c in good.columns]
+    write = F.struct(*fields, "spos")
+    is_m = F.col("side") == "m"
+    since = F.col("from_spos").isNull() | (F.col("spos") >= F.col("from_spos"))
+    agg = good.groupBy("db", "key").agg(
+        F.max_by(F.when(is_m, write), F.when(is_m, F.col("spos"))).alias("mw"),
+        F.max_by(F.when(~is_m, write), F.when(~is_m, F.col("spos"))).alias("sw"),
+        F.count_if(is_m).alias("m_records"),
+        F.count_if(~is_m).alias("s_records"),
+        F.count_if(is_m & since).alias("m_records_from"),
+    )
+    flat = [F.col(f"{w}.{c}").alias(f"{p}{c}") for w, p in (("mw", "m_"), ("sw", "s_")) for c in [*fields, "spos"]]
+    return agg.select(
+        F.col("db").alias("w_db"), F.col("key").alias("w_key"), *flat, "m_records", "s_records", "m_records_from"
+    ).select("*", pos("m_filenum", "m_end").alias("m_epos"), pos("s_filenum", "s_end").alias("s_epos"))
 
 
 def _prefixed(df: DataFrame, p: str) -> DataFrame:
@@ -192,20 +228,21 @@ def frontier_by_content(m_records: DataFrame, s_records: DataFrame) -> DataFrame
     """Without the alignment: per db (db, fr_epos), the master record with the content of the slave's last
     record nearest to its position (a gap puts the slave's offsets behind, a replay ahead), else the
     slave's own last position."""
-    s_last = (
-        _real(live_files(s_records))
-        .groupBy("db")
-        .agg(F.max_by(F.struct("digest", pos("filenum", "end").alias("epos")), "spos").alias("l"))
-        .select(F.col("db").alias("l_db"), F.col("l.digest").alias("l_digest"), F.col("l.epos").alias("l_epos"))
+    return _frontier_from(horizons(s_records), _real(live_files(m_records)))
+
+
+def _frontier_from(slave_h: DataFrame, m_real: DataFrame) -> DataFrame:
+    last = slave_h.select(
+        F.col("db").alias("l_db"), F.col("last_digest").alias("l_digest"), F.col("last_epos").alias("l_epos")
     )
-    m = _real(live_files(m_records)).select("db", "digest", pos("filenum", "end").alias("m_epos"))
+    m = m_real.select("db", "digest", pos("filenum", "end").alias("m_epos"))
     same = (F.col("db") == F.col("l_db")) & (F.col("digest") == F.col("l_digest"))
     nearest = (
-        m.join(F.broadcast(s_last), same)
+        m.join(F.broadcast(last), same)
         .groupBy("db")
         .agg(F.min_by("m_epos", F.abs(F.col("m_epos") - F.col("l_epos"))).alias("m_epos"))
     )
-    return s_last.join(nearest, F.col("l_db") == F.col("db"), "left").select(
+    return last.join(nearest, F.col("l_db") == F.col("db"), "left").select(
         F.col("l_db").alias("db"), F.coalesce("m_epos", "l_epos").alias("fr_epos")
     )
 
@@ -294,16 +331,6 @@ def _evidence(key_match: Column) -> Column:
     )
 
 
-def _frontier(
-    findings: DataFrame, frontier: Mapping[int, int] | None, m_records: DataFrame, s_records: DataFrame
-) -> DataFrame:
-    if frontier is None:
-        found = frontier_by_content(m_records, s_records)
-    else:
-        found = findings.sparkSession.createDataFrame(list(frontier.items()), "db int, fr_epos long")
-    return found.withColumnRenamed("db", "fr_db")
-
-
 KEYSPACE = ("missing_on_replica", "extra_on_replica", "type_mismatch", "value_mismatch", "ttl_mismatch")
 
 
@@ -320,19 +347,23 @@ def annotate_keyspace(
     columns = findings.columns
     is_ks = F.col("category").isin(*KEYSPACE) & F.col("key").isNotNull()
     ks = findings.where(is_ks).withColumn("_mkey", F.substring("key", 1, KEY_PREFIX_MAX))
-    rest = findings.where(~is_ks | is_ks.isNull())
     keys = ks.select("db", F.col("_mkey").alias("key")).distinct()
-    mh, sh = horizons(m_records), horizons(s_records)
-    since = sh.select("db", F.col("start_spos").alias("from_spos"))
-    mw = with_expiry(last_writes(m_records, keys, count_from=since))
-    sw = with_expiry(last_writes(s_records, keys))
+    live = live_files(_both(m_records, s_records))
+    real = _real(live)
+    h = _horizons(live)
+    mh, sh = (h.where(F.col("side") == side).drop("side") for side in ("m", "s"))
+    if frontier is None:
+        fr = _frontier_from(sh, real.where(F.col("side") == "m"))
+    else:
+        fr = findings.sparkSession.createDataFrame(list(frontier.items()), "db int, fr_epos long")
+    writes = _pair_writes(real, keys, sh.select("db", F.col("start_spos").alias("from_spos")))
+    writes = with_expiry(writes, ("m_", "s_"))
     joined = (
-        ks.join(_prefixed(mw, "m_"), (F.col("db") == F.col("m_db")) & (F.col("_mkey") == F.col("m_key")), "left")
-        .join(_prefixed(sw, "s_"), (F.col("db") == F.col("s_db")) & (F.col("_mkey") == F.col("s_key")), "left")
+        ks.join(writes, (F.col("db") == F.col("w_db")) & (F.col("_mkey") == F.col("w_key")), "left")
         .join(F.broadcast(_prefixed(mh, "mh_")), F.col("db") == F.col("mh_db"), "left")
         .join(F.broadcast(_prefixed(sh, "sh_")), F.col("db") == F.col("sh_db"), "left")
-        .join(F.broadcast(_frontier(findings, frontier, m_records, s_records)), F.col("db") == F.col("fr_db"), "left")
+        .join(F.broadcast(fr.withColumnRenamed("db", "fr_db")), F.col("db") == F.col("fr_db"), "left")
     )
     key_match = F.when(F.length("key") >= KEY_PREFIX_MAX, "prefix").otherwise("exact")
     annotated = joined.withColumn("detail", merge_detail(F.col("detail"), _evidence(key_match))).select(*columns)
-    return annotated.unionByName(rest)
+    return annotated.unionByName(findings.where(~is_ks))

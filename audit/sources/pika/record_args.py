@@ -133,38 +133,49 @@ def read_expiry(path: str, start: int, end: int, digest: int | None, command: st
         return {"expire_at_ms": None, "args_read": f"unreadable: {e}"}
 
 
-EXPIRY_FIELDS = [pa.field("expire_at_ms", pa.int64()), pa.field("args_read", pa.string())]
+EXPIRY_FIELDS = (("expire_at_ms", pa.int64()), ("args_read", pa.string()))
+_READ = ("path", "start", "end", "digest", "command", "exec_time")
 
 
-def _expiry_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Each row as is plus its expiry; only rows whose command sets one are read from their file."""
+def _expiry_partition(prefixes: tuple[str, ...], batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Each row as is plus, per prefix, its record's expiry; only records whose command sets one are read."""
     for batch in batches:
-        rows = batch.to_pylist()
-        wanted = sorted(
-            (k for k, r in enumerate(rows) if r["command"] in EXPIRY_COMMANDS and r["path"] is not None),
-            key=lambda k: (rows[k]["path"], rows[k]["start"]),  # one forward pass over each file
-        )
-        found = {
-            k: read_expiry(r["path"], r["start"], r["end"], r["digest"], r["command"], r["exec_time"])
-            for k in wanted
-            for r in (rows[k],)
-        }
-        extra = [found.get(k, {"expire_at_ms": None, "args_read": None}) for k in range(len(rows))]
-        columns = [*batch.columns, *[pa.array([e[f.name] for e in extra], f.type) for f in EXPIRY_FIELDS]]
-        yield pa.RecordBatch.from_arrays(columns, schema=batch.schema.append(EXPIRY_FIELDS[0]).append(EXPIRY_FIELDS[1]))
+        cols = {f"{p}{c}": batch.column(f"{p}{c}").to_pylist() for p in prefixes for c in _READ}
+        reads = [
+            (cols[f"{p}path"][k], cols[f"{p}start"][k], p, k)
+            for p in prefixes
+            for k in range(batch.num_rows)
+            if cols[f"{p}command"][k] in EXPIRY_COMMANDS and cols[f"{p}path"][k] is not None
+        ]
+        found: dict[tuple[str, int], dict[str, Any]] = {}
+        for path, start, p, k in sorted(reads):  # one forward pass over each file
+            args = (cols[f"{p}end"][k], cols[f"{p}digest"][k], cols[f"{p}command"][k], cols[f"{p}exec_time"][k])
+            found[p, k] = read_expiry(path, start, *args)
+        arrays, schema = list(batch.columns), batch.schema
+        for p in prefixes:
+            for name, kind in EXPIRY_FIELDS:
+                arrays.append(pa.array([found.get((p, k), {}).get(name) for k in range(batch.num_rows)], kind))
+                schema = schema.append(pa.field(f"{p}{name}", kind))
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def with_expiry(writes: DataFrame) -> DataFrame:
-    """Add `expire_at_ms` and `args_read` to last-write rows (columns path, start, end, digest, command,
-    exec_time among others); only the records whose command sets an expiry are read, the rest get nulls."""
+def with_expiry(writes: DataFrame, prefixes: tuple[str, ...] = ("",)) -> DataFrame:
+    """Add `<p>expire_at_ms` and `<p>args_read` for each prefix p to rows holding a record's `<p>path`,
+    `<p>start`, `<p>end`, `<p>digest`, `<p>command`, `<p>exec_time` (one pass; nulls where the command sets
+    no expiry). Only those records' bytes are read."""
+    import functools
+
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-    if "path" not in writes.columns:
-        return writes.withColumn("expire_at_ms", F.lit(None).cast("long")).withColumn(
-            "args_read", F.lit("no file path in the scan")
-        )
+    if any(f"{p}path" not in writes.columns for p in prefixes):
+        for p in prefixes:
+            writes = writes.withColumn(f"{p}expire_at_ms", F.lit(None).cast("long")).withColumn(
+                f"{p}args_read", F.lit("no file path in the scan")
+            )
+        return writes
     out = to_arrow_schema(writes.schema)
-    for field in EXPIRY_FIELDS:
-        out = out.append(field)
-    return writes.mapInArrow(_expiry_partition, from_arrow_schema(out))
+    for p in prefixes:
+        for name, kind in EXPIRY_FIELDS:
+            out = out.append(pa.field(f"{p}{name}", kind))
+    return writes.mapInArrow(functools.partial(_expiry_partition, prefixes), from_arrow_schema(out))
