@@ -34,7 +34,7 @@ def _detail(rows: list[Any], category: str) -> dict[str, Any]:
 def test_keys_of_a_gap_and_of_a_replay(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from audit.sources.pika.range_keys import keys_of_ranges
 
-    n, gap, resume, batch = 3000, (1000, 400), 2000, 60
+    n, gap, resume, batch = 1600, (600, 400), 1200, 60
     cmds = {db: commands(n, db) for db in (0, 1)}
     logs = {db: write_master(tmp_path / "m", db, cmds[db], FILE_SIZE) for db in (0, 1)}
     write_slave(tmp_path / "s", 0, logs[0], gap_plan(n, *gap), FILE_SIZE)

@@ -100,18 +100,32 @@ def _by(records: DataFrame) -> list[str]:
     return ["side", "db"] if "side" in records.columns else ["db"]
 
 
-def live_files(records: DataFrame) -> DataFrame:
-    """Drop a side's files older than its last full sync (the file holding its padding is kept)."""
+def padding_files(records: DataFrame) -> DataFrame:
+    """Per side and db, the file holding the last full sync's padding (rare rows: Parquet skips the rest)."""
     by = _by(records)
-    pad = records.where(F.col("row_kind") == "padding").groupBy(*by).agg(F.max("filenum").alias("_pad"))
+    return records.where(F.col("row_kind") == "padding").groupBy(*by).agg(F.max("filenum").alias("_pad"))
+
+
+def drop_older_files(records: DataFrame, pads: DataFrame) -> DataFrame:
     return (
-        records.join(F.broadcast(pad), by, "left")
+        records.join(F.broadcast(pads), _by(records), "left")
         .where(F.col("_pad").isNull() | (F.col("filenum") >= F.col("_pad")))
         .drop("_pad")
     )
 
 
-def _real(records: DataFrame) -> DataFrame:
+def live_files(records: DataFrame) -> DataFrame:
+    """Drop a side's files older than its last full sync (the file holding its padding is kept)."""
+    return drop_older_files(records, padding_files(records))
+
+
+def small_local(df: DataFrame) -> DataFrame:
+    """A small result (a row per side and db) computed once and held as a local relation, so the plans
+    that use it several times do not each scan the logs again."""
+    return df.sparkSession.createDataFrame(df.collect(), df.schema)
+
+
+def real_records(records: DataFrame) -> DataFrame:
     return records.where((F.col("row_kind") == "record") & (F.col("command") != "padding")).withColumn(
         "spos", pos("filenum", "start")
     )
@@ -129,31 +143,35 @@ def horizons(records: DataFrame) -> DataFrame:
 
 
 def _horizons(live: DataFrame) -> DataFrame:
+    # min_by/max_by of plain columns (not of a struct) keep this a hash aggregation: no sort of the log
     real = (F.col("row_kind") == "record") & (F.col("command") != "padding")
     spos = F.when(real, pos("filenum", "start"))
-    last = F.struct("filenum", "end", "exec_time", "digest", pos("filenum", "end").alias("epos"))
-    agg = live.groupBy(*_by(live)).agg(
+    first = {c: F.min_by(c, spos) for c in ("filenum", "start", "exec_time")}
+    last = {c: F.max_by(c, spos) for c in ("filenum", "end", "exec_time", "digest")}
+    by = _by(live)
+    agg = live.groupBy(*by).agg(
         F.min("filenum").alias("oldest_file"),
         F.max(F.when(F.col("row_kind") == "padding", pos("filenum", "end"))).alias("pad_end"),
-        F.min_by(F.struct("filenum", "start", spos.alias("spos"), "exec_time"), spos).alias("f"),
-        F.max_by(last, spos).alias("l"),
+        F.min(spos).alias("first_spos"),
+        *[c.alias(f"first_{n}") for n, c in first.items()],
+        *[c.alias(f"last_{n}") for n, c in last.items()],
         F.count_if(real).alias("records"),
         F.count_if(real & F.col("command").isin(*OTHER_KEY_WRITERS)).alias("other_key_writers"),
     )
-    complete = (F.col("oldest_file") == 0) & F.col("pad_end").isNull() & (F.col("f.spos") == 0)
+    complete = (F.col("oldest_file") == 0) & F.col("pad_end").isNull() & (F.col("first_spos") == 0)
     return agg.select(
-        *_by(live),
+        *by,
         "oldest_file",
-        F.col("f.filenum").alias("first_file"),
-        F.col("f.start").alias("first_start"),
-        F.col("f.spos").alias("first_spos"),
-        F.col("f.exec_time").alias("first_exec_time"),
-        F.col("l.filenum").alias("last_file"),
-        F.col("l.end").alias("last_end"),
-        F.col("l.epos").alias("last_epos"),
-        F.col("l.exec_time").alias("last_exec_time"),
-        F.col("l.digest").alias("last_digest"),
-        F.coalesce("pad_end", "f.spos").alias("start_spos"),
+        F.col("first_filenum").alias("first_file"),
+        "first_start",
+        "first_spos",
+        "first_exec_time",
+        F.col("last_filenum").alias("last_file"),
+        "last_end",
+        pos("last_filenum", "last_end").alias("last_epos"),
+        "last_exec_time",
+        "last_digest",
+        F.coalesce("pad_end", "first_spos").alias("start_spos"),
         "records",
         F.coalesce(complete, F.lit(False)).alias("complete"),
         "other_key_writers",
@@ -167,7 +185,7 @@ def last_writes(records: DataFrame, keys: DataFrame | None = None) -> DataFrame:
     Columns: db, key, command, filenum, start, end, exec_time, digest, path (when the scan has it), spos,
     epos, records. `key` is the scan's key prefix (KEY_PREFIX_MAX bytes).
     """
-    good = _real(live_files(records)).where(F.col("key").isNotNull())
+    good = real_records(live_files(records)).where(F.col("key").isNotNull())
     if keys is not None:
         good = good.join(keys.select("db", "key").distinct(), ["db", "key"], "left_semi")
     fields = [c for c in _WRITE_FIELDS if c in good.columns]
@@ -177,7 +195,7 @@ def last_writes(records: DataFrame, keys: DataFrame | None = None) -> DataFrame:
     return out.select("db", "key", "w.*", "spos", "records").withColumn("epos", pos("filenum", "end"))
 
 
-def _both(m_records: DataFrame, s_records: DataFrame) -> DataFrame:
+def both_sides(m_records: DataFrame, s_records: DataFrame) -> DataFrame:
     """Both scans in one DataFrame with a `side` column (m, s): each aggregation runs once for both."""
     wanted = ("row_kind", "db", "filenum", "start", "end", "exec_time", "digest", "command", "key", "path")
     cols = [c for c in wanted if c in m_records.columns and c in s_records.columns]
@@ -228,7 +246,7 @@ def frontier_by_content(m_records: DataFrame, s_records: DataFrame) -> DataFrame
     """Without the alignment: per db (db, fr_epos), the master record with the content of the slave's last
     record nearest to its position (a gap puts the slave's offsets behind, a replay ahead), else the
     slave's own last position."""
-    return _frontier_from(horizons(s_records), _real(live_files(m_records)))
+    return _frontier_from(horizons(s_records), real_records(live_files(m_records)))
 
 
 def _frontier_from(slave_h: DataFrame, m_real: DataFrame) -> DataFrame:
@@ -348,9 +366,10 @@ def annotate_keyspace(
     is_ks = F.col("category").isin(*KEYSPACE) & F.col("key").isNotNull()
     ks = findings.where(is_ks).withColumn("_mkey", F.substring("key", 1, KEY_PREFIX_MAX))
     keys = ks.select("db", F.col("_mkey").alias("key")).distinct()
-    live = live_files(_both(m_records, s_records))
-    real = _real(live)
-    h = _horizons(live)
+    both = both_sides(m_records, s_records)
+    live = drop_older_files(both, small_local(padding_files(both)))
+    real = real_records(live)
+    h = small_local(_horizons(live))
     mh, sh = (h.where(F.col("side") == side).drop("side") for side in ("m", "s"))
     if frontier is None:
         fr = _frontier_from(sh, real.where(F.col("side") == "m"))

@@ -22,7 +22,17 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from audit.sources.pika.binlog import KEY_PREFIX_MAX
-from audit.sources.pika.layers import KEYSPACE, key_text, last_writes, live_files, merge_detail, pos
+from audit.sources.pika.layers import (
+    KEYSPACE,
+    both_sides,
+    drop_older_files,
+    key_text,
+    merge_detail,
+    padding_files,
+    pos,
+    real_records,
+    small_local,
+)
 
 KEYS_LIMIT = 100
 RANGE_CATEGORIES = ("missing_range", "duplicate_range")
@@ -50,51 +60,35 @@ NON_IDEMPOTENT = (
 _RANGE = ["db", "category", "start_num", "end_num"]
 
 
-def _side_records(records: DataFrame, side: str) -> DataFrame:
-    real = (F.col("row_kind") == "record") & (F.col("command") != "padding") & F.col("key").isNotNull()
-    return (
-        live_files(records)
-        .where(real)
-        .select(
-            F.lit(side).alias("side"),
-            F.col("db").alias("r_db"),
-            "key",
-            "command",
-            pos("filenum", "start").alias("spos"),
-            pos("filenum", "end").alias("epos"),
+def _touched(ranges: DataFrame, real: DataFrame) -> DataFrame:
+    """One row per (range, key): the key's first position in the range, its records there, and whether
+    the side's last write of the key (`last_spos`, over the whole log) lies inside the range."""
+    inside = (
+        (F.col("side") == F.col("r_side"))
+        & (F.col("r_db") == F.col("db"))
+        & (F.col("spos") >= F.col("start_num"))
+        & (pos("filenum", "end") <= F.col("end_num"))
+    )
+    recs = real.select("side", F.col("db").alias("r_db"), "key", "command", "filenum", "end", "spos")
+    touched = (
+        recs.join(F.broadcast(ranges), inside)
+        .groupBy(*_RANGE, "r_side", "key")
+        .agg(
+            F.min("spos").alias("first_spos"),
+            F.count("*").alias("writes"),
+            F.count_if(F.col("command").isin(*NON_IDEMPOTENT)).alias("non_idempotent"),
         )
     )
-
-
-def _touched(ranges: DataFrame, m_records: DataFrame, s_records: DataFrame) -> DataFrame:
-    """One row per (range, key): the key's first position in the range and its records there."""
-    recs = _side_records(m_records, "master").unionByName(_side_records(s_records, "replica"))
-    inside = (
-        (F.col("r_db") == F.col("db"))
-        & (F.col("side") == F.col("r_side"))
-        & (F.col("spos") >= F.col("start_num"))
-        & (F.col("epos") <= F.col("end_num"))
+    keys = touched.select(F.col("r_side").alias("side"), "db", "key").distinct()
+    lasts = (
+        real.join(keys, ["side", "db", "key"], "left_semi")
+        .groupBy("side", "db", "key")
+        .agg(F.max("spos").alias("last_spos"))
+        .select(F.col("side").alias("l_side"), F.col("db").alias("l_db"), F.col("key").alias("l_key"), "last_spos")
     )
-    joined = recs.join(F.broadcast(ranges), inside)
-    return joined.groupBy(*_RANGE, "r_side", "key").agg(
-        F.min("spos").alias("first_spos"),
-        F.count("*").alias("writes"),
-        F.count_if(F.col("command").isin(*NON_IDEMPOTENT)).alias("non_idempotent"),
-    )
-
-
-def _last_inside(touched: DataFrame, m_records: DataFrame, s_records: DataFrame) -> DataFrame:
-    """`last_inside`: whether the side's last write of the key lies inside the range."""
-    parts = []
-    for side, records in (("master", m_records), ("replica", s_records)):
-        keys = touched.where(F.col("r_side") == side).select("db", "key")
-        last = last_writes(records, keys).select("db", "key", F.col("spos").alias("last_spos"), F.lit(side).alias("s"))
-        parts.append(last)
-    lasts = parts[0].unionByName(parts[1])
-    on = (F.col("db") == F.col("l_db")) & (F.col("key") == F.col("l_key")) & (F.col("r_side") == F.col("s"))
-    lasts = lasts.withColumnRenamed("db", "l_db").withColumnRenamed("key", "l_key")
-    inside = F.col("last_spos").between(F.col("start_num"), F.col("end_num"))
-    return touched.join(lasts, on, "left").withColumn("last_inside", F.coalesce(inside, F.lit(False)))
+    on = (F.col("r_side") == F.col("l_side")) & (F.col("db") == F.col("l_db")) & (F.col("key") == F.col("l_key"))
+    inside_range = F.col("last_spos").between(F.col("start_num"), F.col("end_num"))
+    return touched.join(lasts, on, "left").withColumn("last_inside", F.coalesce(inside_range, F.lit(False)))
 
 
 def _with_slave_data(touched: DataFrame, keyspace: DataFrame) -> DataFrame:
@@ -186,9 +180,11 @@ def keys_of_ranges(
         binlog_findings.where(is_range)
         .select(*_RANGE)
         .distinct()
-        .withColumn("r_side", F.when(F.col("category") == "missing_range", "master").otherwise("replica"))
+        .withColumn("r_side", F.when(F.col("category") == "missing_range", "m").otherwise("s"))
     )
-    touched = _last_inside(_touched(ranges, m_records, s_records), m_records, s_records)
+    both = both_sides(m_records, s_records)
+    real = real_records(drop_older_files(both, small_local(padding_files(both)))).where(F.col("key").isNotNull())
+    touched = _touched(ranges, real)
     audited = keyspace_findings is not None
     if keyspace_findings is not None:
         touched = _with_slave_data(touched, keyspace_findings)
