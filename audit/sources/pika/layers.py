@@ -1,7 +1,7 @@
 """In which layer a Pika key was lost: master binlog -> slave binlog -> slave data.
 
 A write on a Pika master goes to its DB, then to its binlog; the slave writes each record it receives to
-its own binlog synchronously and applies it to its DB asynchronously (the README's Pika section; the
+its own binlog synchronously and applies it to its DB asynchronously (Pika's src/pika_repl_bgworker.cc; the
 formats are in audit/sources/pika/binlog.py). So a keyspace finding can be placed by looking up the last
 record that wrote its key on each side (a Spark join of the findings with the two scans):
 
@@ -29,7 +29,7 @@ Keys: the scan's `key` column holds the first 1024 bytes of a record's first key
 finding whose key is 1024 bytes or longer is matched by that prefix and marked `key_match: prefix` (two
 long keys sharing it cannot be told apart); the catalog's signatures require `exact`. Pika 4.0 logs
 multi-key writes as one record per key (DEL k1 k2 as `del k1` + `del k2`, MSET as one `set` per pair,
-src/pika_kv.cc DelCmd/MsetCmd::DoBinlog), so the first key is the key. Records that write a key other
+Pika's src/pika_kv.cc, DelCmd/MsetCmd::DoBinlog), so the first key is the key. Records that write a key other
 than their first argument (RENAME's target, SMOVE's/RPOPLPUSH's destination, an unsplit MSET from an older
 version) are counted per db as `other_key_writers`: with any present, a key "never logged" may just have
 been written that way, and PIKA_NOT_LOGGED does not fire.
