@@ -14,8 +14,15 @@ from audit.sources.redis.recheck import _same_master_value, category_of, states_
 
 def state(key: bytes, **kw: Any) -> KeyState:
     base: dict[str, Any] = {
-        "key": key, "type": "string", "ttl_ms": None, "expire_at_ms": None, "length": 1, "digest": "d",
-        "status": "ok", "error": None, "read_at_ms": 1000,
+        "key": key,
+        "type": "string",
+        "ttl_ms": None,
+        "expire_at_ms": None,
+        "length": 1,
+        "digest": "d",
+        "status": "ok",
+        "error": None,
+        "read_at_ms": 1000,
     }
     return KeyState(**{**base, **kw})
 
@@ -73,7 +80,8 @@ V1, V2 = ("string", 1, "a", False), ("string", 1, "b", False)
         ([(10, None), (20, None)], (12, V1), False),
     ],
 )
-def test_bracketing_the_replicas_offset(samples: list[tuple[int, Any]], replica: tuple[int, Any],
-                                        expected: bool | None) -> None:
+def test_bracketing_the_replicas_offset(
+    samples: list[tuple[int, Any]], replica: tuple[int, Any], expected: bool | None
+) -> None:
     agrees, _ = bracket([Sample(o, v) for o, v in samples], Sample(*replica))
     assert agrees is expected

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from audit.findings import Finding
 from audit.kernel.check import Check
@@ -23,6 +23,9 @@ from audit.sources.pika.model import PikaPair
 from audit.sources.pika.replication import manifest_behind_info
 from audit.sources.pika.replication_check import FILE_SIZE_METRIC, read_replication
 from audit.sources.redis.client import connect
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 SIDES = ("master", "replica")
 BINLOG_SCAN = "binlog.parquet"
@@ -56,6 +59,19 @@ def crosscheck_findings(meta: dict[str, Any]) -> list[Finding]:
             if f is not None:
                 found.append(f)
     return found
+
+
+def file_ends(master: DataFrame, replica: DataFrame) -> dict[str, dict[tuple[int, int], int]]:
+    """Per side, where each (db, filenum) file's log ends: the end of its last row."""
+    from pyspark.sql import functions as F
+
+    return {
+        side: {
+            (r["db"], r["filenum"]): int(r["e"] or 0)
+            for r in df.groupBy("db", "filenum").agg(F.max("end").alias("e")).collect()
+        }
+        for side, df in (("master", master), ("replica", replica))
+    }
 
 
 def file_bases(ends: dict[str, dict[tuple[int, int], int]]) -> FileBases:
@@ -167,7 +183,6 @@ class BinlogCheck(Check):
 
     # --- diff ---------------------------------------------------------------------------------------
     def diff(self, ctx: StageContext) -> None:
-        from pyspark.sql import DataFrame
         from pyspark.sql import functions as F
 
         from audit.sources.pika.binlog_diff import binlog_findings, damage_findings
@@ -182,14 +197,7 @@ class BinlogCheck(Check):
             return spark.read.parquet(path)
 
         m, s = (spark.read.parquet(str(ctx.snapshot_dir(side) / BINLOG_SCAN)) for side in SIDES)
-        ends = {
-            side: {
-                (r["db"], r["filenum"]): int(r["e"] or 0)
-                for r in df.groupBy("db", "filenum").agg(F.max("end").alias("e")).collect()
-            }
-            for side, df in (("master", m), ("replica", s))
-        }
-        bases = file_bases(ends)
+        bases = file_bases(file_ends(m, s))
         result = binlog_findings(m, s, len(ctx.data["dbs"]), bases, stage)
         ctx.add_findings_frame(
             result.findings.unionByName(damage_findings(m, "master")).unionByName(damage_findings(s, "replica"))
