@@ -4,7 +4,8 @@ server receives, and none may be a write or an admin command beyond the ones the
 The Redis audit runs as the ACL user the README documents (the line is read from the README itself), so
 a command outside that ACL would also be refused by the server: MONITOR does not show administrative
 commands at all, so for those the ACL is the proof, and MONITOR the proof that nothing was written.
-Pika has no ACLs: its audit runs through the Pika face (tests/pika_front.py) and MONITOR watches the real redis-servers behind it.
+Pika has no ACLs: its audit runs through the Pika face (tests/pika_front.py), and MONITOR watches
+the real redis-servers behind it.
 """
 
 from __future__ import annotations
