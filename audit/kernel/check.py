@@ -58,6 +58,11 @@ class Check:
         """What this check was asked to compare and could not, from the pair's metrics."""
         return []
 
+    def headlines(self, run: RunDir, state: PairState) -> list[str]:
+        """Sentences that say at a glance what this check's findings amount to (read after the findings
+        file is written, e.g. "900 keys written by pksetexat are shipped but absent on the slave")."""
+        return []
+
     def certify(self, run: RunDir, state: PairState, side: str) -> dict[str, Any]:
         """What a verification certificate states about one side's content (e.g. an order-independent
         content digest); empty when the check has nothing to certify."""

@@ -95,7 +95,9 @@ def pair_summary(run: RunDir, pair: Pair, per_category: int) -> dict[str, Any]:
     spec = kind_spec(pair.kind)
     state = run.load_state(pair.name) or PairState(pair=pair.name, kind=pair.kind)
     sample, diagnoses = findings_sample(run, pair.name, per_category)
+    checks_run = [c for c in spec.checks(pair) if not state.skipped(c.name)]
     coverage_keys = [k for check in spec.checks(pair) for k in check.coverage]
+    headlines = [line for check in checks_run for line in check.headlines(run, state)] if state.counts else []
     checks = {name: c.model_dump() for name, c in state.checks.items()}
     return {
         "pair": pair.name,
@@ -107,6 +109,7 @@ def pair_summary(run: RunDir, pair: Pair, per_category: int) -> dict[str, Any]:
         "checks": checks,
         "skipped_checks": {name: c.reason for name, c in state.checks.items() if c.status == "skipped"},
         "not_covered": _not_covered(uncovered_of(spec, pair, state), state),
+        "headlines": headlines,
         "notes": state.notes,
         "artifacts": state.artifacts,
         "coverage": {k: state.metrics[k] for k in coverage_keys if k in state.metrics},

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from audit.findings import Finding
 from audit.kernel.check import Check
 from audit.kernel.context import StageContext
+from audit.kernel.state import PairState
+from audit.layout import RunDir
 from audit.sources.pika.binlog_diff import FileBases
 from audit.sources.pika.info import BinlogOffset
 from audit.sources.pika.model import PikaPair
@@ -30,6 +32,39 @@ if TYPE_CHECKING:
 SIDES = ("master", "replica")
 BINLOG_SCAN = "binlog.parquet"
 BINLOG_META = "binlog.json"
+FINDINGS = "binlog_findings.parquet"
+
+
+def scans(ctx: StageContext) -> tuple[DataFrame, DataFrame]:
+    """Both sides' binlog scans, as the snapshot wrote them."""
+    spark = ctx.spark()
+    m, s = (spark.read.parquet(str(ctx.snapshot_dir(side) / BINLOG_SCAN)) for side in SIDES)
+    return m, s
+
+
+def keyspace_candidates(ctx: StageContext) -> DataFrame | None:
+    """The keys the keyspace diff found differing (as findings), when the pair's keyspace was audited."""
+    from audit.diff.findings import keyspace_findings
+    from audit.sources.redis.keyspace_check import CANDIDATES
+
+    keyspace = ctx.state.checks.get("keyspace")
+    path = ctx.run.work(ctx.pair.name) / "keyspace" / CANDIDATES
+    if keyspace is None or keyspace.status != "done" or not path.exists():
+        return None
+    return keyspace_findings(ctx.spark().read.parquet(str(path)), 0)
+
+
+def annotate_with_binlogs(ctx: StageContext, findings: DataFrame) -> DataFrame:
+    """Keyspace findings with what both binlogs say of each key (audit/sources/pika/layers.py), when the
+    pair's binlogs were audited; the keyspace check calls this before it stages its findings."""
+    from audit.sources.pika.layers import annotate_keyspace
+
+    binlog = ctx.state.checks.get("binlog")
+    if binlog is None or binlog.status != "done":
+        return findings
+    frontier = {int(db): int(pos) for db, pos in (ctx.state.check_data.get("binlog") or {}).get("frontier", {}).items()}
+    m, s = scans(ctx)
+    return annotate_keyspace(findings, m, s, frontier or None)
 
 
 def _meta(ctx: StageContext, side: str) -> dict[str, Any]:
@@ -186,6 +221,7 @@ class BinlogCheck(Check):
         from pyspark.sql import functions as F
 
         from audit.sources.pika.binlog_diff import binlog_findings, damage_findings
+        from audit.sources.pika.layers import shipped_frontier
 
         spark = ctx.spark()
         started = time.time()
@@ -196,12 +232,12 @@ class BinlogCheck(Check):
             df.write.mode("overwrite").parquet(path)
             return spark.read.parquet(path)
 
-        m, s = (spark.read.parquet(str(ctx.snapshot_dir(side) / BINLOG_SCAN)) for side in SIDES)
+        m, s = scans(ctx)
         bases = file_bases(file_ends(m, s))
         result = binlog_findings(m, s, len(ctx.data["dbs"]), bases, stage)
-        ctx.add_findings_frame(
-            result.findings.unionByName(damage_findings(m, "master")).unionByName(damage_findings(s, "replica"))
-        )
+        found = result.findings.unionByName(damage_findings(m, "master")).unionByName(damage_findings(s, "replica"))
+        found.write.mode("overwrite").parquet(str(work / FINDINGS))  # staged by recheck, with each range's keys
+        ctx.data["frontier"] = {str(db): pos for db, pos in shipped_frontier(result.matched).items()}
         where = F.when(F.col("m_epos") == F.col("s_epos"), "same").otherwise("shifted")
         how = {r["w"]: r["n"] for r in result.matched.groupBy(where.alias("w")).agg(F.count("*").alias("n")).collect()}
         for side, df in (("master", m), ("replica", s)):
@@ -215,6 +251,20 @@ class BinlogCheck(Check):
         ctx.add_findings(self._producer_ahead(ctx, bases))
         if ctx.state.offsets is None:
             ctx.state.offsets = self._offsets(ctx, bases)
+
+    # --- recheck: the keys each range touches, and what the slave's data shows of them ----------------
+    def recheck(self, ctx: StageContext) -> None:
+        from audit.sources.pika.range_keys import keys_of_ranges
+
+        spark = ctx.spark()
+        found = spark.read.parquet(str(ctx.work_dir() / FINDINGS))
+        m, s = scans(ctx)
+        ctx.add_findings_frame(keys_of_ranges(found, m, s, keyspace_candidates(ctx)))
+
+    def headlines(self, run: RunDir, state: PairState) -> list[str]:
+        from audit.sources.pika.layer_groups import layer_groups, render_groups
+
+        return render_groups(layer_groups(run.findings_file(state.pair)))
 
     def _producer_ahead(self, ctx: StageContext, bases: FileBases) -> list[Finding]:
         """`replica_ahead` for databases whose slave producer position is beyond the master's."""

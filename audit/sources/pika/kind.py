@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def checks(pair: PikaPair) -> Sequence[Check]:
     from audit.sources.pika.ack import PikaBinlogAck
-    from audit.sources.pika.binlog_check import BinlogCheck
+    from audit.sources.pika.binlog_check import BinlogCheck, annotate_with_binlogs
     from audit.sources.pika.replication_check import PikaReplicationCheck
     from audit.sources.redis.keyspace_check import KeyspaceCheck
 
@@ -28,6 +28,7 @@ def checks(pair: PikaPair) -> Sequence[Check]:
             dbs=pair.dbs,
             dbs_from_info=False,
             ack=PikaBinlogAck(pair.dbs or [0]) if pair.check_replication else None,
+            annotate=annotate_with_binlogs,
         ),
     ]
 

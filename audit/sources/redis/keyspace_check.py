@@ -8,12 +8,15 @@ recheck: candidates re-read live for a few rounds; what persists becomes finding
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 from audit.errors import SourceError
 from audit.inventory import redact_url
@@ -29,6 +32,8 @@ from audit.sources.redis.resp import RespPipe
 from audit.sources.redis.snapshot import KEYS_FILE, SnapshotOptions, capture_state, snapshot_side
 
 SIDES = ("master", "replica")
+Annotate = Callable[[StageContext, "DataFrame"], "DataFrame"]
+"""Adds a kind's evidence to keyspace findings (findings-schema DataFrame in, the same out)."""
 CANDIDATES = "candidates.parquet"
 SURVIVORS = "survivors.parquet"
 WINDOW_BYTES = 1 << 20
@@ -61,17 +66,20 @@ class KeyspaceCheck(Check):
         dbs_from_info: bool,
         ack: ReplicaAck | None,
         judge_hot_keys: int = 0,
+        annotate: Annotate | None = None,
     ) -> None:
         """`dbs` as the pair names them; without them, every db INFO keyspace lists on either side when
         `dbs_from_info` (Redis), else db 0 (Pika's INFO keyspace is not a reliable list). `ack` tells the
         recheck when the replica has applied a master read (None for two independent servers); up to
         `judge_hot_keys` keys still moving after the rounds are judged at the replica's offset
-        (audit/sources/redis/hotkeys.py: Redis replication offsets only)."""
+        (audit/sources/redis/hotkeys.py: Redis replication offsets only). `annotate` adds a kind's own
+        evidence to the findings before they are staged (Pika: what its binlogs say of each key)."""
         self.settings = settings
         self.dbs = dbs
         self.dbs_from_info = dbs_from_info
         self.ack = ack
         self.judge_hot_keys = judge_hot_keys
+        self.annotate = annotate
 
     def _clients(self, ctx: StageContext) -> dict[str, redis.Redis]:
         return {side: connect(str(ctx.url(side)), role=f"{ctx.pair.name} {side}") for side in SIDES}
@@ -163,6 +171,8 @@ class KeyspaceCheck(Check):
         if total > s.recheck_max_keys:
             rest = cands.join(to_check.select("db", "key"), on=["db", "key"], how="left_anti")
             found = found.unionByName(keyspace_findings(rest, 0))
+        if self.annotate is not None:
+            found = self.annotate(ctx, found)
         ctx.add_findings_frame(found)
         ctx.metrics.update(
             recheck_candidates=stats.candidates,
