@@ -10,12 +10,12 @@ demo: setup
 	@$(PY) scripts/demo.py
 
 test: setup
-	@$(VENV)/bin/ruff check audit dags plugins tests bench scripts
+	@$(VENV)/bin/ruff check audit dags providers tests bench scripts
 	@$(VENV)/bin/mypy
 	@$(PY) -m pytest -q -ra tests
 
 lint: setup
-	@$(VENV)/bin/ruff check audit dags plugins tests bench scripts && $(VENV)/bin/mypy
+	@$(VENV)/bin/ruff check audit dags providers tests bench scripts && $(VENV)/bin/mypy
 
 bench: setup
 	@$(PY) bench/snapshot_bench.py && $(PY) bench/diff_bench.py && $(PY) bench/pika_binlog_bench.py --spark \

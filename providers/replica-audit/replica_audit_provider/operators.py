@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, ExceptionRetryPolicy, RetryAction, RetryRule
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from replica_audit_airflow.assets import PAIR_VERDICTS, pair_asset
-from replica_audit_airflow.hooks import airflow_conn_resolver
+from replica_audit_provider.assets import PAIR_VERDICTS, pair_asset
+from replica_audit_provider.hooks import airflow_conn_resolver
 
 if TYPE_CHECKING:
     from audit import Inventory
