@@ -110,9 +110,12 @@ def get_spark() -> SparkSession:
             master = conf["spark.master"]
             if is_local(master):
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback" warning
-                # Python workers (binlog/commit-log parsing) must run this interpreter, which has pyarrow
-                # and this package; on a cluster, spark.pyspark.python names the executors' interpreter.
-                os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            # Python workers (binlog/commit-log parsing) must run an interpreter with pyarrow and this
+            # package: this one locally; on a cluster the one spark.pyspark.python names on the executors.
+            # PySpark takes the workers' interpreter from PYSPARK_PYTHON, not from that setting.
+            executors_python = conf.get("spark.pyspark.python") or (sys.executable if is_local(master) else None)
+            if executors_python:
+                os.environ.setdefault("PYSPARK_PYTHON", executors_python)
             session: SparkSession = _builder(conf).getOrCreate()  # type: ignore[attr-defined]
             if not master.startswith(CONNECT_SCHEME):
                 session.sparkContext.setLogLevel("ERROR")
