@@ -76,14 +76,32 @@ class StandaloneCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "work").mkdir(exist_ok=True)
         self._spawn(
-            "master", "org.apache.spark.deploy.master.Master",
-            "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.ui_port),
-        )  # fmt: skip
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.ui_port),
+        )
         self._spawn(
-            "worker", "org.apache.spark.deploy.worker.Worker", self.master_url,
-            "--host", "127.0.0.1", "--port", str(free_port()), "--webui-port", str(free_port()),
-            "--cores", str(self.cores), "--memory", self.memory, "--work-dir", str(self.workdir / "work"),
-        )  # fmt: skip
+            "worker",
+            "org.apache.spark.deploy.worker.Worker",
+            self.master_url,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(free_port()),
+            "--webui-port",
+            str(free_port()),
+            "--cores",
+            str(self.cores),
+            "--memory",
+            self.memory,
+            "--work-dir",
+            str(self.workdir / "work"),
+        )
         try:
             self._wait_for_worker()
         except Exception:

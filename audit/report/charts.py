@@ -161,8 +161,9 @@ def findings_per_run(
         ax.scatter(unfinished, [0] * len(unfinished), marker="x", color="#8e44ad", label="not audited", zorder=3)
     if current is not None:
         ax.bar([current], [max(bottom[current], 0)], width=0.85, fill=False, edgecolor="#222", linewidth=1.5)
-        ax.annotate("this run", (current, bottom[current]), textcoords="offset points", xytext=(0, 4), ha="center",
-                    fontsize=7)  # fmt: skip
+        ax.annotate(
+            "this run", (current, bottom[current]), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=7
+        )
     ax.set_ylabel("findings")
     ax.yaxis.set_major_locator(_integer_locator())
     ax.set_ylim(0, max(max(bottom, default=0), 1) * 1.2)
@@ -236,8 +237,9 @@ def offsets_over_time(
     fig = _figure(8, 3.6)
     top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     xs = list(seconds) if seconds is not None else list(range(len(labels)))
-    top.plot(xs, _nan(master), color=SIDE_COLORS["master"], label="master", marker="o", linewidth=4, alpha=0.5,
-             markersize=9)  # fmt: skip
+    top.plot(
+        xs, _nan(master), color=SIDE_COLORS["master"], label="master", marker="o", linewidth=4, alpha=0.5, markersize=9
+    )
     top.plot(xs, _nan(replica), color=SIDE_COLORS["replica"], label="replica", marker="s", linestyle="--")
     _byte_axis(top.yaxis, [v for v in (*master, *replica) if v is not None])
     top.set_ylabel(unit.replace(" (bytes)", ""), fontsize=8)

@@ -82,10 +82,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneClus
 def _snapshot(path: Path, keys: dict[str, str]) -> None:
     path.mkdir(parents=True)
     rows = [
-        {"db": 0, "key": k.encode(), "type": "string", "ttl_ms": None, "expire_at_ms": None, "length": len(v),
-         "digest": v, "status": "ok", "error": None, "read_at_ms": 1_700_000_000_000}
+        {
+            "db": 0,
+            "key": k.encode(),
+            "type": "string",
+            "ttl_ms": None,
+            "expire_at_ms": None,
+            "length": len(v),
+            "digest": v,
+            "status": "ok",
+            "error": None,
+            "read_at_ms": 1_700_000_000_000,
+        }
         for k, v in keys.items()
-    ]  # fmt: skip
+    ]
     pq.write_table(pa.Table.from_pylist(rows, schema=SNAPSHOT_SCHEMA), path / "keys.parquet")
 
 
@@ -111,13 +121,20 @@ def test_keyspace_diff_and_binlog_scan_on_a_standalone_cluster(cluster: Standalo
     records = _pika_logs(tmp_path / "pika")
     done = subprocess.run(
         [sys.executable, "-c", JOB, cluster.master_url, str(tmp_path)],
-        capture_output=True, text=True, cwd=REPO, timeout=600, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stderr[-4000:] + cluster.log_tail("worker")
     out = json.loads(done.stdout.strip().splitlines()[-1])
 
-    assert out["candidates"] == [["k7", "missing_on_replica"], ["k8", "value_mismatch"],
-                                 ["only:replica", "extra_on_replica"]]  # fmt: skip
+    assert out["candidates"] == [
+        ["k7", "missing_on_replica"],
+        ["k8", "value_mismatch"],
+        ["only:replica", "extra_on_replica"],
+    ]
     assert out["coverage"]["keys_compared"] == 199
     assert out["scan"]["files"] > 2 and out["scan"]["rows"] == records
     assert len(list((tmp_path / "scan").glob("part-db*.parquet"))) == out["scan"]["files"]
