@@ -69,9 +69,19 @@ def is_local(master: str) -> bool:
     return master == "local" or master.startswith("local[") or master.startswith("local-cluster[")
 
 
+def submitted() -> bool:
+    """True in a driver that spark-submit started: it has set the master and the settings already."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def session_conf() -> dict[str, str]:
-    """The session's settings: defaults for the kind of master, then the environment, then configure()."""
+    """The session's settings: defaults for the kind of master, then the environment, then configure().
+
+    Under spark-submit with no master given here, the master and the sizing are spark-submit's.
+    """
     given = {**_env_conf(), **_overrides}
+    if "spark.master" not in given and submitted():
+        return {**COMMON_DEFAULTS, **given}
     master = given.get("spark.master", defaults.SPARK_MASTER)
     sizing = LOCAL_DEFAULTS if is_local(master) else {}
     conf = {"spark.master": master, **COMMON_DEFAULTS, **sizing, **given}
@@ -84,7 +94,7 @@ def session_conf() -> dict[str, str]:
 def _builder(conf: dict[str, str]) -> object:
     from pyspark.sql import SparkSession
 
-    master = conf["spark.master"]
+    master = conf.get("spark.master", "")
     builder = SparkSession.builder.appName("replica-audit")
     if master.startswith(CONNECT_SCHEME):
         try:
@@ -107,7 +117,7 @@ def get_spark() -> SparkSession:
     with _lock:
         if _session is None:
             conf = session_conf()
-            master = conf["spark.master"]
+            master = conf.get("spark.master", "")
             if is_local(master):
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback" warning
             # Python workers (binlog/commit-log parsing) must run an interpreter with pyarrow and this
