@@ -152,7 +152,7 @@ class RocketMQStoreHook(_AuditHook):
     def fields(self) -> dict[str, str]:
         """`store_dir`, and `broker_log`, `ha_status`, `ha_addr` when set: an inventory's RocketMQ endpoint."""
         conn = self.get_connection(self.audit_conn_id)
-        return ac.store_fields(conn.conn_id, conn.conn_type, conn.host, conn.extra_dejson)
+        return ac.store_fields(conn.conn_id, conn.conn_type or "", conn.host, conn.extra_dejson)
 
     def _probe(self) -> str:
         fields = self.fields()

@@ -54,6 +54,8 @@ SOURCE_RETRY_ARGS: dict[str, Any] = {
 """The DAGs' default_args: every task retries an unreachable source twice, with backoff, and nothing else."""
 
 InventorySpec = str | dict[str, Any]
+PairsSpec = list[str] | str | None
+"""Pair names, or a template that renders to them (`"{{ params.pairs }}"` with native rendering)."""
 
 
 def safe_run_id(airflow_run_id: str) -> str:
@@ -71,6 +73,13 @@ def load(spec: InventorySpec) -> Inventory:
     return load_inventory(spec)
 
 
+def pair_names(value: PairsSpec) -> list[str] | None:
+    """The rendered `pairs`: a list as it is, a string as comma-separated names; empty means every pair."""
+    if isinstance(value, str):
+        value = [name.strip() for name in value.split(",") if name.strip()]
+    return list(value) if value else None
+
+
 def _failed_checks(verdict: dict[str, Any]) -> str:
     return ", ".join(f"{f['column']}={f['observed']} (max {f['threshold']})" for f in verdict["failed"])
 
@@ -80,7 +89,7 @@ class PlanPairsOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("inventory", "pairs")
 
-    def __init__(self, *, inventory: str, pairs: list[str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, inventory: str, pairs: PairsSpec = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.inventory = inventory
         self.pairs = pairs
@@ -89,7 +98,7 @@ class PlanPairsOperator(BaseOperator):
         from audit import AuditError
 
         try:
-            return [p.name for p in load(self.inventory).select(self.pairs or None)]
+            return [p.name for p in load(self.inventory).select(pair_names(self.pairs))]
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
 
@@ -150,9 +159,7 @@ class AuditReportOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("inventory", "out_dir", "run_id", "pairs")
 
-    def __init__(
-        self, *, inventory: str, out_dir: str, run_id: str, pairs: list[str] | None = None, **kwargs: Any
-    ) -> None:
+    def __init__(self, *, inventory: str, out_dir: str, run_id: str, pairs: PairsSpec = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.inventory, self.out_dir, self.run_id, self.pairs = inventory, out_dir, run_id, pairs
 
@@ -161,7 +168,7 @@ class AuditReportOperator(BaseOperator):
 
         inv = load(self.inventory)
         run = start_run(inv, Path(self.out_dir), safe_run_id(self.run_id))
-        summary = finish_run(inv, run, inv.select(self.pairs or None))
+        summary = finish_run(inv, run, inv.select(pair_names(self.pairs)))
         verdicts = {p["pair"]: p["status"] for p in summary["pairs"]}
         self.log.info("run %s: %s %s; report %s", run.run_id, summary["verdict"], verdicts, run.report)
         if summary["exit_code"] != 0:
