@@ -2,20 +2,24 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test unit lint bench clean
 setup:
 	@bash scripts/setup.sh
 
 demo: setup
 	@$(PY) scripts/demo.py
 
-test: setup
-	@$(VENV)/bin/ruff check audit dags providers tests bench scripts
-	@$(VENV)/bin/mypy
+SRC := audit dags providers tests bench scripts
+
+test: setup lint
 	@$(PY) -m pytest -q -ra tests
 
+# The fast tests: no server, no Airflow (Spark local runs in-process).
+unit: setup
+	@$(PY) -m pytest -q -ra tests/unit -m "not integration and not airflow"
+
 lint: setup
-	@$(VENV)/bin/ruff check audit dags providers tests bench scripts && $(VENV)/bin/mypy
+	@$(VENV)/bin/ruff check $(SRC) && $(VENV)/bin/ruff format --check $(SRC) && $(VENV)/bin/mypy
 
 bench: setup
 	@$(PY) bench/snapshot_bench.py && $(PY) bench/diff_bench.py && $(PY) bench/pika_binlog_bench.py --spark \

@@ -43,6 +43,3 @@ PARQUET_ROWS_PER_GROUP = 50_000
 
 FINDINGS_SAMPLE = 50
 """Findings per category shown in the summary and the report (totals are always complete)."""
-
-PIKA_BINLOG_FILE_SIZE = 100 * 1024 * 1024
-"""Pika's default `binlog-file-size`; offsets across files are compared as filenum * this + offset."""

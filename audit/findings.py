@@ -1,4 +1,4 @@
-"""The findings schema of DESIGN.md: one row per divergence, the same for every source kind.
+"""The findings schema: one row per divergence, the same for every kind (docs/architecture.md, "Findings").
 
 Detectors build :class:`Finding` values (or Spark rows with the same columns); :data:`FINDINGS_SCHEMA`
 is the one Arrow schema both the Parquet output and the Spark jobs use.
@@ -34,11 +34,28 @@ SEVERITY_BY_CATEGORY: dict[str, str] = {
     "row_mismatch": "critical",
     "missing_gtid": "critical",
     "errant_gtid": "critical",
+    # A selected table on one side only, and column definitions that differ (rows are still compared
+    # over the columns both sides have).
+    "missing_table": "critical",
+    "extra_table": "critical",
+    "schema_mismatch": "warning",
     # Added by replica-audit (README, "Contract changes"): the server named as replica follows some
     # other master, so diffing it against this pair's master would report noise, not divergence.
     "wrong_master": "critical",
 }
 CATEGORIES = tuple(SEVERITY_BY_CATEGORY)
+NOT_GATED_BY_DEFAULT = frozenset({"lagging"})
+"""Categories whose gate threshold is null (not gated) unless a pair sets one, besides every info-level
+category: lag is judged by the max_lag_bytes / max_lag_seconds thresholds instead."""
+
+
+def default_threshold(category: str) -> int | None:
+    """The gate threshold a pair gets for `category` when it sets none: 0, or None (not gated)."""
+    if category in NOT_GATED_BY_DEFAULT or SEVERITY_BY_CATEGORY[category] == "info":
+        return None
+    return 0
+
+
 KEYSPACE_CATEGORIES = ("missing_on_replica", "extra_on_replica", "type_mismatch", "value_mismatch", "ttl_mismatch")
 
 FINDINGS_SCHEMA = pa.schema(
@@ -95,7 +112,7 @@ class Finding:
     def with_diagnosis(self, code: str, **evidence: Any) -> Finding:
         return replace(self, diagnosis=code, evidence={**self.evidence, **evidence})
 
-    def to_row(self, run_id: str, pair: str, kind: str) -> dict[str, Any]:
+    def to_row(self, run_id: str | None, pair: str | None, kind: str | None) -> dict[str, Any]:
         row = asdict(self)
         evidence = row.pop("evidence")
         row.update(run_id=run_id, pair=pair, kind=kind, detail=json.dumps(evidence, sort_keys=True, default=str))

@@ -1,9 +1,13 @@
 """The inventory: which master/replica pairs to audit, and how strictly.
 
-Loaded from YAML, validated with pydantic. Every error names the pair and the field, e.g.
-``pairs[1] (cache-main).gate.max_missing: Input should be a valid integer``. Unknown keys are rejected
-so a typo never silently falls back to a default. Server URLs are kept as ``SecretStr`` and only ever
-shown through :func:`redact_url`.
+Loaded from YAML, validated with pydantic: each pair with the model its `kind` declares (a
+discriminated union over the registered kinds, audit/kernel/kind.py). Every error names the pair and
+the field, e.g. ``pairs[1] (cache-main).gate.max_missing: Input should be a valid integer``. Unknown
+keys are rejected so a typo never silently falls back to a default.
+
+``${VAR}`` (or ``${VAR:-default}``) in any string is replaced by the environment variable, so a
+password can stay out of the file; a variable that is not set is an error naming the field. Server
+URLs are kept as ``SecretStr`` and only ever shown through :func:`redact_url`.
 """
 
 from __future__ import annotations
@@ -13,126 +17,44 @@ import json
 import os
 import re
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from typing import Annotated, Any, Union
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError
 
-from audit import defaults
 from audit.errors import ConfigError
+from audit.kernel.kind import KindSpec, registered_kinds
+from audit.kernel.pair import PairBase, display_endpoint
 
-Kind = Literal["redis", "pika", "rocketmq", "mysql"]
+__all__ = [
+    "ConnResolver",
+    "Inventory",
+    "Pair",
+    "display_endpoint",
+    "endpoint_url",
+    "env_conn_resolver",
+    "load_inventory",
+    "parse_inventory",
+    "redact_url",
+]
+
+Pair = PairBase
+"""A validated pair of any kind (each kind's model derives from PairBase)."""
+
 ConnResolver = Callable[[str], str]
 """Maps an Airflow connection id to a URL; the plugin passes one backed by Airflow's connections."""
 
-CATEGORY_ALIASES = {
-    "max_missing": "missing_on_replica",
-    "max_extra": "extra_on_replica",
-}
-"""Short gate names kept from DESIGN.md; every other threshold is ``max_<category>``."""
 
-
-class _Strict(BaseModel):
+class Inventory(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-
-class Gate(_Strict):
-    """Thresholds: a pair passes when every count is at most its threshold (None: not gated)."""
-
-    max_missing: int | None = Field(0, ge=0)
-    max_extra: int | None = Field(0, ge=0)
-    max_type_mismatch: int | None = Field(0, ge=0)
-    max_value_mismatch: int | None = Field(0, ge=0)
-    max_ttl_mismatch: int | None = Field(0, ge=0)
-    max_link_down: int | None = Field(0, ge=0)
-    max_replica_ahead: int | None = Field(0, ge=0)
-    max_wrong_master: int | None = Field(0, ge=0)
-    max_missing_range: int | None = Field(0, ge=0)
-    max_duplicate_range: int | None = Field(0, ge=0)
-    max_divergent_entry: int | None = Field(0, ge=0)
-    max_corrupt_record: int | None = Field(0, ge=0)
-    max_torn_tail: int | None = Field(None, ge=0, description="a log cut mid-record is normal while it is written")
-    max_negative_lag: int | None = Field(0, ge=0)
-    max_stale_replica_data: int | None = Field(0, ge=0)
-    max_lagging: int | None = Field(None, ge=0)
-    max_lag_metric_unreliable: int | None = Field(None, ge=0)
-    max_lag_bytes: int | None = Field(defaults.MAX_LAG_BYTES, ge=0)
-    max_lag_seconds: float | None = Field(defaults.MAX_LAG_SECONDS, ge=0)
-    max_uncovered: int = Field(0, ge=0, description="keys/records that could not be read; 0 means full coverage")
-
-    def category_limits(self) -> dict[str, int | None]:
-        """Threshold per finding category."""
-        limits: dict[str, int | None] = {}
-        for name, value in self.model_dump().items():
-            if name in ("max_lag_bytes", "max_lag_seconds", "max_uncovered"):
-                continue
-            limits[CATEGORY_ALIASES.get(name, name.removeprefix("max_"))] = value
-        return limits
-
-
-class Settings(_Strict):
-    """Per-pair tuning; the inventory's `defaults:` block supplies the values a pair does not set."""
-
-    qps: int = Field(defaults.QPS, gt=0)
-    recheck_rounds: int = Field(defaults.RECHECK_ROUNDS, ge=0)
-    recheck_interval_s: float = Field(defaults.RECHECK_INTERVAL_S, ge=0)
-    recheck_max_keys: int = Field(defaults.RECHECK_MAX_KEYS, ge=0)
-    ttl_tolerance_ms: int = Field(defaults.TTL_TOLERANCE_MS, ge=0)
-    scan_count: int = Field(defaults.SCAN_COUNT, gt=0)
-    big_key_elements: int = Field(defaults.BIG_KEY_ELEMENTS, gt=0)
-
-
-class BinlogDirs(_Strict):
-    """Pika binlog locations: each holds `log_db<N>/write2file<M>` and `manifest` (Pika's `log-path`)."""
-
-    master_dir: Path | None = None
-    replica_dir: Path | None = None
-    file_size: int = Field(
-        defaults.PIKA_BINLOG_FILE_SIZE, gt=0, description="Pika's binlog-file-size (must be equal on both sides)"
-    )
-
-    @model_validator(mode="after")
-    def _both_or_none(self) -> BinlogDirs:
-        if (self.master_dir is None) != (self.replica_dir is None):
-            raise ValueError("give both master_dir and replica_dir (or neither)")
-        return self
-
-
-class Pair(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-    kind: Kind
-    master: SecretStr | dict[str, Any] | None = None
-    replica: SecretStr | dict[str, Any] | None = None
-    dbs: list[int] | None = Field(None, description="logical databases; default: every db either side has keys in")
-    check_replication: bool = Field(True, description="false for two independent servers (post-migration)")
-    gate: Gate = Gate()
-    settings: Settings = Settings()
-    binlog: BinlogDirs | None = None
-    tables: list[str] | None = None
-
-    @field_validator("dbs")
-    @classmethod
-    def _dbs_in_range(cls, dbs: list[int] | None) -> list[int] | None:
-        if dbs is not None and any(not 0 <= d < 1 << 16 for d in dbs):
-            raise ValueError("db indexes must be between 0 and 65535")
-        return sorted(set(dbs)) if dbs is not None else None
-
-
-class Inventory(_Strict):
-    pairs: list[Pair]
+    pairs: list[PairBase]
     digest: str = ""
 
-    @model_validator(mode="after")
-    def _unique_names(self) -> Inventory:
-        names = [p.name for p in self.pairs]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"pair names must be unique; repeated: {', '.join(dupes)}")
-        return self
-
-    def select(self, names: list[str] | None) -> list[Pair]:
+    def select(self, names: list[str] | None) -> list[PairBase]:
         if not names:
             return list(self.pairs)
         known = {p.name: p for p in self.pairs}
@@ -141,54 +63,107 @@ class Inventory(_Strict):
             raise ConfigError(f"--pair {', '.join(unknown)}: not in the inventory (known: {', '.join(known)})")
         return [known[n] for n in names]
 
-    def pair(self, name: str) -> Pair:
+    def pair(self, name: str) -> PairBase:
         return self.select([name])[0]
 
 
-_SETTINGS_KEYS = set(Settings.model_fields)
+# --- ${VAR} ------------------------------------------------------------------------------------------
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def _merge_defaults(raw: dict[str, Any]) -> dict[str, Any]:
-    """Push the `defaults:` block into every pair; a pair's own keys win."""
+def _expand(value: Any, path: str) -> Any:
+    if isinstance(value, str):
+
+        def one(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            got = os.environ.get(name)
+            if got is None and default is None:
+                raise ConfigError(f"{path}: ${{{name}}} is not set in the environment")
+            return got if got is not None else default
+
+        return _VAR.sub(one, value)
+    if isinstance(value, dict):
+        return {k: _expand(v, f"{path}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+# --- defaults: and per-kind settings -----------------------------------------------------------------
+def _settings_keys(spec: KindSpec | None) -> set[str]:
+    if spec is None:
+        return set()
+    model = spec.pair_model.model_fields["settings"].annotation
+    return set(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else set()
+
+
+def _merge_defaults(raw: dict[str, Any]) -> list[Any]:
+    """Push the `defaults:` block into every pair whose kind takes the setting; a pair's own keys win."""
+    kinds = registered_kinds()
     base = dict(raw.get("defaults") or {})
     base_gate = base.pop("gate", None) or {}
-    unknown = set(base) - _SETTINGS_KEYS
+    known = set().union(*(_settings_keys(s) for s in kinds.values()))
+    unknown = set(base) - known
     if unknown:
-        known = ", ".join(sorted(_SETTINGS_KEYS))
-        raise ConfigError(f"defaults.{sorted(unknown)[0]}: unknown setting (known: {known})")
+        raise ConfigError(f"defaults.{sorted(unknown)[0]}: unknown setting (known: {', '.join(sorted(known))})")
     pairs = []
     for item in raw.get("pairs") or []:
         if not isinstance(item, dict):
             pairs.append(item)
             continue
         pair = dict(item)
-        own_settings = {k: pair.pop(k) for k in list(pair) if k in _SETTINGS_KEYS}
-        pair["settings"] = {**base, **(pair.get("settings") or {}), **own_settings}
+        keys = _settings_keys(kinds.get(str(pair.get("kind"))))
+        own = {k: pair.pop(k) for k in list(pair) if k in keys}
+        inherited = {k: v for k, v in base.items() if k in keys}
+        if inherited or own or "settings" in pair:
+            pair["settings"] = {**inherited, **(pair.get("settings") or {}), **own}
         if isinstance(pair.get("gate"), dict) or "gate" not in pair:
             pair["gate"] = {**base_gate, **(pair.get("gate") or {})}
         pairs.append(pair)
-    return {"pairs": pairs}
+    return pairs
 
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+@cache
+def _pairs_adapter(models: tuple[type[PairBase], ...]) -> TypeAdapter[list[PairBase]]:
+    member: Any = models[0] if len(models) == 1 else Annotated[Union[models], Field(discriminator="kind")]  # noqa: UP007
+    return TypeAdapter(list[member])
 
 
-def _field_path(loc: tuple[int | str, ...], raw: dict[str, Any]) -> str:
-    parts: list[str] = []
+# --- error messages ------------------------------------------------------------------------------------
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
+_TYPE_LABELS = {"str", "int", "float", "bool", "list", "dict", "function-after", "function-before", "tagged-union"}
+
+
+def _field_path(loc: tuple[int | str, ...], raw: list[Any], kind_tags: set[str]) -> str:
+    parts = ["pairs"]
     for i, part in enumerate(loc):
         if isinstance(part, int):
             label = f"[{part}]"
-            if i > 0 and loc[i - 1] == "pairs":
+            if i == 0:
                 try:
-                    label += f" ({raw['pairs'][part]['name']})"
+                    label += f" ({raw[part]['name']})"
                 except (KeyError, IndexError, TypeError):
                     pass
             parts.append(label)
-        elif not _IDENT.match(str(part)) or part in ("str", "int"):
+        elif i == 1 and part in kind_tags:
+            continue  # the union's branch: the pair's kind
+        elif part in _TYPE_LABELS or not _IDENT.match(str(part)):
             continue  # pydantic's union-branch labels say nothing to an operator
         else:
-            parts.append(("." if parts else "") + str(part))
-    return "".join(parts) or "inventory"
+            parts.append("." + str(part))
+    return "".join(parts)
+
+
+def _problems(e: ValidationError, raw: list[Any], kind_tags: set[str]) -> str:
+    problems: dict[str, list[str]] = {}
+    for err in e.errors():
+        path = _field_path(tuple(err["loc"]), raw, kind_tags)
+        if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            path += ".kind"
+        problems.setdefault(path, []).append(err["msg"])
+    shown = [f"{path}: {' or '.join(dict.fromkeys(msgs))}" for path, msgs in list(problems.items())[:5]]
+    more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+    return "; ".join(shown) + more
 
 
 def parse_inventory(text: str, source: str = "inventory") -> Inventory:
@@ -206,17 +181,21 @@ def parse_inventory(text: str, source: str = "inventory") -> Inventory:
         raise ConfigError(f"{source}: defaults: expected a mapping")
     if not isinstance(raw["pairs"], list) or not raw["pairs"]:
         raise ConfigError(f"{source}: pairs: expected a non-empty list")
-    merged = _merge_defaults(raw)
     try:
-        inv = Inventory.model_validate({**merged, "digest": hashlib.sha256(text.encode()).hexdigest()})
+        raw = _expand(raw, "inventory")
+        merged = _merge_defaults(raw)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    kinds = registered_kinds()
+    try:
+        pairs = _pairs_adapter(tuple(s.pair_model for s in kinds.values())).validate_python(merged)
     except ValidationError as e:
-        problems: dict[str, list[str]] = {}
-        for err in e.errors():
-            problems.setdefault(_field_path(tuple(err["loc"]), merged), []).append(err["msg"])
-        shown = [f"{path}: {' or '.join(dict.fromkeys(msgs))}" for path, msgs in list(problems.items())[:5]]
-        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise ConfigError(f"{source}: " + "; ".join(shown) + more) from None
-    return inv
+        raise ConfigError(f"{source}: {_problems(e, merged, set(kinds))}") from None
+    names = [p.name for p in pairs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"{source}: pairs: pair names must be unique; repeated: {', '.join(dupes)}")
+    return Inventory(pairs=pairs, digest=hashlib.sha256(text.encode()).hexdigest())
 
 
 def load_inventory(path: str | Path) -> Inventory:
@@ -228,7 +207,9 @@ def load_inventory(path: str | Path) -> Inventory:
     return parse_inventory(text, source=str(p))
 
 
+# --- connections and endpoints ---------------------------------------------------------------------------
 _CONN_ENV = "AIRFLOW_CONN_{}"
+_DEFAULT_PORTS = {"redis": 6379, "rediss": 6379, "mysql": 3306, "mariadb": 3306}
 
 
 def env_conn_resolver(conn_id: str) -> str:
@@ -241,24 +222,45 @@ def env_conn_resolver(conn_id: str) -> str:
     return value
 
 
+def _truthy(value: Any) -> bool:
+    return str(value).lower() in ("true", "1", "yes", "on")
+
+
 def _url_from_conn_json(conn_id: str, value: str) -> str:
+    """Airflow's JSON connection form as a URL; login and password percent-encoded, `extra.ssl` honoured."""
     try:
         c = json.loads(value)
     except json.JSONDecodeError:
         raise ConfigError(f"conn:{conn_id}: AIRFLOW_CONN_{conn_id.upper()} is not valid JSON") from None
-    scheme = c.get("conn_type", "redis")
-    auth = ""
-    if c.get("login") or c.get("password"):
-        auth = f"{c.get('login') or ''}:{c.get('password') or ''}@"
+    if not isinstance(c, dict):
+        raise ConfigError(f"conn:{conn_id}: AIRFLOW_CONN_{conn_id.upper()} must be a JSON object")
+    extra = c.get("extra") or {}
+    if isinstance(extra, str):
+        try:
+            extra = json.loads(extra)
+        except json.JSONDecodeError:
+            extra = {}
+    scheme = str(c.get("conn_type") or "redis")
+    if scheme == "redis" and _truthy(extra.get("ssl", False)):
+        scheme = "rediss"
+    login, password = quote(str(c.get("login") or ""), safe=""), quote(str(c.get("password") or ""), safe="")
+    auth = f"{login}:{password}@" if password else (f"{login}@" if login else "")
+    host = str(c.get("host") or "localhost")
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    port = c.get("port") or _DEFAULT_PORTS.get(scheme, 6379)
     db = f"/{c['schema']}" if c.get("schema") else ""
-    return f"{scheme}://{auth}{c.get('host', 'localhost')}:{c.get('port', 6379)}{db}"
+    return f"{scheme}://{auth}{host}:{port}{db}"
 
 
-def endpoint_url(value: SecretStr | dict[str, Any] | None, resolver: ConnResolver | None = None) -> str | None:
+def endpoint_url(value: Any, resolver: ConnResolver | None = None) -> str | None:
     """The real URL of a server endpoint (secret included): only hand it to a client, never print it."""
-    if value is None or isinstance(value, dict):
+    if isinstance(value, SecretStr):
+        raw = value.get_secret_value()
+    elif isinstance(value, str):
+        raw = value
+    else:
         return None
-    raw = value.get_secret_value()
     if raw.startswith("conn:"):
         return (resolver or env_conn_resolver)(raw[len("conn:") :])
     return raw
@@ -287,12 +289,3 @@ def redact_url(url: str | None) -> str:
         port = ""
     netloc = f"{user}:***@{host}{port}" if parts.password is not None else f"{user}@{host}{port}"
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def display_endpoint(value: SecretStr | dict[str, Any] | None) -> str:
-    """What the summary and the report may show for an endpoint."""
-    if value is None:
-        return ""
-    if isinstance(value, dict):
-        return json.dumps({k: v for k, v in value.items() if "pass" not in k.lower()}, sort_keys=True)
-    return redact_url(value.get_secret_value())

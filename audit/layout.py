@@ -1,4 +1,4 @@
-"""Where one run's files live (DESIGN.md "Output of one run"), and the per-pair state between stages.
+"""Where one run's files live (README, "Output of one run"), and the per-pair state between stages.
 
 `findings.parquet` and `metrics.parquet` are Parquet datasets (directories): each pair's stage writes
 its own file inside, so mapped Airflow tasks never write the same file.
@@ -12,9 +12,10 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from audit.errors import StageInputError
+if TYPE_CHECKING:
+    from audit.kernel.state import PairState
 
 
 def new_run_id() -> str:
@@ -61,26 +62,26 @@ class RunDir:
     def state_file(self, pair: str) -> Path:
         return self.work(pair) / "state.json"
 
-    def load_state(self, pair: str) -> dict[str, Any]:
+    def load_state(self, pair: str) -> PairState | None:
+        """The pair's state in this run, or None before its first stage."""
+        from audit.kernel.state import PairState
+
         path = self.state_file(pair)
         if not path.exists():
-            return {"pair": pair, "checks": {}, "metrics": {}, "stages": {}}
-        loaded: dict[str, Any] = json.loads(path.read_text())
-        return loaded
+            return None
+        return PairState.model_validate_json(path.read_text())
 
-    def save_state(self, pair: str, state: dict[str, Any]) -> None:
-        write_json(self.state_file(pair), state)
-
-    def require_stage(self, pair: str, stage: str) -> dict[str, Any]:
-        state = self.load_state(pair)
-        if stage not in state["stages"]:
-            raise StageInputError(f"pair {pair}: no `{stage}` results in {self.root}; run that stage first")
-        return state
+    def save_state(self, state: PairState) -> None:
+        write_text(self.state_file(state.pair), state.model_dump_json(indent=1))
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_text(path: Path, text: str) -> None:
     """Write atomically: a reader never sees half a file, even if the writer is killed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+    tmp.write_text(text)
     tmp.replace(path)
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_text(path, json.dumps(data, indent=1, sort_keys=True, default=str))

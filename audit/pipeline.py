@@ -1,28 +1,39 @@
-"""The audit as stages over a run directory. The CLI and the Airflow operators call these, nothing else.
+"""The audit as stages over a run directory; the pipeline owns each stage's life.
 
-Each stage reads what the previous one left under DIR/<run_id>/ and records its own results in the
-pair's state, so the stages can run in one process (`replica-audit run`) or as separate tasks on
-different workers (Airflow), given a shared output directory.
+For one pair and one stage, the pipeline loads the pair's state (a fresh one for `snapshot`, else it
+requires the previous stage), calls each of the kind's checks for that stage with a StageContext,
+stamps the stage, consolidates the staged findings after `recheck`, and saves the state. A check does
+only its own work (audit/kernel/check.py). The stages can run in one process (`replica-audit run`) or as
+separate tasks on different workers (Airflow), given a shared output directory.
+
+A failure ends its pair only: it is recorded in the pair's state (stage, message, exit code, and for a
+bug the traceback) and the other pairs are audited; the run's exit status says what went wrong
+(audit/outcome.py).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from audit.errors import AuditError, SourceError
-from audit.inventory import ConnResolver, Inventory, Pair, display_endpoint
+from audit.errors import AuditError, SourceError, StageInputError
+from audit.inventory import ConnResolver, Inventory, Pair
+from audit.kernel.context import Progress, StageContext
+from audit.kernel.kind import KindSpec, kind_spec
+from audit.kernel.staging import FindingsStaging
+from audit.kernel.state import CheckState, ErrorInfo, GateVerdict, PairState, StageStamp
 from audit.layout import RunDir, new_run_id, write_json
-from audit.sources import source_for
-from audit.sources.base import Progress
+from audit.outcome import EXIT_GATE_FAILED, EXIT_OK, exit_code_of_error
 
 STAGES = ("snapshot", "diff", "recheck", "gate")
-
-EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_SOURCE = 0, 1, 2, 3
+log = logging.getLogger("replica_audit")
 
 
 def tool_version() -> str:
@@ -46,8 +57,8 @@ def start_run(inventory: Inventory, out: Path, run_id: str | None = None) -> Run
                 "pairs": {
                     p.name: {
                         "kind": p.kind,
-                        "master": display_endpoint(p.master),
-                        "replica": display_endpoint(p.replica),
+                        "master": p.display_endpoint("master"),
+                        "replica": p.display_endpoint("replica"),
                     }
                     for p in inventory.pairs
                 },
@@ -56,46 +67,88 @@ def start_run(inventory: Inventory, out: Path, run_id: str | None = None) -> Run
     return run
 
 
+# --- one stage of one pair ------------------------------------------------------------------------------
+def _state_for(stage: str, pair: Pair, run: RunDir) -> PairState:
+    if stage == "snapshot":
+        return PairState(pair=pair.name, kind=pair.kind)  # a snapshot (re)starts the pair's audit
+    previous = STAGES[STAGES.index(stage) - 1]
+    state = run.load_state(pair.name)
+    if state is None or previous not in state.stages:
+        raise StageInputError(f"pair {pair.name}: no `{previous}` results in {run.root}; run that stage first")
+    if state.error is not None and state.error.stage == stage:
+        state.error = None  # an earlier attempt of this stage failed; this one starts clean
+    return state
+
+
+def _run_checks(
+    stage: str,
+    spec: KindSpec,
+    pair: Pair,
+    run: RunDir,
+    state: PairState,
+    resolver: ConnResolver | None,
+    progress: Progress | None,
+) -> None:
+    staging = FindingsStaging(run.work(pair.name) / "findings")
+    staging.clear(stage)
+    for position, check in enumerate(spec.checks(pair)):
+        if state.skipped(check.name):
+            continue
+        ctx = StageContext(stage, check.name, position, pair, run, state, staging, resolver, progress)
+        getattr(check, stage)(ctx)
+        if stage == "snapshot" and check.name not in state.checks:
+            state.checks[check.name] = CheckState(status="done")
+    if stage == "recheck":
+        state.counts = staging.consolidate(run.findings_file(pair.name), run.run_id, pair.name, pair.kind)
+
+
 def run_stage(
     stage: str, pair: Pair, run: RunDir, resolver: ConnResolver | None = None, progress: Progress | None = None
-) -> dict[str, Any] | None:
-    """Run one stage for one pair. A source failure is recorded in the pair's state, then re-raised."""
-    source = source_for(pair.kind)
+) -> GateVerdict | None:
+    """Run one stage for one pair. A failure is recorded in the pair's state, then re-raised."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage}")
+    spec = kind_spec(pair.kind)
+    state = _state_for(stage, pair, run)
+    started = time.time()
+    verdict = None
     try:
-        if stage == "snapshot":
-            source.snapshot(pair, run, resolver, progress)
-        elif stage == "diff":
-            source.diff(pair, run)
-        elif stage == "recheck":
-            source.recheck(pair, run, resolver)
-        elif stage == "gate":
+        if stage == "gate":
             from audit.gate.verdict import gate_pair
 
-            return gate_pair(run, pair, source.SUITE)
+            verdict = gate_pair(run, pair, spec, state)
         else:
-            raise ValueError(f"unknown stage {stage}")
-    except SourceError as e:
-        record_error(run, pair, stage, e)
+            _run_checks(stage, spec, pair, run, state, resolver, progress)
+    except Exception as e:
+        _record_error(run, state, stage, e)
         raise
-    return None
+    state.stages[stage] = StageStamp(at_ms=int(time.time() * 1000), took_s=round(time.time() - started, 3))
+    run.save_state(state)
+    return verdict
 
 
-def record_error(run: RunDir, pair: Pair, stage: str, error: AuditError) -> None:
-    state = run.load_state(pair.name)
-    state["error"] = {
-        "stage": stage,
-        "message": str(error),
-        "where": getattr(error, "where", ""),
-        "type": type(error).__name__,
-    }
-    run.save_state(pair.name, state)
+def _record_error(run: RunDir, state: PairState, stage: str, error: BaseException) -> None:
+    code = exit_code_of_error(error)
+    internal = not isinstance(error, AuditError)
+    state.error = ErrorInfo(
+        stage=stage,
+        message=str(error) if not internal else f"{type(error).__name__}: {error}",
+        type=type(error).__name__,
+        where=getattr(error, "where", "") or "",
+        exit_code=code,
+        internal=internal,
+        traceback="".join(traceback.format_exception(error)) if internal else None,
+    )
+    run.save_state(state)
 
 
+# --- all stages of one pair -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PairOutcome:
     pair: str
     status: str  # passed | failed | error
     message: str = ""
+    exit_code: int = EXIT_OK
 
 
 def audit_pair(
@@ -104,20 +157,36 @@ def audit_pair(
     resolver: ConnResolver | None = None,
     progress: Progress | None = None,
     on_stage: Callable[[str, str], None] | None = None,
+    resume: bool = False,
 ) -> PairOutcome:
-    """All stages for one pair. Source errors end this pair only; they become its outcome."""
+    """All stages for one pair (with `resume`, from the first stage not yet done in this run).
+
+    Whatever goes wrong ends this pair only and becomes its outcome: a source or configuration error,
+    or a bug (logged with its traceback, which is also kept in the pair's state).
+    """
+    earlier = run.load_state(pair.name) if resume else None
+    done = set(earlier.stages) if earlier is not None else set()  # a failed stage is not stamped: it runs again
+    verdict = None
     try:
-        verdict = None
         for stage in STAGES:
+            if stage in done and stage != "gate":
+                continue
             if on_stage is not None:
                 on_stage(pair.name, stage)
             verdict = run_stage(stage, pair, run, resolver, progress)
-    except SourceError as e:
-        return PairOutcome(pair.name, "error", str(e))
+    except Exception as e:
+        code = exit_code_of_error(e)
+        if code == 4:
+            log.error("pair %s: internal error\n%s", pair.name, "".join(traceback.format_exception(e)))
+        kind = "could not be audited" if isinstance(e, SourceError) else str(type(e).__name__)
+        return PairOutcome(pair.name, "error", str(e) or kind, code)
     assert verdict is not None
-    return PairOutcome(pair.name, "passed" if verdict["success"] else "failed")
+    return PairOutcome(
+        pair.name, "passed" if verdict.success else "failed", "", EXIT_OK if verdict.success else EXIT_GATE_FAILED
+    )
 
 
+# --- the end of a run ------------------------------------------------------------------------------------
 def finish_run(inventory: Inventory, run: RunDir, pairs: list[Pair], history: str | None = None) -> dict[str, Any]:
     """summary.json, report.html, the manifest's end, and the run appended to the results history.
 
@@ -129,11 +198,7 @@ def finish_run(inventory: Inventory, run: RunDir, pairs: list[Pair], history: st
 
     summary = build_summary(run, pairs)
     write_json(run.summary, summary)
-    manifest: dict[str, Any] = {}
-    if run.manifest.exists():
-        import json
-
-        manifest = json.loads(run.manifest.read_text())
+    manifest: dict[str, Any] = json.loads(run.manifest.read_text()) if run.manifest.exists() else {}
     manifest["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     manifest["servers"] = {p["pair"]: p.get("servers", {}) for p in summary["pairs"]}
     manifest["exit_code"] = summary["exit_code"]
@@ -157,11 +222,3 @@ def record_history(run: RunDir, url: str | None) -> dict[str, Any]:
             return {"status": "appended", "store": store.where, "rows": rows}
     except AuditError as e:
         return {"status": "error", "store": shown_url(url) if url else "default", "message": str(e)}
-
-
-def exit_code_for(pair_statuses: list[str]) -> int:
-    if any(s == "error" for s in pair_statuses):
-        return EXIT_SOURCE
-    if any(s != "passed" for s in pair_statuses):
-        return EXIT_GATE_FAILED
-    return EXIT_OK

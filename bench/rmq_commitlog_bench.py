@@ -27,10 +27,11 @@ from pathlib import Path
 
 import xxhash
 
-from audit.diff.commitlog import diff_stores
 from audit.diff.spark import configure, get_spark
 from audit.local.rocketmq_commitlog import Message, blank_record, encode
-from audit.sources.rocketmq.commitlog import commitlog_files, offset_to_file_name, parse_file
+from audit.sources.rocketmq.diff import diff_stores
+from audit.sources.rocketmq.format import offset_to_file_name
+from audit.sources.rocketmq.store import commitlog_files, parse_file
 
 TARGET_MB_S = 100.0
 T0 = 1_700_000_000_000

@@ -1,13 +1,15 @@
-"""`replica-audit run|snapshot|diff|recheck|gate|report`.
+"""`replica-audit run|snapshot|diff|recheck|gate|report|verify|daily-report`.
 
-Exit status (DESIGN.md): 0 every gate passed; 1 a gate failed; 2 usage or configuration error;
-3 a source could not be audited (unreachable, unreadable, or the audit could not complete);
-4 an internal error (a bug: the traceback is printed for the report).
+Exit status (audit/outcome.py, README "Exit status"): 0 every gate passed; 1 a gate failed; 2 usage or
+configuration error; 3 a source could not be audited; 4 an internal error (a bug: its traceback is
+printed). Output: a summary table on stdout, or with `--json` the summary as JSON and nothing else;
+progress and per-stage lines on stderr, silenced by `--quiet`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import traceback
@@ -16,15 +18,15 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from typer.exceptions import TyperException
 
-from audit.errors import AuditError, ConfigError, SourceError, StageInputError
+from audit.errors import AuditError, ConfigError
 from audit.inventory import Inventory, Pair, load_inventory
-from audit.pipeline import EXIT_SOURCE, EXIT_USAGE, audit_pair, finish_run, run_stage, start_run
-
-EXIT_INTERNAL = 4
+from audit.outcome import EXIT_INTERNAL, EXIT_USAGE, exit_code_of_error, run_exit_code
+from audit.pipeline import audit_pair, finish_run, run_stage, start_run, tool_version
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Audit whether replicas really hold what their masters hold.",
@@ -32,6 +34,14 @@ app = typer.Typer(
 _WIDTH = None if sys.stdout.isatty() else 140  # logs and pipes get a readable table, not 80 columns
 out = Console(width=_WIDTH)
 err = Console(stderr=True, width=_WIDTH)
+
+
+class _Output:
+    """What the user asked to see: the table (default), JSON only (--json), nothing on stderr (--quiet)."""
+
+    json = False
+    quiet = False
+
 
 InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML")]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="output directory; each run writes OUT/<run_id>/")]
@@ -47,6 +57,33 @@ HistoryOpt = Annotated[
         "(default $REPLICA_AUDIT_HISTORY, else OUT/history.sqlite)",
     ),
 ]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the summary as JSON on stdout, and nothing else")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress or stage lines; errors only")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"replica-audit {tool_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+    ] = False,
+) -> None:
+    """Audit whether replicas really hold what their masters hold."""
+
+
+def _output(as_json: bool, quiet: bool) -> None:
+    _Output.json, _Output.quiet = as_json, quiet
+
+
+def _say(text: str) -> None:
+    """A line about what is happening: on stderr, unless --quiet."""
+    if not _Output.quiet:
+        err.print(text)
 
 
 def _setup(
@@ -68,7 +105,7 @@ def _setup(
 
 def _progress() -> tuple[Any, Any]:
     """A rich progress bar on a terminal; nothing otherwise (logs and CI stay clean)."""
-    if not sys.stdout.isatty():
+    if _Output.quiet or _Output.json or not sys.stderr.isatty():
         return None, None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -77,7 +114,7 @@ def _progress() -> tuple[Any, Any]:
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
-        console=out,
+        console=err,
         transient=True,
     )
     tasks: dict[str, Any] = {}
@@ -91,32 +128,32 @@ def _progress() -> tuple[Any, Any]:
 
 
 def _print_summary(summary: dict[str, Any], run_root: Path) -> None:
+    if _Output.json:
+        sys.stdout.write(json.dumps(summary, sort_keys=True, default=str) + "\n")
+        return
+    if _Output.quiet:
+        return
     from audit.cli.render import print_summary
 
     print_summary(out, summary, run_root)
 
 
-@app.command()
-def run(
-    inventory: InventoryOpt,
-    out_dir: OutOpt,
-    pair: PairOpt = None,
-    run_id: RunIdOpt = None,
-    spark_master: SparkMasterOpt = None,
-    spark_conf: SparkConfOpt = None,
-    history: HistoryOpt = None,
+def _audit(
+    inv: Inventory, pairs: list[Pair], out_dir: Path, run_id: str | None, resume: bool, history: str | None
 ) -> None:
-    """Run the whole pipeline for every pair (or the --pair ones) and print a summary."""
-    inv, pairs = _setup(inventory, pair, spark_master, spark_conf)
     run_dir = start_run(inv, out_dir, run_id)
-    out.print(f"run [bold]{run_dir.run_id}[/] → {run_dir.root}")
+    _say(f"run [bold]{run_dir.run_id}[/] → {run_dir.root}")
     bar, advance = _progress()
     if bar is not None:
         bar.start()
     try:
         for p in pairs:
             outcome = audit_pair(
-                p, run_dir, progress=advance, on_stage=lambda name, stage: err.print(f"[dim]{name}: {stage}[/]")
+                p,
+                run_dir,
+                progress=advance,
+                resume=resume,
+                on_stage=lambda name, stage: _say(f"[dim]{name}: {stage}[/]"),
             )
             if outcome.status == "error":
                 err.print(f"[red]{p.name}: could not be audited:[/] {outcome.message}")
@@ -126,6 +163,32 @@ def run(
     summary = finish_run(inv, run_dir, pairs, history)
     _print_summary(summary, run_dir.root)
     raise typer.Exit(summary["exit_code"])
+
+
+@app.command()
+def run(
+    inventory: InventoryOpt,
+    out_dir: OutOpt,
+    pair: PairOpt = None,
+    run_id: RunIdOpt = None,
+    resume: Annotated[
+        str | None,
+        typer.Option("--resume", help="go on with run RUN_ID from each pair's last completed stage"),
+    ] = None,
+    spark_master: SparkMasterOpt = None,
+    spark_conf: SparkConfOpt = None,
+    history: HistoryOpt = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run the whole pipeline for every pair (or the --pair ones) and print a summary."""
+    _output(as_json, quiet)
+    if resume and run_id and resume != run_id:
+        raise ConfigError("--resume RUN_ID and --run-id name different runs; give one")
+    if resume and not (out_dir / resume / "manifest.json").is_file():
+        raise ConfigError(f"--resume {resume}: no such run in {out_dir}")
+    inv, pairs = _setup(inventory, pair, spark_master, spark_conf)
+    _audit(inv, pairs, out_dir, resume or run_id, resume is not None, history)
 
 
 def _stage(
@@ -141,18 +204,19 @@ def _stage(
     if run_id is None and stage != "snapshot":
         raise ConfigError(f"{stage}: --run-id is required (the run whose snapshots to use)")
     run_dir = start_run(inv, out_dir, run_id)
-    failed = False
+    codes = []
     for p in selected:
         try:
             verdict = run_stage(stage, p, run_dir)
-            if verdict is not None and not verdict["success"]:
-                failed = True
-        except SourceError as e:
-            err.print(f"[red]{p.name}: could not be audited:[/] {e}")
-            raise typer.Exit(EXIT_SOURCE) from None
+            codes.append(0 if verdict is None or verdict.success else 1)
+        except Exception as e:
+            code = exit_code_of_error(e)
+            if code == EXIT_INTERNAL:
+                traceback.print_exc()
+            err.print(f"[red]{p.name}: {stage} failed:[/] {e}")
+            codes.append(code)
     out.print(f"{stage}: done for {', '.join(p.name for p in selected)}; run_id {run_dir.run_id}")
-    if failed:
-        raise typer.Exit(1)
+    raise typer.Exit(run_exit_code(codes))
 
 
 @app.command()
@@ -188,9 +252,16 @@ def gate(inventory: InventoryOpt, out_dir: OutOpt, run_id: RunIdOpt = None, pair
 
 @app.command()
 def report(
-    inventory: InventoryOpt, out_dir: OutOpt, run_id: RunIdOpt = None, pair: PairOpt = None, history: HistoryOpt = None
+    inventory: InventoryOpt,
+    out_dir: OutOpt,
+    run_id: RunIdOpt = None,
+    pair: PairOpt = None,
+    history: HistoryOpt = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Stage 5: write summary.json and report.html, print the summary; exit status as for `run`."""
+    _output(as_json, quiet)
     inv, pairs = _setup(inventory, pair, None, None)
     if run_id is None:
         raise ConfigError("report: --run-id is required")
@@ -205,7 +276,7 @@ def verify(
     source: Annotated[str, typer.Option("--source", help="source URL, or conn:<airflow_conn_id>")],
     target: Annotated[str, typer.Option("--target", help="target URL, or conn:<airflow_conn_id>")],
     out_dir: OutOpt,
-    kind: Annotated[str, typer.Option("--kind", help="redis | pika")] = "redis",
+    kind: Annotated[str, typer.Option("--kind", help="a kind that can be verified: redis, pika, ...")] = "redis",
     strictness: Annotated[
         str, typer.Option("--strictness", help="zero_tolerance | allow_ttl_drift | allow_extra_on_target")
     ] = "zero_tolerance",
@@ -216,6 +287,8 @@ def verify(
     ] = None,
     run_id: RunIdOpt = None,
     history: HistoryOpt = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Post-migration verification of SOURCE against TARGET: zero tolerance by default, full coverage, and a
     verification certificate (certificate.json / certificate.html). Exit 0 only when the certificate passes."""
@@ -223,6 +296,7 @@ def verify(
 
     from audit.verify import finish_verification, verification_inventory
 
+    _output(as_json, quiet)
     settings: dict[str, Any] = {}
     for item in setting or []:
         if "=" not in item:
@@ -232,19 +306,21 @@ def verify(
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     inv = verification_inventory(source, target, kind, strictness, db, name=name, settings=settings)
     run_dir = start_run(inv, out_dir, run_id)
-    out.print(f"verification [bold]{run_dir.run_id}[/] → {run_dir.root}")
-    outcome = audit_pair(inv.pairs[0], run_dir, on_stage=lambda n, stage: err.print(f"[dim]{n}: {stage}[/]"))
+    _say(f"verification [bold]{run_dir.run_id}[/] → {run_dir.root}")
+    outcome = audit_pair(inv.pairs[0], run_dir, on_stage=lambda n, stage: _say(f"[dim]{n}: {stage}[/]"))
     if outcome.status == "error":
         err.print(f"[red]{name}: could not be verified:[/] {outcome.message}")
     cert = finish_verification(inv, run_dir, strictness=strictness, history=history)
-    _print_summary(json.loads(run_dir.summary.read_text()), run_dir.root)
-    for reason in cert["reasons"]:
-        out.print(f"  {reason}")
-    out.print(
-        f"certificate: {run_dir.root / 'certificate.json'} ([bold]{cert['verdict']}[/]; digests "
-        f"{'equal' if cert['digests_equal'] else 'differ'})"
-    )
-    raise typer.Exit({"passed": 0, "failed": 1}.get(cert["verdict"], EXIT_SOURCE))
+    if _Output.json:
+        sys.stdout.write(json.dumps(cert, sort_keys=True, default=str) + "\n")
+    elif not _Output.quiet:
+        _print_summary(json.loads(run_dir.summary.read_text()), run_dir.root)
+        for reason in cert["reasons"]:
+            out.print(f"  {reason}")
+        digests = "equal" if cert["digests_equal"] else "differ"
+        out.print(f"certificate: {run_dir.root / 'certificate.json'} ([bold]{cert['verdict']}[/]; digests {digests})")
+    code = {"passed": 0, "failed": 1}.get(cert["verdict"], outcome.exit_code or 3)
+    raise typer.Exit(code)
 
 
 @app.command("daily-report")
@@ -263,25 +339,26 @@ def daily_report(
 
 def main() -> None:
     """Entry point: maps the AuditError tree to exit codes; an operator's mistake never shows a traceback."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        code = app(standalone_mode=False)  # click returns, rather than raises, the Exit code here
+        code = app(standalone_mode=False)  # returns, rather than raises, the Exit code here
         sys.exit(code if isinstance(code, int) else 0)
     except typer.Exit as e:
         sys.exit(e.exit_code)
-    except (ConfigError, StageInputError) as e:
-        err.print(f"[red]error:[/] {e}")
-        sys.exit(EXIT_USAGE)
     except AuditError as e:
-        err.print(f"[red]could not audit:[/] {e}")
-        sys.exit(EXIT_SOURCE)
-    except Exception as e:  # click's own usage errors first, then real bugs
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(EXIT_USAGE)
-        if isinstance(e, click.exceptions.Abort):
-            sys.exit(130)
+        code = exit_code_of_error(e)
+        err.print(f"[red]{'error' if code == EXIT_USAGE else 'could not audit'}:[/] {e}")
+        sys.exit(code)
+    except typer.Abort:
+        sys.exit(130)
+    except TyperException as e:  # typer's own click: usage errors (a missing or unknown option)
+        show = getattr(e, "show", None)
+        if callable(show):
+            show()
+        else:
+            err.print(f"[red]error:[/] {e}")
+        sys.exit(int(getattr(e, "exit_code", EXIT_USAGE)))
+    except Exception as e:
         traceback.print_exc()
         err.print(f"[red]internal error[/] (a bug in replica-audit; please report it): {e}")
         sys.exit(EXIT_INTERNAL)

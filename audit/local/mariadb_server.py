@@ -34,6 +34,10 @@ SMALL_FOOTPRINT = (
 )
 """A test server needs ~25 MB on disk instead of ~115 MB, and starts faster."""
 
+AUDITOR_GRANTS = ("SELECT", "SLAVE MONITOR")
+"""What replica-audit needs on MariaDB 10.5.9+: SELECT, and SLAVE MONITOR for SHOW ALL SLAVES STATUS
+(MySQL: SELECT and REPLICATION CLIENT)."""
+
 START_TIMEOUT_S = 30.0
 _SOCKET_PATH_MAX = 100  # AF_UNIX paths are limited to 108 bytes
 
@@ -235,6 +239,22 @@ class MariaDBServer:
                 cur.execute("GRANT ALL PRIVILEGES ON *.* TO %s@'%%' WITH GRANT OPTION", (self.user,))
         self._accounts_marker.write_text("root and audit created; password kept by the caller\n")
         self._accounts_ready = True
+
+    def create_auditor(
+        self, user: str = "auditor", password: str | None = None, grants: tuple[str, ...] = AUDITOR_GRANTS
+    ) -> str:
+        """A least-privilege account (SELECT + replication monitoring), outside the binlog; its URL.
+
+        The URL holds the password: show it through redact_url.
+        """
+        password = password or secrets.token_hex(12)
+        with self.connect(admin=True) as conn, conn.cursor() as cur:
+            cur.execute("SET sql_log_bin = 0")
+            cur.execute("CREATE USER IF NOT EXISTS %s@'%%' IDENTIFIED BY %s", (user, password))
+            cur.execute("ALTER USER %s@'%%' IDENTIFIED BY %s", (user, password))
+            for grant in grants:
+                cur.execute(f"GRANT {grant} ON *.* TO %s@'%%'", (user,))
+        return f"mysql://{user}:{password}@127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

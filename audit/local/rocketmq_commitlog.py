@@ -1,6 +1,6 @@
 """A byte-exact RocketMQ commit-log writer, for tests and the bench only (never used on real stores).
 
-It encodes records as MessageExtEncoder does (layout in `audit.sources.rocketmq.commitlog`), rolls files
+It encodes records as MessageExtEncoder does (layout in `audit.sources.rocketmq.format`), rolls files
 the way DefaultAppendMessageCallback does (a record needs its length plus 8 bytes in the current file,
 otherwise a BLANK fills the rest and the record starts the next file), names files by their 20-digit
 start offset, and can copy a master's bytes into a slave store the way HA does (byte copies, cut anywhere).
@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
-from audit.sources.rocketmq.commitlog import (
+from audit.sources.rocketmq.format import (
     AFTER_STORE_HOST,
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
@@ -35,12 +35,11 @@ from audit.sources.rocketmq.commitlog import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
     STOREHOST_V6_FLAG,
-    CommitLogRecord,
     body_crc,
-    commitlog_files,
     message_length,
     offset_to_file_name,
 )
+from audit.sources.rocketmq.store import commitlog_files
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,27 +66,6 @@ class Message:
     """Sets COMPRESSED_FLAG; the body is stored as given (already compressed by the client)."""
     body_crc: int | None = None
     """None: computed. Set it to plant a wrong CRC."""
-
-    @classmethod
-    def from_record(cls, rec: CommitLogRecord) -> Message:
-        return cls(
-            topic=rec.topic,
-            body=rec.body,
-            properties=dict(rec.properties),
-            queue_id=rec.queue_id,
-            flag=rec.flag,
-            queue_offset=rec.queue_offset,
-            sys_flag=rec.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG | COMPRESSED_FLAG),
-            born_ts=rec.born_ts,
-            born_host=rec.born_host,
-            store_ts=rec.store_ts,
-            store_host=rec.store_host,
-            reconsume_times=rec.reconsume_times,
-            prepared_tx_offset=rec.prepared_tx_offset,
-            version=rec.version,
-            compressed=bool(rec.sys_flag & COMPRESSED_FLAG),
-            body_crc=rec.body_crc,
-        )
 
     def but(self, **changes: object) -> Message:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -150,7 +150,7 @@ def _manifest(run: RunDir) -> dict[str, Any]:
 
 def pair_view(run: RunDir, p: dict[str, Any], previous: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """What the template shows for one pair beyond its summary entry."""
-    offsets = run_offsets(p, run.load_state(p["pair"]))
+    offsets = run_offsets(p)
     last_master, last_replica = offsets.last if offsets else (None, None)
     return {
         "category_chart": category_chart(p.get("counts", {})),

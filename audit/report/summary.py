@@ -9,51 +9,13 @@ import pyarrow.dataset as ds
 
 from audit import defaults
 from audit.diagnose import meaning
+from audit.gate.verdict import uncovered_of
 from audit.inventory import Pair
+from audit.kernel.check import Uncovered
+from audit.kernel.kind import kind_spec
+from audit.kernel.state import PairState
 from audit.layout import RunDir
-
-COVERAGE_KEYS = (
-    "master_keys",
-    "replica_keys",
-    "keys_compared",
-    "master_keys_unreadable",
-    "replica_keys_unreadable",
-    "master_scan_duplicates",
-    "replica_scan_duplicates",
-    "master_keys_vanished",
-    "replica_keys_vanished",
-    "recheck_candidates",
-    "recheck_converged",
-    "recheck_in_flight",
-    "recheck_unrechecked",
-    # Pika binlogs
-    "master_binlog_files",
-    "replica_binlog_files",
-    "master_binlog_bytes",
-    "replica_binlog_bytes",
-    "master_binlog_records",
-    "replica_binlog_records",
-    "binlog_records_aligned",
-    "binlog_records_shifted",
-    "binlog_unreplicated_records",
-    "binlog_unreplicated_bytes",
-    # RocketMQ commit logs
-    "master_files",
-    "replica_files",
-    "master_bytes",
-    "replica_bytes",
-    "master_records",
-    "replica_records",
-    "common_bytes",
-    "bytes_compared",
-    "bytes_not_compared",
-    "chunks_equal",
-    "chunks_different",
-    "master_records_compared",
-    "replica_records_compared",
-    "master_damaged_records",
-    "replica_damaged_records",
-)
+from audit.outcome import VERDICTS, pair_exit_code, pair_status, run_exit_code
 
 
 def display_key(key: bytes | None) -> str | None:
@@ -104,78 +66,61 @@ def findings_sample(run: RunDir, pair: str, per_category: int) -> tuple[Sample, 
     return sample, diagnoses
 
 
-def pair_status(state: dict[str, Any]) -> str:
-    """passed | failed (the gate's verdict) | error (a source could not be audited) | incomplete (no gate yet)."""
-    gate = state.get("gate")
-    if state.get("error"):
-        return "error"
-    if gate is None:
-        return "incomplete"
-    return "passed" if gate["success"] else "failed"
-
-
 def pair_verdict(run: RunDir, pair: str) -> dict[str, Any]:
     """A pair's verdict in this run, small enough for an Airflow asset event: status, counts, failed checks."""
-    state = run.load_state(pair)
-    gate = state.get("gate") or {}
-    error = state.get("error") or {}
+    state = run.load_state(pair) or PairState(pair=pair, kind="")
+    gate = state.gate
     return {
         "run_id": run.run_id,
         "pair": pair,
         "status": pair_status(state),
-        "divergences": sum(int(n) for n in state.get("counts", {}).values()),
-        "counts": {c: int(n) for c, n in sorted(state.get("counts", {}).items())},
-        "failed_checks": sorted({str(f.get("column")) for f in gate.get("failed", [])}),
-        "keys_compared": state.get("metrics", {}).get("keys_compared"),
-        "error": error.get("message"),
+        "divergences": sum(int(n) for n in state.counts.values()),
+        "counts": {c: int(n) for c, n in sorted(state.counts.items())},
+        "failed_checks": sorted({str(f.column) for f in gate.failed}) if gate else [],
+        "keys_compared": state.metrics.get("keys_compared"),
+        "error": state.error.message if state.error else None,
     }
 
 
+def _not_covered(uncovered: list[Uncovered], state: PairState) -> list[str]:
+    found = [u.reason for u in uncovered if u.count]
+    if state.error is not None:
+        found.append(state.error.message)
+    elif state.gate is None:
+        found.append("the audit did not finish")
+    return found
+
+
 def pair_summary(run: RunDir, pair: Pair, per_category: int) -> dict[str, Any]:
-    state = run.load_state(pair.name)
-    gate = state.get("gate")
-    status = pair_status(state)
+    spec = kind_spec(pair.kind)
+    state = run.load_state(pair.name) or PairState(pair=pair.name, kind=pair.kind)
     sample, diagnoses = findings_sample(run, pair.name, per_category)
-    metrics = state.get("metrics", {})
-    skipped = {name: c["reason"] for name, c in state.get("checks", {}).items() if c.get("status") == "skipped"}
-    not_covered = []
-    unreadable = int(metrics.get("master_keys_unreadable", 0)) + int(metrics.get("replica_keys_unreadable", 0))
-    if unreadable:
-        not_covered.append(f"{unreadable} keys could not be read (see snapshots/*/snapshot.json errors_sample)")
-    if metrics.get("recheck_unrechecked"):
-        not_covered.append(
-            f"{metrics['recheck_unrechecked']} divergent keys reported without a live recheck (over recheck_max_keys)"
-        )
-    if status in ("error", "incomplete"):
-        not_covered.append(state.get("error", {}).get("message", "the audit did not finish"))
+    coverage_keys = [k for check in spec.checks(pair) for k in check.coverage]
+    checks = {name: c.model_dump() for name, c in state.checks.items()}
     return {
         "pair": pair.name,
         "kind": pair.kind,
-        "status": status,
-        "servers": state.get("servers", {}),
-        "dbs": state.get("dbs"),
-        "checks": state.get("checks", {}),
-        "skipped_checks": skipped,
-        "not_covered": not_covered,
-        "coverage": {k: metrics[k] for k in COVERAGE_KEYS if k in metrics},
-        "metrics": metrics,
-        "counts": state.get("counts", {}),
+        "status": pair_status(state),
+        "exit_code": pair_exit_code(state),
+        "servers": state.servers,
+        "dbs": state.dbs,
+        "checks": checks,
+        "skipped_checks": {name: c.reason for name, c in state.checks.items() if c.status == "skipped"},
+        "not_covered": _not_covered(uncovered_of(spec, pair, state), state),
+        "notes": state.notes,
+        "coverage": {k: state.metrics[k] for k in coverage_keys if k in state.metrics},
+        "metrics": state.metrics,
+        "counts": state.counts,
         "diagnoses": {code: {"count": n, "meaning": meaning(code)} for code, n in sorted(diagnoses.items())},
-        "gate": gate,
-        "error": state.get("error"),
+        "gate": state.gate.model_dump() if state.gate else None,
+        "error": state.error.model_dump(exclude={"traceback"}) if state.error else None,
         "findings_sample": sample,
-        "replication_samples": state.get("replication_samples", []),
+        "replication_samples": state.replication_samples,
+        "offsets": state.offsets.model_dump() if state.offsets else None,
     }
 
 
 def build_summary(run: RunDir, pairs: list[Pair], per_category: int = defaults.FINDINGS_SAMPLE) -> dict[str, Any]:
-    from audit.pipeline import exit_code_for
-
     summaries = [pair_summary(run, p, per_category) for p in pairs]
-    code = exit_code_for(["error" if s["status"] == "incomplete" else s["status"] for s in summaries])
-    return {
-        "run_id": run.run_id,
-        "verdict": {0: "passed", 1: "failed", 3: "incomplete"}[code],
-        "exit_code": code,
-        "pairs": summaries,
-    }
+    code = run_exit_code(s["exit_code"] for s in summaries)
+    return {"run_id": run.run_id, "verdict": VERDICTS[code], "exit_code": code, "pairs": summaries}

@@ -1,41 +1,14 @@
-"""Source kinds. A plain registry dict: one module per kind, each describing itself."""
+"""The kinds, one package each; this registry maps a kind's name to the module that declares it.
+
+A kind module exposes ``KIND = KindSpec(...)`` (audit/kernel/kind.py): its pair model, its checks and
+its GX suite. docs/adding-a-kind.md is the checklist for a new one; kinds that live outside this
+package register through the ``replica_audit.kinds`` entry point or ``REPLICA_AUDIT_KINDS``.
+"""
 
 from __future__ import annotations
 
-from audit.errors import ConfigError
-from audit.sources.base import Source
-
-
-def _redis() -> Source:
-    from audit.sources.redis.source import RedisSource
-
-    return RedisSource()
-
-
-def _pika() -> Source:
-    from audit.sources.pika.source import PikaSource
-
-    return PikaSource()
-
-
-def _rocketmq() -> Source:
-    from audit.sources.rocketmq.source import RocketMQSource
-
-    return RocketMQSource()
-
-
-SOURCE_BY_KIND = {
-    "redis": _redis,
-    "pika": _pika,
-    "rocketmq": _rocketmq,
+BUILTIN_KINDS = {
+    "redis": "audit.sources.redis.kind",
+    "pika": "audit.sources.pika.kind",
+    "rocketmq": "audit.sources.rocketmq.kind",
 }
-"""kind -> factory. Factories import lazily, so loading the registry pulls in no driver."""
-
-
-def source_for(kind: str) -> Source:
-    try:
-        factory = SOURCE_BY_KIND[kind]
-    except KeyError:
-        known = ", ".join(SOURCE_BY_KIND)
-        raise ConfigError(f"kind {kind!r} is not implemented in this version (implemented: {known})") from None
-    return factory()

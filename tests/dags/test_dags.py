@@ -286,6 +286,23 @@ def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(
     assert 'data-chart="categories"' in html
 
 
+def test_a_kind_of_the_tests_own_runs_through_the_dag(airflow_env: dict[str, str], tmp_path: Path) -> None:
+    """tests/kinds/dirfiles.py: its own module, one registry entry and its suite are all the DAG needs."""
+    from tests.integration.test_own_kind import REGISTRY_ENTRY, inventory, make_dirs
+
+    master, replica = make_dirs(tmp_path)
+    (replica / "same.txt").write_bytes(b"changed")
+    env = dict(airflow_env, REPLICA_AUDIT_KINDS=REGISTRY_ENTRY, PYTHONPATH=str(REPO))
+    inv = inventory(tmp_path / "inv.yaml", master, replica)
+    done = dags_test(env, "consistency_audit", {"inventory": str(inv), "out": str(tmp_path / "out")})
+    assert done.returncode != 0, (done.stdout + done.stderr)[-3000:]  # its gate failed, so the run did
+    root = latest_run(tmp_path / "out")
+    assert [(f["kind"], f["check"], f["category"], f["key"]) for f in findings(root)] == [
+        ("dirfiles", "files", "value_mismatch", b"same.txt")
+    ]
+    assert summary(root)["pairs"][0]["status"] == "failed"
+
+
 def _healthy_pika_logs(root: Path) -> dict[str, Any]:
     from tests.pika_scenarios import commands, healthy_plan, write_master, write_slave
 

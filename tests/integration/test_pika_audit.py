@@ -244,7 +244,7 @@ def test_servers_keyspace_in_every_db_and_info_crosscheck(fresh_pair, tmp_path, 
         "binlog": "done",
         "replication": "done",
     }
-    cross = state["binlog"]["crosscheck"]
+    cross = state["check_data"]["binlog"]["crosscheck"]
     assert all(v["equal"] for side in cross.values() for v in side.values())
     assert state["metrics"]["keys_compared"] >= 1200
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from audit.local.rocketmq_commitlog import Message, replicate, write_store
-from audit.sources.rocketmq.commitlog import max_offset
+from audit.sources.rocketmq.store import max_offset
 from tests.conftest import SHARED
 from tests.integration.helpers import findings, latest_run, run_cli, summary, write_inventory
 

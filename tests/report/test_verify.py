@@ -12,9 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from audit.errors import ConfigError
-from audit.report.offsets import BINLOG_UNIT, REPLICATION_UNIT, run_offsets
+from audit.report.offsets import REPLICATION_UNIT, run_offsets
+from audit.sources.redis.content import snapshot_digest
 from audit.sources.redis.snapshot import SNAPSHOT_SCHEMA
-from audit.verify import certificate_verdict, snapshot_digest, verification_inventory
+from audit.verify import certificate_verdict, verification_inventory
 
 
 def test_zero_tolerance_inventory_gates_everything_at_zero() -> None:
@@ -39,7 +40,7 @@ def test_strictness_levels_relax_one_threshold(strictness: str, relaxed: str) ->
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"kind": "mysql"}, "verification kind 'mysql'"),
+        ({"kind": "memcached"}, "verification kind .memcached."),
         ({"strictness": "lenient"}, "verification strictness 'lenient'"),
         ({"source": " "}, "verification source"),
         ({"dbs": [70000]}, "dbs"),
@@ -47,7 +48,7 @@ def test_strictness_levels_relax_one_threshold(strictness: str, relaxed: str) ->
     ],
 )
 def test_bad_verification_arguments_are_named(kwargs: dict[str, Any], message: str) -> None:
-    args: dict[str, Any] = {"source": "redis://a:1", "target": "redis://b:2", **kwargs}
+    args: dict[str, Any] = {"source": "redis://a:1", "target": "redis://b:2", "kind": "redis", **kwargs}
     with pytest.raises(ConfigError, match=message):
         verification_inventory(**args)
 
@@ -127,40 +128,16 @@ def test_certificate_verdict() -> None:
     )
 
 
-def test_offsets_from_redis_samples_pika_info_and_metrics() -> None:
-    redis_pair = {
-        "replication_samples": [
-            {"at_ms": 1000, "master": {"master_repl_offset": "500"}, "replica": {"slave_repl_offset": "480"}},
-            {"at_ms": 2100, "master": {"master_repl_offset": "700"}, "replica": {"slave_repl_offset": "700"}},
-        ]
-    }
-    redis_offsets = run_offsets(redis_pair)
-    assert redis_offsets is not None and redis_offsets.unit == REPLICATION_UNIT
-    assert redis_offsets.samples == [(1000, 500.0, 480.0), (2100, 700.0, 700.0)]
-    assert redis_offsets.last == (700.0, 700.0)
-
-    info = (
-        "# Replication\r\nrole:{role}\r\ndb0:binlog_offset={f0} {o0},safety_purge=none\r\ndb1 binlog_offset=0 {o1}\r\n"
-    )
-    pika_pair = {
-        "replication_samples": [
-            {
-                "at_ms": 5,
-                "master": info.format(role="master", f0=2, o0=100, o1=50),
-                "replica": info.format(role="slave", f0=2, o0=60, o1=50),
-            }
-        ]
-    }
-    pika = run_offsets(pika_pair, file_size=1000)
-    assert pika is not None and pika.unit == BINLOG_UNIT
-    assert pika.by_db == {"db0": {"master": 2100.0, "replica": 2060.0}, "db1": {"master": 50.0, "replica": 50.0}}
-    assert pika.last == (2150.0, 2110.0)
-
-    state = {"binlog": {"crosscheck": {"master": {"0": {"manifest": [1, 10]}}, "replica": {"0": {"manifest": [1, 4]}}}}}
-    files_only = run_offsets({"replication_samples": []}, state, file_size=100)
-    assert files_only is not None and files_only.by_db == {"db0": {"master": 110.0, "replica": 104.0}}
+def test_offsets_from_the_summary_or_the_metrics() -> None:
+    offsets = {"unit": "log position (bytes)", "samples": [[1000, 500.0, 480.0], [2100, 700.0, 700.0]], "by_db": {}}
+    shown = run_offsets({"offsets": offsets})
+    assert shown is not None and shown.unit == "log position (bytes)"
+    assert shown.samples == [(1000, 500.0, 480.0), (2100, 700.0, 700.0)] and shown.last == (700.0, 700.0)
+    per_db = run_offsets({"offsets": {"by_db": {"db0": {"master": 10.0, "replica": 4.0}, "db1": {"master": 5.0}}}})
+    assert per_db is not None and per_db.unit == REPLICATION_UNIT and per_db.last == (15.0, 4.0)
 
     measured = run_offsets({"metrics": {"master_max_offset": 9000, "replica_max_offset": 8000}})
     assert measured is not None and measured.last == (9000.0, 8000.0)
     assert run_offsets({"replication_samples": [{"master": None, "replica": {"role": "slave"}}]}) is None
-    assert run_offsets({"replication_samples": "garbage"}) is None
+    assert run_offsets({"offsets": "garbage"}) is None
+    assert run_offsets({"offsets": {"samples": "garbage"}}) is None

@@ -20,6 +20,7 @@ from audit.errors import ConfigError, StageInputError
 from audit.gate.verdict import write_metrics
 from audit.history import HistoryStore, SqliteHistory, open_history, read_run, to_frame
 from audit.inventory import parse_inventory
+from audit.kernel.state import PairState
 from audit.pipeline import finish_run, start_run
 
 INVENTORY = json.dumps(
@@ -87,9 +88,9 @@ def make_run(out: Path, run_id: str, started_at: str, states: dict[str, dict[str
     run.manifest.write_text(json.dumps({**manifest, "started_at": started_at}))
     pairs = [inventory.pair(name) for name in states]
     for pair in pairs:
-        state = {"pair": pair.name, **states[pair.name]}
-        run.save_state(pair.name, state)
-        if "gate" in state:
+        state = PairState.model_validate({"pair": pair.name, "kind": pair.kind, **states[pair.name]})
+        run.save_state(state)
+        if state.gate is not None:
             write_metrics(run, pair, state)
     finish_run(inventory, run, pairs)
     return run.root

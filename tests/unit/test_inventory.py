@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from audit.errors import ConfigError
@@ -32,16 +34,30 @@ def test_defaults_merge_and_pair_overrides() -> None:
     assert len(inv.digest) == 64
 
 
+R = "master: 'redis://h:1', replica: 'redis://h:2'"
+
+
 @pytest.mark.parametrize(
     ("text", "names"),
     [
-        ("pairs: [{name: a, kind: redis, gate: {max_missing: lots}}]", "pairs[0] (a).gate.max_missing"),
+        (f"pairs: [{{name: a, kind: redis, {R}, gate: {{max_missing: lots}}}}]", "pairs[0] (a).gate.max_missing"),
         ("pairs: [{name: a, kind: memcached}]", "pairs[0] (a).kind"),
-        ("pairs: [{name: a, kind: redis, mastr: x}]", "pairs[0] (a).mastr"),
-        ("pairs: [{name: a, kind: redis, dbs: [70000]}]", "pairs[0] (a).dbs"),
-        ("pairs: [{name: 'bad name!', kind: redis}]", "pairs[0] (bad name!).name"),
-        ("defaults: {qs: 1}\npairs: [{name: a, kind: redis}]", "defaults.qs"),
-        ("pairs: [{name: a, kind: redis}, {name: a, kind: redis}]", "repeated: a"),
+        (f"pairs: [{{name: a, kind: redis, {R}, mastr: x}}]", "pairs[0] (a).mastr"),
+        (f"pairs: [{{name: a, kind: redis, {R}, dbs: [70000]}}]", "pairs[0] (a).dbs"),
+        (f"pairs: [{{name: 'bad name!', kind: redis, {R}}}]", "pairs[0] (bad name!).name"),
+        (f"defaults: {{qs: 1}}\npairs: [{{name: a, kind: redis, {R}}}]", "defaults.qs"),
+        (f"pairs: [{{name: a, kind: redis, {R}}}, {{name: a, kind: redis, {R}}}]", "repeated: a"),
+        ("pairs: [{name: a, kind: redis, replica: 'redis://h:2'}]", "pairs[0] (a).master: Field required"),
+        (
+            "pairs: [{name: a, kind: redis, master: 'http://h', replica: 'redis://h:2'}]",
+            "pairs[0] (a).master: Value error",
+        ),
+        ("pairs: [{name: a, kind: pika, master: 'redis://h:1'}]", "give both servers"),
+        ("pairs: [{name: a, kind: rocketmq, master: {store_dir: /x}, replica: {}}]", "pairs[0] (a).replica.store_dir"),
+        (
+            "pairs: [{name: a, kind: rocketmq, master: {store_dir: /x, qps: 1}, replica: {store_dir: /y}}]",
+            "pairs[0] (a).master.qps",
+        ),
         ("pairs: []", "pairs"),
         ("pairs: [", "not valid YAML"),
     ],
@@ -70,3 +86,33 @@ def test_conn_reference_resolves_from_airflow_env(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("AIRFLOW_CONN_REDIS_MASTER", '{"conn_type": "redis", "host": "h", "port": 7, "password": "p"}')
     assert env_conn_resolver("redis_master") == "redis://:p@h:7"
     assert endpoint_url(inv.pairs[1].master, resolver=lambda cid: f"redis://{cid}:1") == "redis://redis_master:1"
+
+
+def test_environment_variables_are_expanded_and_a_missing_one_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (
+        "pairs: [{name: a, kind: redis, master: 'redis://auditor:${RA_PW}@h:1', replica: '${RA_REPLICA:-redis://h:2}'}]"
+    )
+    monkeypatch.setenv("RA_PW", "p@ss:w/rd")
+    pair = parse_inventory(text).pairs[0]
+    assert endpoint_url(pair.master) == "redis://auditor:p@ss:w/rd@h:1"
+    assert endpoint_url(pair.replica) == "redis://h:2"
+    assert "p@ss" not in pair.display_endpoint("master")
+    monkeypatch.delenv("RA_PW")
+    with pytest.raises(ConfigError, match=r"pairs\[0\]\.master: \$\{RA_PW\} is not set"):
+        parse_inventory(text)
+
+
+def test_json_connection_with_reserved_characters_and_ssl(monkeypatch: pytest.MonkeyPatch) -> None:
+    from urllib.parse import unquote, urlsplit
+
+    conn = json.dumps(
+        {"conn_type": "redis", "host": "h", "port": 7, "login": "a:b", "password": "p@ss:w/rd", "extra": {"ssl": True}}
+    )
+    monkeypatch.setenv("AIRFLOW_CONN_CACHE", conn)
+    url = env_conn_resolver("cache")
+    parts = urlsplit(url)
+    assert parts.scheme == "rediss" and parts.hostname == "h" and parts.port == 7
+    assert unquote(parts.username or "") == "a:b" and unquote(parts.password or "") == "p@ss:w/rd"
+    assert "p@ss" not in redact_url(url)
+    monkeypatch.setenv("AIRFLOW_CONN_DB", '{"conn_type": "mysql", "host": "::1", "login": "u", "password": "x"}')
+    assert env_conn_resolver("db") == "mysql://u:x@[::1]:3306"

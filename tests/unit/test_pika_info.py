@@ -137,3 +137,20 @@ def test_a_manifest_behind_the_servers_binlog_offset_is_flagged() -> None:
         "2:99000",
     )
     assert stale.evidence["side"] == "replica"
+
+
+def test_offsets_for_the_report_are_per_db_byte_positions() -> None:
+    from audit.sources.pika.replication_check import BINLOG_UNIT, offsets_of
+
+    info = (
+        "# Replication\r\nrole:{role}\r\ndb0:binlog_offset={f0} {o0},safety_purge=none\r\ndb1 binlog_offset=0 {o1}\r\n"
+    )
+    sample = PikaSample(
+        at_ms=5,
+        master=parse_pika_replication(info.format(role="master", f0=2, o0=100, o1=50)),
+        slave=parse_pika_replication(info.format(role="slave", f0=2, o0=60, o1=50)),
+    )
+    offsets = offsets_of([sample], [0, 1], file_size=1000)
+    assert offsets.unit == BINLOG_UNIT
+    assert offsets.by_db == {"db0": {"master": 2100.0, "replica": 2060.0}, "db1": {"master": 50.0, "replica": 50.0}}
+    assert offsets.last == (2150.0, 2110.0)

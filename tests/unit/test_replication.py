@@ -79,3 +79,16 @@ def test_wrong_master() -> None:
     found = wrong_master(m, other, "127.0.0.1", 17001)
     assert found is not None and found.evidence["follows"] == "127.0.0.1:17999"
     assert wrong_master(m, dict(r, role="master"), "127.0.0.1", 17001) is not None
+
+
+def test_offsets_for_the_report_come_from_both_sides_samples() -> None:
+    from audit.sources.redis.replication_check import offsets_of
+
+    samples = [
+        Sample(at_ms=1000, master={"master_repl_offset": "500"}, replica={"slave_repl_offset": "480"}),
+        Sample(at_ms=2100, master={"master_repl_offset": "700"}, replica={"slave_repl_offset": "700"}),
+        Sample(at_ms=2200, master={"role": "master"}, replica={"role": "slave"}),  # nothing to plot: dropped
+    ]
+    offsets = offsets_of(samples)
+    assert offsets.samples == [(1000, 500.0, 480.0), (2100, 700.0, 700.0)]
+    assert offsets.last == (700.0, 700.0)

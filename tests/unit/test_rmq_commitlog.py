@@ -21,24 +21,18 @@ from audit.local.rocketmq_commitlog import (
     replicate,
     write_store,
 )
-from audit.sources.rocketmq.commitlog import (
+from audit.sources.rocketmq.format import (
     COMPRESSED_FLAG,
     MAGIC_BLANK,
     MAGIC_V1,
     MAGIC_V2,
     RECORD_SCHEMA,
-    commitlog_files,
-    data_end,
-    decode_record,
-    iter_batches,
-    iter_records,
-    max_offset,
-    min_offset,
-    parse_file,
     parse_properties,
-    scan_commitlog,
 )
+from audit.sources.rocketmq.scan import data_end, iter_batches, scan_commitlog
+from audit.sources.rocketmq.store import commitlog_files, max_offset, min_offset, parse_file
 from tests.conftest import SHARED
+from tests.rocketmq_oracle import decode_record, iter_records, message_from_record
 
 FIXTURE = SHARED / "fixtures" / "rocketmq" / "00000000000000000000"
 T0 = 1_700_000_000_000
@@ -119,12 +113,12 @@ def test_is_reencoded_byte_for_byte(fixture_bytes: bytes, tmp_path: Path) -> Non
     decoded = list(iter_records(fixture_bytes, file_start=0))
     for rec in decoded:
         assert (
-            encode(Message.from_record(rec), rec.phys_offset)
+            encode(message_from_record(rec), rec.phys_offset)
             == fixture_bytes[rec.phys_offset : rec.phys_offset + rec.size]
         )
     assert fixture_bytes[8084:8092] == blank_record(108) and fixture_bytes[8092:] == bytes(100)
     # The broker wrote the BLANK because a 48th record did not fit: so does the writer.
-    messages = [Message.from_record(r) for r in decoded]
+    messages = [message_from_record(r) for r in decoded]
     write_store(tmp_path, [*messages, messages[0]], file_size=8192)
     assert (tmp_path / "commitlog" / "00000000000000000000").read_bytes() == fixture_bytes
 
@@ -162,7 +156,7 @@ def test_writes_ipv6_hosts_v2_topics_and_the_compressed_flag(tmp_path: Path) -> 
     assert got[6]["body_len"] == 0 and got[6]["body_crc"] == 0 and got[6]["uniq_key"] is None
     for m, off in zip(messages, offsets, strict=True):
         rec = decode_record(data, off, file_start=0)
-        assert encode(Message.from_record(rec), off) == encode(m, off)
+        assert encode(message_from_record(rec), off) == encode(m, off)
 
 
 def test_rolls_files_with_a_blank_and_names_them_by_offset(tmp_path: Path) -> None:

@@ -10,11 +10,13 @@ import pyarrow as pa
 import pytest
 
 from audit.diagnose import diagnose
-from audit.diff.commitlog import Keep, StoreDiff, coalesce_ranges, diff_stores, read_store
 from audit.findings import FINDING_COLUMNS, FINDINGS_SCHEMA, Finding
 from audit.local.rocketmq_commitlog import Message, encoded_length, replicate, write_store
-from audit.sources.rocketmq.commitlog import commitlog_files, max_offset, scan_commitlog
+from audit.sources.rocketmq.diff import StoreDiff, diff_stores
 from audit.sources.rocketmq.ha import ha_findings, parse_broker_log
+from audit.sources.rocketmq.scan import scan_commitlog
+from audit.sources.rocketmq.spark_store import Keep, coalesce_ranges, read_store
+from audit.sources.rocketmq.store import commitlog_files, max_offset
 from tests.unit.test_rmq_ha import proposed
 
 FILE_SIZE = 16 * 1024
@@ -41,9 +43,7 @@ SIZE = encoded_length(msg(0))
 
 
 def run(spark: Any, master: Path, replica: Path) -> tuple[list[dict[str, Any]], StoreDiff]:
-    result = diff_stores(
-        spark, commitlog_files(master), commitlog_files(replica), run_id="r1", pair="mq-a", chunk_bytes=CHUNK
-    )
+    result = diff_stores(spark, commitlog_files(master), commitlog_files(replica), chunk_bytes=CHUNK)
     rows = sorted((r.asDict() for r in result.findings.collect()), key=lambda r: (r["category"], r["start_num"]))
     result.release()
     return rows, result

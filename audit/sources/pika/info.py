@@ -1,4 +1,4 @@
-"""Pika's `INFO replication`, both formats (reference/pika_redis.md §2). Pure: text in, frozen dataclasses out.
+"""Pika's `INFO replication`, both formats. Pure: text in, frozen dataclasses out.
 
 Pika prints one `binlog_offset` per database, and the separator changed in v3.5.3 (PR #2384):
 

@@ -1,7 +1,7 @@
 """Replication state of a Pika pair from `INFO replication` samples, per database. Pure functions.
 
 Pika's own `lag` figure is measured against what the master *sent*, not what the slave acked, and
-reads `not syncing`/`full syncing` outside binlog sync (reference/pika_redis.md §2.1), so the lag
+reads `not syncing`/`full syncing` outside binlog sync, so the lag
 reported here is computed from the per-DB `binlog_offset` of both sides instead, and a `lag` of 0
 next to a slave whose offset stays behind is reported as unreliable.
 """

@@ -2,7 +2,7 @@
 
 Evidence, not verdicts, is what the master's `slaveN:` line gives: `offset` is the last REPLCONF ACK
 and `lag` the seconds since it. A replica attached with plain SYNC never acks (port=0, offset=0, lag
-growing for ever; reference/pika_redis.md §4.2), so for such an entry the lag is reported as
+growing for ever; docs/incidents.md#redis_sync_no_ack), so for such an entry the lag is reported as
 unreliable and the keyspace diff decides whether the data is fine.
 """
 

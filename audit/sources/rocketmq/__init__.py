@@ -1,7 +1,9 @@
-"""RocketMQ (kind `rocketmq`): the commit-log format and scanner (`commitlog`), HA state from broker logs and
-mqadmin output (`ha`). The Spark diff of two stores lives in `audit.diff.commitlog`.
+"""Kind `rocketmq`: a master's and a slave's commit-log stores compared, and the HA offsets checked.
 
-Reference: shared/reference/rocketmq.md; incidents: seeds 000 and 001 (negative "slave fall behind master").
+- `format`: the record layout (docs/formats/rocketmq-commitlog.md); `columns` and `scan`: the columnar
+  scanner; `store`: a store's files and offsets.
+- `spark_store`, `record_diff`, `diff`: the Spark diff of two stores.
+- `ha`: HA state from broker logs and mqadmin output (a negative "slave fall behind master" lag).
 """
 
 from __future__ import annotations

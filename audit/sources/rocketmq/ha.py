@@ -1,7 +1,7 @@
 """HA state of a RocketMQ pair and the findings it supports. Pure: text and numbers in, findings out.
 
-The master's lag figure is ``commitLog.getMaxOffset() - push2SlaveMaxOffset`` (reference/rocketmq.md
-§3.2). ``push2SlaveMaxOffset`` is the largest 8-byte "ack" any client ever sent to the HA port: it only
+The master's lag figure is ``commitLog.getMaxOffset() - push2SlaveMaxOffset`` (docs/formats/rocketmq-commitlog.md).
+``push2SlaveMaxOffset`` is the largest 8-byte "ack" any client ever sent to the HA port: it only
 rises, and only a master restart resets it. So a negative lag means some peer acked an offset beyond the
 master's end, and the ack is ``master max - lag``. Two causes are known:
 
@@ -393,7 +393,7 @@ def replica_ahead_finding(
     """`replica_ahead` when the replica's files end beyond the master's: it holds bytes the master never wrote.
 
     After a master redeploy a stale slave keeps the old master's log and reports its old max offset; the
-    new master then sends nothing until it catches up (reference/rocketmq.md §3.2).
+    new master then sends nothing until it catches up (docs/formats/rocketmq-commitlog.md, "HA").
     """
     if master_max is None or replica_max is None or replica_max <= master_max:
         return None

@@ -26,6 +26,7 @@ from replica_audit_provider.hooks import airflow_conn_resolver
 
 if TYPE_CHECKING:
     from audit import Inventory
+    from audit.kernel.state import GateVerdict
 
 
 class SourceUnavailable(AirflowException):
@@ -80,8 +81,8 @@ def pair_names(value: PairsSpec) -> list[str] | None:
     return list(value) if value else None
 
 
-def _failed_checks(verdict: dict[str, Any]) -> str:
-    return ", ".join(f"{f['column']}={f['observed']} (max {f['threshold']})" for f in verdict["failed"])
+def _failed_checks(verdict: GateVerdict) -> str:
+    return ", ".join(f"{f.column}={f.observed} (max {f.threshold})" for f in verdict.failed)
 
 
 class PlanPairsOperator(BaseOperator):
@@ -125,9 +126,9 @@ class AuditStageOperator(BaseOperator):
             raise SourceUnavailable(f"{self.pair}: could not be audited: {e}") from None
         except AuditError as e:
             raise AirflowFailException(f"{self.pair}: {e}") from None
-        if verdict is not None and not verdict["success"]:
+        if verdict is not None and not verdict.success:
             raise AirflowFailException(f"{self.pair}: gate failed: {_failed_checks(verdict)}")
-        return verdict
+        return verdict.model_dump() if verdict is not None else None
 
 
 class PairVerdictOperator(BaseOperator):

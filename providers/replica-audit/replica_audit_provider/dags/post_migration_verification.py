@@ -24,7 +24,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, TriggerRule
 
-from audit.verify import DEFAULT_NAME, DEFAULT_STRICTNESS, STRICTNESS, VERIFIABLE_KINDS
+from audit.verify import DEFAULT_NAME, DEFAULT_STRICTNESS, STRICTNESS, verifiable_kinds
 from replica_audit_provider.operators import SOURCE_RETRY_ARGS, AuditStageOperator, VerificationCertificateOperator
 
 ENDPOINT = r"^(conn:[A-Za-z0-9_.-]+|rediss?://\S+)$"
@@ -55,7 +55,7 @@ def _params() -> dict[str, Param]:
             title="Target",
             description="where it was migrated to: redis://host:port or conn:<airflow_conn_id>",
         ),
-        "kind": Param("redis", type="string", enum=list(VERIFIABLE_KINDS), title="Kind"),
+        "kind": Param("redis", type="string", enum=verifiable_kinds(), title="Kind"),
         "strictness": Param(
             DEFAULT_STRICTNESS,
             type="string",

@@ -1,4 +1,4 @@
-"""Spark diff of a Pika master's and slave's binlogs, per database (reference/pika_redis.md §1.7, §3).
+"""Spark diff of a Pika master's and slave's binlogs, per database (docs/formats/pika-binlog.md).
 
 In a healthy pair the slave appends each master record at the same (filenum, end offset), with the same
 content (bytes 34.. of the item). So records are aligned in three passes, each over what the previous
@@ -15,7 +15,7 @@ master record the slave holds: that is replication lag, not loss. What remains o
 replay (`duplicate_range`) when the master holds that content, else content the master never wrote.
 Contiguous runs (by record sequence number, across file boundaries) become one finding each.
 
-Positions are numbers `filenum << 32 | offset` (DESIGN's start_num/end_num for Pika).
+Positions are numbers `filenum << 32 | offset` (the findings' start_num/end_num for Pika).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from audit.findings import FINDING_COLUMNS, SEVERITY_BY_CATEGORY
+from audit.diff.findings import to_findings
 
 _KEYS = ["db", "seq"]
 
@@ -52,7 +52,7 @@ def live_slave_files(records: DataFrame) -> DataFrame:
     """Drop a slave's files older than its last full sync: they belong to a previous replication life.
 
     After a full sync the slave recreates write2file<N> padded up to the sync point; files below N that
-    survive (only file 0 is deleted) hold another incarnation's records (pika_redis.md §1.6).
+    survive (only file 0 is deleted) hold another incarnation's records (docs/formats/pika-binlog.md).
     """
     pad = records.where(F.col("row_kind") == "padding").groupBy("db").agg(F.max("filenum").alias("pad_file"))
     return (
@@ -204,29 +204,50 @@ def islands(df: DataFrame, p: str) -> DataFrame:
     )
 
 
-def _distance(a: Column, b: Column, file_size: int) -> Column:
-    """Bytes from position b to position a, the way Pika computes lag: filenum x binlog-file-size + offset
-    (files run past the size by up to one record, so this is exact within a file, close across files)."""
+@dataclass(frozen=True)
+class FileBases:
+    """Per side, where each binlog file starts in bytes of that side's log: the sum of the lengths of
+    the files before it (from the first file both sides hold). Rolled files are trimmed to their log
+    when Pika closes them, so their sizes are exact, and so are distances across files; Pika's own
+    `filenum x binlog-file-size + offset` is off by what each file ran past the size."""
+
+    master: dict[int, int]  # (db << 32 | filenum) -> bytes before the file
+    replica: dict[int, int]
+
+    @staticmethod
+    def key(db: int, filenum: int) -> int:
+        return db << 32 | filenum
+
+
+def _byte_position(epos: Column, bases: dict[int, int]) -> Column:
     low = F.lit(0xFFFFFFFF)
-    return (F.shiftright(a, 32) - F.shiftright(b, 32)) * F.lit(file_size) + (a.bitwiseAND(low) - b.bitwiseAND(low))
+    key = F.shiftleft(F.col("db").cast("long"), 32).bitwiseOR(F.shiftright(epos, 32))
+    table = F.create_map(*[F.lit(x) for kv in sorted(bases.items()) for x in kv]) if bases else None
+    base = table[key] if table is not None else F.lit(None).cast("long")
+    return base + epos.bitwiseAND(low)
 
 
-def _shift_at(runs: DataFrame, matched: DataFrame, p: str, seq_expr: Column, name: str, file_size: int) -> DataFrame:
+def _distance(a: Column, b: Column, bases: FileBases) -> Column:
+    """Bytes from the slave's position b to the master's position a of the same record (db in scope)."""
+    return _byte_position(a, bases.master) - _byte_position(b, bases.replica)
+
+
+def _shift_at(runs: DataFrame, matched: DataFrame, p: str, seq_expr: Column, name: str, bases: FileBases) -> DataFrame:
     """Join each run with the matched record at `seq_expr`: how far behind the slave's offsets are there."""
     look = matched.select(
         F.col("db").alias("_db"),
         F.col(f"{p}seq").alias("_seq"),
-        _distance(F.col("m_epos"), F.col("s_epos"), file_size).alias(name),
+        _distance(F.col("m_epos"), F.col("s_epos"), bases).alias(name),
     )
     return runs.join(look, (F.col("db") == F.col("_db")) & (seq_expr == F.col("_seq")), "left").drop("_db", "_seq")
 
 
-def missing_runs(al: Alignment, file_size: int) -> DataFrame:
+def missing_runs(al: Alignment, bases: FileBases) -> DataFrame:
     """Master runs absent on the slave, before the last master record the slave holds."""
     missing = al.m_rest.join(F.broadcast(al.horizon), "db").where(F.col("m_seq") < F.col("horizon"))
     runs = islands(missing, "m_")
-    runs = _shift_at(runs, al.matched, "m_", F.col("last_seq") + 1, "behind_after", file_size)
-    return _shift_at(runs, al.matched, "m_", F.col("first_seq") - 1, "behind_before", file_size)
+    runs = _shift_at(runs, al.matched, "m_", F.col("last_seq") + 1, "behind_after", bases)
+    return _shift_at(runs, al.matched, "m_", F.col("first_seq") - 1, "behind_before", bases)
 
 
 def unreplicated(al: Alignment) -> DataFrame:
@@ -239,7 +260,7 @@ def unreplicated(al: Alignment) -> DataFrame:
     )
 
 
-def replay_runs(al: Alignment, m_good: DataFrame, s_good: DataFrame, file_size: int) -> DataFrame:
+def replay_runs(al: Alignment, m_good: DataFrame, s_good: DataFrame, bases: FileBases) -> DataFrame:
     """Slave runs whose content the master holds: replays. Evidence: is the run a copy of what precedes it,
     the slave's write-time pauses around it, and how far ahead the slave's offsets are after it."""
     on_master = m_good.select("db", F.col("digest").alias("s_digest")).distinct()
@@ -285,40 +306,32 @@ def replay_runs(al: Alignment, m_good: DataFrame, s_good: DataFrame, file_size: 
         (F.col("db") == F.col("_db2")) & (F.col("first_seq") - F.col("count") - 1 == F.col("_seq2")),
         "left",
     ).drop("_db2", "_seq2")
-    return _shift_at(runs, al.matched, "s_", F.col("last_seq") + 1, "behind_after", file_size)
+    return _shift_at(runs, al.matched, "s_", F.col("last_seq") + 1, "behind_after", bases)
 
 
 def _finding(
     df: DataFrame,
     category: str,
-    run_id: str,
-    pair: str,
     detail: Column,
     *,
-    master_digest: Column,
-    replica_digest: Column,
-    key: Column,
+    master_digest: Column | None = None,
+    replica_digest: Column | None = None,
+    key: Column | None = None,
 ) -> DataFrame:
-    return df.select(
-        F.lit(run_id).alias("run_id"),
-        F.lit(pair).alias("pair"),
-        F.lit("pika").alias("kind"),
-        F.lit("binlog").alias("check"),
-        F.lit(category).alias("category"),
-        F.lit(SEVERITY_BY_CATEGORY[category]).alias("severity"),
-        F.col("db").cast("int").alias("db"),
-        key.alias("key"),
-        _where("first_file", "first_start").alias("start"),
-        _where("last_file", "last_end").alias("end"),
-        F.col("spos").alias("start_num"),
-        F.col("epos").alias("end_num"),
-        F.col("count").cast("long").alias("count"),
-        F.col("bytes").cast("long").alias("bytes"),
-        master_digest.alias("master_digest"),
-        replica_digest.alias("replica_digest"),
-        F.lit(None).cast("string").alias("diagnosis"),
-        F.to_json(detail).alias("detail"),
-    ).select(*FINDING_COLUMNS)
+    """Coalesced run rows (first/last file and offset, spos/epos, count, bytes) as binlog findings."""
+    return to_findings(
+        df,
+        check="binlog",
+        category=category,
+        key=key if key is not None else F.lit(None),
+        start=_where("first_file", "first_start"),
+        end=_where("last_file", "last_end"),
+        start_num=F.col("spos"),
+        end_num=F.col("epos"),
+        master_digest=master_digest if master_digest is not None else F.lit(None),
+        replica_digest=replica_digest if replica_digest is not None else F.lit(None),
+        detail=F.to_json(detail),
+    )
 
 
 def _hex(c: Column) -> Column:
@@ -335,10 +348,8 @@ class BinlogDiff:
 def binlog_findings(
     m_records: DataFrame,
     s_records: DataFrame,
-    run_id: str,
-    pair: str,
     binlog_dbs: int,
-    file_size: int,
+    bases: FileBases,
     stage: Stage = _no_stage,
 ) -> BinlogDiff:
     """Align both logs and turn what is left into coalesced findings. Detectors whose input is empty
@@ -349,11 +360,11 @@ def binlog_findings(
     al = align(m_win, s_win, stage)
     parts: list[DataFrame] = []
     if not al.m_rest.isEmpty():
-        parts.append(_gap_findings(al, run_id, pair, binlog_dbs, file_size))
+        parts.append(_gap_findings(al, binlog_dbs, bases))
     if not al.s_rest.isEmpty():
-        parts += _slave_only_findings(al, m_good, s_good, run_id, pair, binlog_dbs, file_size)
+        parts += _slave_only_findings(al, m_good, s_good, binlog_dbs, bases)
     if not al.divergent.isEmpty():
-        parts.append(_divergent_findings(al, run_id, pair))
+        parts.append(_divergent_findings(al))
     findings = parts[0] if parts else _empty_findings(m_good)
     for more in parts[1:]:
         findings = findings.unionByName(more)
@@ -361,20 +372,14 @@ def binlog_findings(
 
 
 def _empty_findings(any_df: DataFrame) -> DataFrame:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from audit.findings import FINDINGS_SCHEMA
-
-    return any_df.sparkSession.createDataFrame([], from_arrow_schema(FINDINGS_SCHEMA))
+    return to_findings(any_df.limit(0), check="binlog", category="missing_range")
 
 
-def _gap_findings(al: Alignment, run_id: str, pair: str, binlog_dbs: int, file_size: int) -> DataFrame:
-    missing = missing_runs(al, file_size)
+def _gap_findings(al: Alignment, binlog_dbs: int, bases: FileBases) -> DataFrame:
+    missing = missing_runs(al, bases)
     gap = _finding(
         missing,
         "missing_range",
-        run_id,
-        pair,
         F.struct(
             F.lit("master").alias("coordinates"),
             F.col("first_command").alias("first_command"),
@@ -384,22 +389,19 @@ def _gap_findings(al: Alignment, run_id: str, pair: str, binlog_dbs: int, file_s
             F.lit(binlog_dbs).alias("binlog_dbs"),
         ),
         master_digest=_hex(F.col("content_hash_abs")),
-        replica_digest=F.lit(None).cast("string"),
         key=F.when(F.col("count") == 1, F.col("first_key")),
     )
     return gap
 
 
 def _slave_only_findings(
-    al: Alignment, m_good: DataFrame, s_good: DataFrame, run_id: str, pair: str, binlog_dbs: int, file_size: int
+    al: Alignment, m_good: DataFrame, s_good: DataFrame, binlog_dbs: int, bases: FileBases
 ) -> list[DataFrame]:
-    replays = replay_runs(al, m_good, s_good, file_size)
+    replays = replay_runs(al, m_good, s_good, bases)
     ahead = -F.col("behind_after")
     dup = _finding(
         replays,
         "duplicate_range",
-        run_id,
-        pair,
         F.struct(
             F.lit("slave").alias("coordinates"),
             F.col("first_command").alias("first_command"),
@@ -410,7 +412,6 @@ def _slave_only_findings(
             (ahead == F.col("bytes")).alias("slave_ahead_matches_span"),
             F.lit(binlog_dbs).alias("binlog_dbs"),
         ),
-        master_digest=F.lit(None).cast("string"),
         replica_digest=_hex(F.col("h_run")),
         key=F.when(F.col("count") == 1, F.col("first_key")),
     )
@@ -421,21 +422,18 @@ def _slave_only_findings(
     alien = _finding(
         foreign_runs,
         "divergent_entry",
-        run_id,
-        pair,
         F.struct(
             F.lit("slave").alias("coordinates"),
             F.col("first_command").alias("slave_command"),
             F.lit("not_on_master").alias("reason"),
         ),
-        master_digest=F.lit(None).cast("string"),
         replica_digest=_hex(F.col("content_hash_abs")),
         key=F.when(F.col("count") == 1, F.col("first_key")),
     )
     return [dup, alien]
 
 
-def _divergent_findings(al: Alignment, run_id: str, pair: str) -> DataFrame:
+def _divergent_findings(al: Alignment) -> DataFrame:
     div_rows = al.divergent.select(
         "db",
         F.col("m_seq").alias("seq"),
@@ -457,8 +455,6 @@ def _divergent_findings(al: Alignment, run_id: str, pair: str) -> DataFrame:
     divergent = _finding(
         div_rows,
         "divergent_entry",
-        run_id,
-        pair,
         F.struct(
             F.col("m_command").alias("master_command"),
             F.col("s_command").alias("slave_command"),
@@ -471,7 +467,7 @@ def _divergent_findings(al: Alignment, run_id: str, pair: str) -> DataFrame:
     return divergent
 
 
-def damage_findings(records: DataFrame, side: str, run_id: str, pair: str) -> DataFrame:
+def damage_findings(records: DataFrame, side: str) -> DataFrame:
     """corrupt_record / torn_tail rows of a side's scan, as findings at their file:offset."""
     dmg = records.where(F.col("row_kind").isin("corrupt_record", "torn_tail")).select(
         "db",
@@ -493,12 +489,7 @@ def damage_findings(records: DataFrame, side: str, run_id: str, pair: str) -> Da
             _finding(
                 dmg.where(F.col("row_kind") == category),
                 category,
-                run_id,
-                pair,
                 F.struct(F.lit(side).alias("side"), F.col("path").alias("file"), F.col("detail").alias("reason")),
-                master_digest=F.lit(None).cast("string"),
-                replica_digest=F.lit(None).cast("string"),
-                key=F.lit(None).cast("binary"),
             )
         )
     return parts[0].unionByName(parts[1])

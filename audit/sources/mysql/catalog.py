@@ -1,0 +1,225 @@
+"""What each side holds (information_schema), which tables to audit, and how to compare each one.
+
+A table's chunking key is its PRIMARY KEY, else its first UNIQUE key whose columns are all NOT NULL
+and unprefixed (fewest columns first); without one the table is compared as a multiset of rows.
+Definitions are compared column by column (type, nullability, character set, collation, generated):
+a difference is a `schema_mismatch` and the rows are still compared over the columns both sides have,
+each normalised to a form both definitions share (sql.column_expr).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from audit.errors import ConfigError
+from audit.findings import Finding
+from audit.sources.mysql.client import Server, TableGone, decode_texts
+from audit.sources.mysql.endpoint import SYSTEM_SCHEMAS, TablePattern
+from audit.sources.mysql.model import Column, SideSql, TableDef, TablePlan, UniqueKey
+from audit.sources.mysql.sql import column_expr, literal, table_ref
+
+TableName = tuple[str, str]
+_TABLE_TYPES = ("BASE TABLE", "SYSTEM VERSIONED")
+
+
+def _in_list(values: Iterable[str]) -> str:
+    return "(" + ", ".join(literal(v) for v in values) + ")"
+
+
+def list_tables(server: Server) -> dict[TableName, int]:
+    """Every base table outside the system schemas, with InnoDB's row estimate."""
+    rows = server.query(
+        "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_ROWS FROM information_schema.TABLES "
+        f"WHERE TABLE_TYPE IN {_in_list(_TABLE_TYPES)} AND TABLE_SCHEMA NOT IN {_in_list(sorted(SYSTEM_SCHEMAS))}",
+        "listing tables",
+    )
+    out = {}
+    for schema, name, estimate in (decode_texts(r) for r in rows):
+        assert schema is not None and name is not None
+        out[(schema, name)] = int(estimate or 0)
+    return out
+
+
+def select_tables(
+    patterns: Sequence[TablePattern], master: Iterable[TableName], replica: Iterable[TableName], field: str = "tables"
+) -> list[TableName]:
+    """The tables the patterns name on either side, in order; ConfigError for a name no side has."""
+    known = sorted(set(master) | set(replica))
+    if not patterns:
+        return known
+    chosen: dict[TableName, None] = {}
+    for i, pattern in enumerate(patterns):
+        hits = [t for t in known if pattern.matches(*t)]
+        if not hits:
+            what = "matches no table" if pattern.is_glob else "does not exist (or is not visible to the auditor)"
+            raise ConfigError(f"{field}[{i}]: {pattern.text} {what} on the master or the replica")
+        chosen.update(dict.fromkeys(hits))
+    return list(chosen)
+
+
+def probe_missing(servers: Sequence[Server], patterns: Sequence[TablePattern], visible: set[TableName]) -> None:
+    """A table named outright that no side lists: SourceError if the auditor may not read it (MySQL and
+    MariaDB hide such tables from information_schema), else left to select_tables (does not exist)."""
+    for pattern in patterns:
+        if pattern.is_glob or (pattern.schema, pattern.table) in visible:
+            continue
+        for server in servers:
+            try:
+                server.query(f"SELECT 1 FROM {table_ref(pattern.schema, pattern.table)} LIMIT 0", "reading a table")
+            except TableGone:
+                continue  # no such table there
+
+
+def load_definitions(
+    server: Server, names: Sequence[TableName], estimates: dict[TableName, int]
+) -> dict[TableName, TableDef]:
+    """Columns and usable unique keys of `names` (absent ones are left out)."""
+    schemas = sorted({s for s, _ in names})
+    if not schemas:
+        return {}
+    wanted = set(names)
+    columns: dict[TableName, list[Column]] = {}
+    for row in server.query(
+        "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, LOWER(DATA_TYPE), COLUMN_TYPE, IS_NULLABLE, "
+        "CHARACTER_SET_NAME, COLLATION_NAME, EXTRA FROM information_schema.COLUMNS "
+        f"WHERE TABLE_SCHEMA IN {_in_list(schemas)} ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
+        "reading column definitions",
+    ):
+        schema, table, name, data_type, column_type, nullable, charset, collation, extra = decode_texts(row)
+        assert schema is not None and table is not None and name is not None
+        if (schema, table) not in wanted:
+            continue
+        columns.setdefault((schema, table), []).append(
+            Column(
+                name=name,
+                data_type=data_type or "",
+                column_type=column_type or "",
+                nullable=nullable == "YES",
+                charset=charset,
+                collation=collation,
+                generated="GENERATED" in (extra or "").upper(),
+            )
+        )
+    keys = _unique_keys(server, schemas, wanted, columns)
+    return {
+        t: TableDef(t[0], t[1], tuple(cols), tuple(keys.get(t, ())), estimates.get(t, 0)) for t, cols in columns.items()
+    }
+
+
+def _unique_keys(
+    server: Server, schemas: list[str], wanted: set[TableName], columns: dict[TableName, list[Column]]
+) -> dict[TableName, list[UniqueKey]]:
+    rows = server.dicts(
+        "SELECT * FROM information_schema.STATISTICS WHERE NON_UNIQUE = 0 "
+        f"AND TABLE_SCHEMA IN {_in_list(schemas)} ORDER BY TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX",
+        "reading unique keys",
+    )
+    parts: dict[tuple[str, str, str], list[dict[str, str | None]]] = {}
+    for r in rows:
+        t = (str(r["TABLE_SCHEMA"]), str(r["TABLE_NAME"]))
+        if t in wanted:
+            parts.setdefault((*t, str(r["INDEX_NAME"])), []).append(r)
+    out: dict[TableName, list[UniqueKey]] = {}
+    for (schema, table, index), cols in parts.items():
+        by_name = {c.name: c for c in columns.get((schema, table), [])}
+        names = tuple(str(c["COLUMN_NAME"]) for c in cols if c["COLUMN_NAME"] is not None)
+        usable = (
+            len(names) == len(cols)
+            and all(c.get("SUB_PART") in (None, "") for c in cols)
+            and str(cols[0].get("IGNORED") or "NO").upper() != "YES"
+            and all(n in by_name and not by_name[n].nullable for n in names)
+        )
+        if usable:
+            out.setdefault((schema, table), []).append(UniqueKey(index, names, index == "PRIMARY"))
+    for keys in out.values():
+        keys.sort(key=lambda k: (not k.primary, len(k.columns), k.index))
+    return out
+
+
+# --- comparing the two definitions ----------------------------------------------------------------------
+
+
+def _schema_mismatch(master: TableDef, replica: TableDef) -> Finding | None:
+    m_cols = {c.name: c for c in master.columns}
+    r_cols = {c.name: c for c in replica.columns}
+    differ: dict[str, dict[str, object]] = {}
+    for name in [*m_cols, *(n for n in r_cols if n not in m_cols)]:
+        m, r = m_cols.get(name), r_cols.get(name)
+        if m is None or r is None or m.definition() != r.definition():
+            differ[name] = {
+                "master": m.definition() if m else None,
+                "replica": r.definition() if r else None,
+            }
+    m_key = master.keys[0].columns if master.keys else None
+    r_key = replica.keys[0].columns if replica.keys else None
+    if not differ and m_key == r_key:
+        return None
+    evidence: dict[str, object] = {"table": master.display, "columns": sorted(differ), "definitions": differ}
+    if m_key != r_key:
+        evidence["key"] = {"master": m_key, "replica": r_key}
+    return Finding("rows", "schema_mismatch", count=len(differ), evidence=evidence)
+
+
+def _replica_index(replica: TableDef, key: tuple[str, ...]) -> str | None:
+    return next((k.index for k in replica.keys if k.columns == key), None)
+
+
+def plan_table(master: TableDef, replica: TableDef) -> TablePlan:
+    """The comparison of one table present on both sides (over the columns they share)."""
+    r_cols = {c.name: c for c in replica.columns}
+    common = tuple(
+        # nullable on either side, so that both sides hash the same NULL flags
+        replace(c, nullable=c.nullable or r_cols[c.name].nullable)
+        for c in master.columns
+        if c.name in r_cols and not c.generated and not r_cols[c.name].generated
+    )
+    common_names = {c.name for c in common}
+    key: tuple[str, ...] = ()
+    m_index: str | None = None
+    if master.keys and all(k in common_names for k in master.keys[0].columns):
+        key, m_index = master.keys[0].columns, master.keys[0].index
+    m_exprs = tuple(column_expr(c, r_cols[c.name]) for c in common)
+    r_exprs = tuple(column_expr(r_cols[c.name], c) for c in common)
+    return TablePlan(
+        schema=master.schema,
+        name=master.name,
+        columns=common,
+        key=key,
+        master=SideSql(m_exprs, m_index),
+        replica=SideSql(r_exprs, _replica_index(replica, key) if key else None),
+        rows_estimate=max(master.rows_estimate, replica.rows_estimate),
+        signatures=(master.signature(), replica.signature()),
+    )
+
+
+def compare_catalogs(
+    names: Sequence[TableName], master: dict[TableName, TableDef], replica: dict[TableName, TableDef]
+) -> tuple[list[TablePlan], list[Finding]]:
+    """Plans for the tables both sides hold; missing_table / extra_table / schema_mismatch findings."""
+    plans: list[TablePlan] = []
+    findings: list[Finding] = []
+    for t in names:
+        m, r = master.get(t), replica.get(t)
+        shown = f"{t[0]}.{t[1]}"
+        if m is None and r is None:
+            continue  # dropped between listing and reading: nothing left to compare
+        if r is None:
+            assert m is not None
+            findings.append(
+                Finding("rows", "missing_table", evidence={"table": shown, "rows_estimate": m.rows_estimate})
+            )
+            continue
+        if m is None:
+            findings.append(Finding("rows", "extra_table", evidence={"table": shown, "rows_estimate": r.rows_estimate}))
+            continue
+        mismatch = _schema_mismatch(m, r)
+        if mismatch is not None:
+            findings.append(mismatch)
+        plans.append(plan_table(m, r))
+    return plans, findings
+
+
+def without_keys(plan: TablePlan) -> TablePlan:
+    """The same table compared as a multiset of rows (tests and keyless fallbacks)."""
+    return replace(plan, key=(), master=replace(plan.master, index=None), replica=replace(plan.replica, index=None))

@@ -1,0 +1,482 @@
+"""Chunk work on one open pair of sessions: checksum key ranges on both sides, narrow the ones that differ.
+
+A segment (a key range of one table, one Spark task's share) is walked in chunks sized to a time
+target, as pt-table-checksum does: the first chunk has `min_chunk_rows` rows, each next one as many as
+the previous chunk's measured rate fills in `chunk_time_s` (within `max_chunk_rows`). A one-column
+integer key is stepped by value (the rows per key unit learnt from the last chunk); any other key
+finds each chunk's upper bound with `ORDER BY key LIMIT 1 OFFSET n` on the master (an index walk,
+cheaper than the hash). Bounds are the master's, applied to both sides, so rows only the replica
+holds fall into some chunk too.
+
+Each chunk: both sides open a consistent snapshot (the master notes its GTID position in it) and
+compute COUNT(*) and SUM(row hash) at the same time. Equal chunks ship two numbers and are done. When
+they differ (and check_replication), the replica first waits until it has applied the master's
+position (bounded by `gtid_wait_s`), then reads its side again in a new snapshot, so lag alone never
+makes a difference.
+A differing chunk is narrowed inside the same two snapshots: the left half is checksummed on both
+sides (the right half is the difference, sums being additive) and each half that differs is split
+again, down to ranges of at most `fetch_rows` rows, whose keys and row hashes are fetched; only the
+rows whose hashes differ are then fetched whole. A replica that had not reached the master's position
+makes a differing chunk `uncovered`, never a finding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
+
+from audit.ratelimit import RateLimiter
+from audit.sources.mysql.client import Row, Server, TableGone
+from audit.sources.mysql.endpoint import MySQLSettings
+from audit.sources.mysql.model import Side, TablePlan
+from audit.sources.mysql.sql import (
+    INT_TYPES,
+    Bound,
+    KeyValue,
+    decode_value,
+    force_index,
+    key_in,
+    may_hold_separator,
+    quote_ident,
+    range_where,
+    row_hash,
+    table_ref,
+)
+
+T = TypeVar("T")
+U = TypeVar("U")
+Key = tuple[KeyValue, ...]
+KEYS_PER_FETCH = 500
+
+
+@dataclass(frozen=True)
+class Digest:
+    """COUNT(*) and SUM(row hash) of a range: additive, so a half is the whole minus the other half."""
+
+    count: int
+    total: int
+
+    def __sub__(self, other: Digest) -> Digest:
+        return Digest(self.count - other.count, self.total - other.total)
+
+    def __add__(self, other: Digest) -> Digest:
+        return Digest(self.count + other.count, self.total + other.total)
+
+
+ZERO = Digest(0, 0)
+
+
+@dataclass(frozen=True)
+class Segment:
+    table: int
+    lower: Bound
+    upper: Bound
+    int_span: tuple[int, int] | None = None
+    """(lowest, highest) key value over both sides, when the key is one integer column."""
+    density: float = 1.0
+    """Estimated rows per key unit (integer keys): the first chunk's step."""
+
+
+# --- events a task reports -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChunkDone:
+    table: int
+    lower: Bound
+    upper: Bound
+    master: Digest
+    replica: Digest
+    status: str
+    """equal, different, or uncovered (the replica had not reached the master's position)."""
+    seconds: float
+
+
+@dataclass(frozen=True)
+class RowDiff:
+    """A row whose two sides differ; `key` None for a keyless table, where `copies` is the surplus."""
+
+    table: int
+    key: Key | None
+    master_row: Row | None
+    replica_row: Row | None
+    master_hash: int | None
+    replica_hash: int | None
+    copies: int = 1
+    in_flight: bool = False
+    """Set by the recheck: the master changed this row while it was re-read."""
+
+
+@dataclass(frozen=True)
+class Uncovered:
+    table: int
+    lower: Bound
+    upper: Bound
+    reason: str
+    rows: int = 0
+
+
+Event = ChunkDone | RowDiff | Uncovered
+
+
+# --- the two sessions -------------------------------------------------------------------------------------
+
+
+class Sides:
+    """A task's sessions on both servers; `both()` runs the replica's part in a thread beside the master's."""
+
+    def __init__(self, master: Server, replica: Server) -> None:
+        self.master, self.replica = master, replica
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="replica")
+
+    def both(self, on_master: Callable[[Server], T], on_replica: Callable[[Server], U]) -> tuple[T, U]:
+        future = self._pool.submit(on_replica, self.replica)
+        try:
+            a = on_master(self.master)
+        finally:
+            b = future.result()  # never leave the replica's session busy, even when the master failed
+        return a, b
+
+    def server(self, side: Side) -> Server:
+        return self.master if side == "master" else self.replica
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self.master.close()
+        self.replica.close()
+
+
+# --- SQL over one table -----------------------------------------------------------------------------------
+
+
+class TableSql:
+    """The statements for one table on one side."""
+
+    def __init__(self, plan: TablePlan, side: Side, hash_function: str) -> None:
+        sql = plan.side(side)
+        separable = [may_hold_separator(c) for c in plan.columns]
+        nullable = [c.nullable for c in plan.columns]
+        self.plan, self.exprs = plan, sql.exprs
+        self.hash = row_hash(sql.exprs, nullable, separable, "md5" if hash_function == "md5" else "crc32")
+        self.source = table_ref(plan.schema, plan.name) + force_index(sql.index)
+        self.plain_source = table_ref(plan.schema, plan.name)
+        self.key_exprs = [sql.exprs[i] for i in plan.key_positions]
+        self.order = ", ".join(quote_ident(k) for k in plan.key)
+
+    def checksum(self, lower: Bound, upper: Bound) -> str:
+        where = range_where(self.plan.key, lower, upper) if self.plan.key else "1=1"
+        return f"SELECT COUNT(*), COALESCE(SUM({self.hash}), 0) FROM {self.source} WHERE {where}"
+
+    def boundary(self, lower: Bound, upper: Bound, offset: int) -> str:
+        keys = ", ".join(quote_ident(k) for k in self.plan.key)
+        where = range_where(self.plan.key, lower, upper)
+        return f"SELECT {keys} FROM {self.source} WHERE {where} ORDER BY {self.order} LIMIT 1 OFFSET {offset}"
+
+    def key_hashes(self, lower: Bound, upper: Bound) -> str:
+        where = range_where(self.plan.key, lower, upper)
+        return f"SELECT {', '.join(self.key_exprs)}, {self.hash} FROM {self.source} WHERE {where}"
+
+    def rows_by_key(self, keys: Sequence[Key]) -> str:
+        return (
+            f"SELECT {', '.join(self.exprs)}, {self.hash} FROM {self.plain_source} WHERE {key_in(self.plan.key, keys)}"
+        )
+
+    def hash_counts(self) -> str:
+        return f"SELECT {self.hash} AS h, COUNT(*) FROM {self.plain_source} GROUP BY h ORDER BY h"
+
+    def all_rows(self) -> str:
+        return f"SELECT {', '.join(self.exprs)}, {self.hash} FROM {self.plain_source}"
+
+
+def decode_key(plan: TablePlan, raw: Sequence[bytes | None]) -> Key:
+    values = [decode_value(c, v) for c, v in zip(plan.key_columns, raw, strict=True)]
+    assert all(v is not None for v in values), "key columns are NOT NULL"
+    return tuple(v for v in values if v is not None)
+
+
+def row_key(plan: TablePlan, row: Row) -> Key:
+    return decode_key(plan, [row[i] for i in plan.key_positions])
+
+
+def merge_counts(a: Iterator[Row], b: Iterator[Row]) -> Iterator[tuple[int, int, int]]:
+    """(hash, count in a, count in b) over two streams of (hash, count) sorted by hash."""
+    x, y = next(a, None), next(b, None)
+    while x is not None or y is not None:
+        hx = int(x[0] or 0) if x is not None else None
+        hy = int(y[0] or 0) if y is not None else None
+        if hy is None or (hx is not None and hx < hy):
+            assert x is not None and hx is not None
+            yield hx, int(x[1] or 0), 0
+            x = next(a, None)
+        elif hx is None or hy < hx:
+            assert y is not None
+            yield hy, 0, int(y[1] or 0)
+            y = next(b, None)
+        else:
+            assert x is not None and y is not None
+            yield hx, int(x[1] or 0), int(y[1] or 0)
+            x, y = next(a, None), next(b, None)
+
+
+def _digest(row: Row | None) -> Digest:
+    if row is None:
+        return ZERO
+    return Digest(int(row[0] or 0), int(row[1] or 0))
+
+
+# --- one table's chunk work -------------------------------------------------------------------------------
+
+
+class TableWork:
+    def __init__(
+        self, sides: Sides, plan: TablePlan, index: int, settings: MySQLSettings, check_replication: bool
+    ) -> None:
+        self.sides, self.plan, self.index = sides, plan, index
+        self.settings, self.check_replication = settings, check_replication
+        self.sql = {s: TableSql(plan, s, settings.hash_function) for s in ("master", "replica")}
+        self.pacer = RateLimiter(settings.max_rows_per_s) if settings.max_rows_per_s else None
+        self._behind = False
+
+    def checksums(self, lower: Bound, upper: Bound) -> tuple[Digest, Digest]:
+        m_sql, r_sql = self.sql["master"].checksum(lower, upper), self.sql["replica"].checksum(lower, upper)
+        m, r = self.sides.both(lambda s: s.one(m_sql, "a chunk checksum"), lambda s: s.one(r_sql, "a chunk checksum"))
+        return _digest(m), _digest(r)
+
+    def open_snapshots(self) -> bool | None:
+        """Both snapshots, the replica's once it has applied the master's position: reached or not."""
+        position = ""
+        self.sides.master.begin()
+        if self.check_replication:
+            position = self.sides.master.gtid_position()
+        wait_s = self.settings.gtid_wait_s
+
+        def replica(s: Server) -> bool | None:
+            reached = s.wait_for(position, wait_s) if self.check_replication else None
+            s.begin()
+            return reached
+
+        try:
+            return self.sides.both(lambda s: None, replica)[1]
+        except BaseException:
+            self.sides.master.end()
+            raise
+
+    def close_snapshots(self) -> None:
+        self.sides.both(lambda s: s.end(), lambda s: s.end())
+
+    def _open_and_checksum(self, lower: Bound, upper: Bound) -> tuple[Digest, Digest, bool | None]:
+        """New snapshots and the chunk's digests, both sides at once; (master, replica, reached).
+
+        Equal digests need no waiting: equal is equal. Only when they differ (and check_replication)
+        does the replica wait until it has applied the master's position, noted in the master's
+        snapshot, and read its side again: lag then makes no difference. Each START TRANSACTION also
+        ends the previous chunk's snapshot, which saves a COMMIT round trip per side and chunk.
+        """
+        m_sql, r_sql = self.sql["master"].checksum(lower, upper), self.sql["replica"].checksum(lower, upper)
+        self.sides.master.begin()
+        position = self.sides.master.gtid_position() if self.check_replication else ""
+
+        def replica(s: Server) -> Digest:
+            s.begin()
+            return _digest(s.one(r_sql, "a chunk checksum"))
+
+        m, r = self.sides.both(lambda s: _digest(s.one(m_sql, "a chunk checksum")), replica)
+        if m == r or not self.check_replication:
+            return m, r, None
+        reached = self._wait(position)
+        return m, replica(self.sides.replica), reached
+
+    def _wait(self, position: str) -> bool:
+        """The replica's bounded wait; after one that timed out, the next ones wait at most a second."""
+        bound = min(1.0, self.settings.gtid_wait_s) if self._behind else self.settings.gtid_wait_s
+        reached = self.sides.replica.wait_for(position, bound)
+        self._behind = not reached
+        return reached
+
+    def chunk(self, lower: Bound, upper: Bound) -> Iterator[Event]:
+        """One chunk's events; its snapshots stay open until the next chunk (or close_snapshots)."""
+        t0 = time.perf_counter()
+        try:
+            m, r, reached = self._open_and_checksum(lower, upper)
+            seconds = time.perf_counter() - t0
+            if m == r:
+                yield ChunkDone(self.index, lower, upper, m, r, "equal", seconds)
+            elif reached is False:
+                yield ChunkDone(self.index, lower, upper, m, r, "uncovered", seconds)
+                reason = f"the replica had not applied the master's GTID position within {self.settings.gtid_wait_s}s"
+                yield Uncovered(self.index, lower, upper, reason, max(m.count, r.count))
+            else:
+                yield ChunkDone(self.index, lower, upper, m, r, "different", seconds)
+                yield from (self.narrow(lower, upper, m, r) if self.plan.key else self.multiset())
+        except BaseException:
+            self.close_snapshots()
+            raise
+        if self.pacer is not None:
+            self.pacer.acquire(max(m.count, r.count))
+
+    # --- narrowing ---------------------------------------------------------------------------------------
+    def narrow(self, lower: Bound, upper: Bound, m: Digest, r: Digest) -> Iterator[RowDiff]:
+        todo = [(lower, upper, m, r)]
+        while todo:
+            lo, hi, a, b = todo.pop()
+            rows = max(a.count, b.count)
+            dense = abs(a.count - b.count) > self.settings.fetch_rows
+            mid = None if rows <= self.settings.fetch_rows or dense else self._middle(lo, hi, a, b)
+            if mid is None:
+                yield from self.compare_rows(lo, hi)
+                continue
+            la, lb = self.checksums(lo, mid)
+            for part in ((mid, hi, a - la, b - lb), (lo, mid, la, lb)):
+                if part[2] != part[3]:
+                    todo.append(part)
+
+    def _middle(self, lower: Bound, upper: Bound, a: Digest, b: Digest) -> Bound:
+        """A key splitting the range in two halves of rows (None when it cannot be split)."""
+        if self._int_key() and lower is not None and upper is not None:
+            lo, hi = int(lower[0]), int(upper[0])
+            return (lo + (hi - lo) // 2,) if hi - lo > 1 else None
+        side: Side = "master" if a.count >= b.count else "replica"
+        sql = self.sql[side].boundary(lower, upper, max(a.count, b.count) // 2)
+        row = self.sides.server(side).one(sql, "splitting a differing chunk")
+        if row is None:
+            return None
+        mid = decode_key(self.plan, row)
+        return None if mid == lower else mid
+
+    def _int_key(self) -> bool:
+        return len(self.plan.key) == 1 and self.plan.key_columns[0].data_type in INT_TYPES
+
+    def _hashes(self, side: Side, lower: Bound, upper: Bound) -> dict[Key, int]:
+        sql = self.sql[side].key_hashes(lower, upper)
+        n = len(self.plan.key)
+        out = {}
+        for batch in self.sides.server(side).stream(sql, "reading the row hashes of a differing range"):
+            for row in batch:
+                out[decode_key(self.plan, row[:n])] = int(row[n] or 0)
+        return out
+
+    def rows_by_key(self, side: Side, keys: Sequence[Key], _: Server | None = None) -> dict[Key, tuple[Row, int]]:
+        rows = self.sides.server(side).query(self.sql[side].rows_by_key(keys), "reading differing rows")
+        return {row_key(self.plan, r[:-1]): (r[:-1], int(r[-1] or 0)) for r in rows}
+
+    def compare_rows(self, lower: Bound, upper: Bound) -> Iterator[RowDiff]:
+        mh, rh = self.sides.both(
+            lambda s: self._hashes("master", lower, upper), lambda s: self._hashes("replica", lower, upper)
+        )
+        differ = [k for k in {**mh, **rh} if mh.get(k) != rh.get(k)]
+        yield from self.fetch_rows(differ)
+
+    def fetch_rows(self, keys: Sequence[Key]) -> Iterator[RowDiff]:
+        """The rows of `keys` on both sides (in the current snapshots), as RowDiffs when they differ."""
+        for i in range(0, len(keys), KEYS_PER_FETCH):
+            batch = keys[i : i + KEYS_PER_FETCH]
+            m, r = self.sides.both(
+                partial(self.rows_by_key, "master", batch), partial(self.rows_by_key, "replica", batch)
+            )
+            for k in batch:
+                mrow, rrow = m.get(k), r.get(k)
+                if (mrow is None and rrow is None) or (mrow and rrow and mrow[0] == rrow[0]):
+                    continue  # equal now: possible only when read outside one snapshot
+                yield RowDiff(
+                    self.index,
+                    k,
+                    mrow[0] if mrow else None,
+                    rrow[0] if rrow else None,
+                    mrow[1] if mrow else None,
+                    rrow[1] if rrow else None,
+                )
+
+    # --- keyless tables ----------------------------------------------------------------------------------
+    def _surplus(self) -> dict[int, int]:
+        """Row hash -> master copies minus replica copies, where they differ: both sides' counts come
+        sorted by hash and are merged as they stream, so memory holds the differences only."""
+        doing = "counting the copies of each row"
+        m_rows, r_rows = self.sides.both(
+            lambda s: s.start_stream(self.sql["master"].hash_counts(), doing),
+            lambda s: s.start_stream(self.sql["replica"].hash_counts(), doing),
+        )
+        surplus: dict[int, int] = {}
+        for h, m, r in merge_counts(m_rows, r_rows):
+            if m != r:
+                surplus[h] = m - r
+        return surplus
+
+    def _samples(self, side: Side, wanted: set[int]) -> dict[int, Row]:
+        out: dict[int, Row] = {}
+        for batch in self.sides.server(side).stream(self.sql[side].all_rows(), "reading differing keyless rows"):
+            for row in batch:
+                h = int(row[-1] or 0)
+                if h in wanted and h not in out:
+                    out[h] = row[:-1]
+        return out
+
+    def multiset(self) -> Iterator[RowDiff]:
+        """A keyless table as a multiset: rows whose number of copies differs, with the surplus."""
+        surplus = self._surplus()
+        if not surplus:
+            return
+        ms, rs = self.sides.both(
+            lambda s: self._samples("master", {h for h, n in surplus.items() if n > 0}),
+            lambda s: self._samples("replica", {h for h, n in surplus.items() if n < 0}),
+        )
+        for h, n in sorted(surplus.items()):
+            if n > 0:
+                yield RowDiff(self.index, None, ms.get(h), None, h, None, copies=n)
+            else:
+                yield RowDiff(self.index, None, None, rs.get(h), None, h, copies=-n)
+
+    # --- walking a segment -------------------------------------------------------------------------------
+    def walk(self, segment: Segment) -> Iterator[Event]:
+        """Every chunk of `segment`; a table altered under us ends the walk with an Uncovered event."""
+        lower = segment.lower
+        try:
+            if not self.plan.key:
+                yield from self.chunk(None, None)
+                return
+            target = float(self.settings.min_chunk_rows)
+            density = segment.density
+            while True:
+                upper = self._next_upper(segment, lower, target, density)
+                rows, seconds = 0, 0.0
+                for event in self.chunk(lower, upper):
+                    if isinstance(event, ChunkDone):
+                        rows, seconds = max(event.master.count, event.replica.count), event.seconds
+                    yield event
+                target, density = self._adapt(target, density, rows, seconds, lower, upper)
+                if upper == segment.upper:
+                    return
+                lower = upper
+        except TableGone as e:
+            yield Uncovered(self.index, lower, segment.upper, f"altered during the audit: {e}")
+        finally:
+            self.close_snapshots()
+
+    def _next_upper(self, segment: Segment, lower: Bound, target: float, density: float) -> Bound:
+        if segment.int_span is not None:
+            start = int(lower[0]) if lower is not None else segment.int_span[0]
+            step = max(1, int(target / max(density, 1e-12)))
+            nxt = start + step
+            if segment.upper is not None and nxt >= int(segment.upper[0]):
+                return segment.upper
+            if segment.upper is None and nxt > segment.int_span[1]:
+                return None
+            return (nxt,)
+        sql = self.sql["master"].boundary(lower, segment.upper, max(1, int(target)))
+        row = self.sides.master.one(sql, "finding a chunk boundary")
+        return decode_key(self.plan, row) if row is not None else segment.upper
+
+    def _adapt(
+        self, target: float, density: float, rows: int, seconds: float, lower: Bound, upper: Bound
+    ) -> tuple[float, float]:
+        """Next chunk's row target from this chunk's rate; integer keys also learn rows per key unit."""
+        s = self.settings
+        new_target = rows / seconds * s.chunk_time_s if rows and seconds > 0 else target * 2
+        new_target = min(float(s.max_chunk_rows), max(float(s.min_chunk_rows), new_target))
+        if lower is not None and upper is not None and self._int_key():
+            span = int(upper[0]) - int(lower[0])
+            density = rows / span if rows and span > 0 else density / 2
+        return new_target, density

@@ -1,0 +1,323 @@
+"""The row audit of a mysql pair, end to end: `audit_tables(...) -> RowsAudit`.
+
+Catalogs (missing_table, extra_table, schema_mismatch) -> segments -> chunk work in Spark tasks ->
+differing rows re-checked live in rounds -> findings (check `rows`), the repair plan, coverage
+metrics and one digest per table and side for a certificate. Nothing is written to either server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from audit.errors import AuditError, ConfigError, SnapshotError, SourceConnectError, SourceError
+from audit.findings import Finding
+from audit.sources.mysql import catalog
+from audit.sources.mysql.chunks import ZERO, ChunkDone, Digest, RowDiff, Sides, Uncovered
+from audit.sources.mysql.client import Server, connect_pair
+from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings, parse_tables
+from audit.sources.mysql.model import TablePlan
+from audit.sources.mysql.repair import RepairPlan
+from audit.sources.mysql.rows import RecheckResult, recheck, to_finding
+from audit.sources.mysql.spark_job import Job, TaskError, TaskStats, events, plan_segments
+from audit.sources.mysql.sql import KeyValue
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+FindingsSink = Callable[[list[Finding]], None]
+_ERRORS: dict[str, type[AuditError]] = {
+    "SourceConnectError": SourceConnectError,
+    "SourceError": SourceError,
+    "SnapshotError": SnapshotError,
+    "ConfigError": ConfigError,
+}
+
+
+@dataclass
+class TableResult:
+    """One table's coverage and digests (the certificate lists these)."""
+
+    table: str
+    key: list[str] | None
+    chunks: int = 0
+    chunks_equal: int = 0
+    chunks_different: int = 0
+    chunks_uncovered: int = 0
+    master: Digest = ZERO
+    replica: Digest = ZERO
+    uncovered: list[str] = field(default_factory=list)
+
+    def as_dict(self, hash_function: str) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "key": self.key,
+            "chunks": self.chunks,
+            "master_rows": self.master.count,
+            "replica_rows": self.replica.count,
+            "master_digest": f"{hash_function}-sum:{self.master.count}:{self.master.total:x}",
+            "replica_digest": f"{hash_function}-sum:{self.replica.count}:{self.replica.total:x}",
+            "equal": self.master == self.replica and not self.uncovered,
+            "uncovered": self.uncovered,
+        }
+
+
+@dataclass
+class RowsAudit:
+    findings: list[Finding]
+    """Every finding, unless `on_findings` received them (then empty)."""
+    counts: dict[str, int]
+    metrics: dict[str, float]
+    tables: list[dict[str, Any]]
+    """Per table: key, chunks, rows and digest per side, equal, uncovered reasons."""
+    uncovered: list[dict[str, Any]]
+    """What was not compared, each with the table, the key range or row, and why."""
+    servers: dict[str, str]
+    """Server versions, by side."""
+    repair_path: Path | None = None
+    repair_statements: int = 0
+
+    def content(self, side: str) -> dict[str, Any]:
+        """One side's content for a verification certificate: rows and digest per table, and overall.
+
+        The overall digest is SHA-256 over the sorted `table count sum` lines, so it is equal on both
+        sides exactly when every table's row count and row-hash sum are.
+        """
+        per_table = {t["table"]: t[f"{side}_digest"] for t in self.tables}
+        lines = "\n".join(f"{name} {digest}" for name, digest in sorted(per_table.items()))
+        return {
+            "algorithm": "per table: COUNT(*) and SUM of the row hash; overall: sha256 of the sorted table lines",
+            "digest": hashlib.sha256(lines.encode()).hexdigest(),
+            "rows": sum(int(t[f"{side}_rows"]) for t in self.tables),
+            "rows_per_table": {t["table"]: t[f"{side}_rows"] for t in self.tables},
+            "digest_per_table": per_table,
+        }
+
+
+@dataclass
+class _Run:
+    plans: list[TablePlan]
+    settings: MySQLSettings
+    results: list[TableResult]
+    candidates: list[RowDiff] = field(default_factory=list)
+    overflow: list[RowDiff] = field(default_factory=list)
+    uncovered: list[dict[str, Any]] = field(default_factory=list)
+    rows_read: dict[str, int] = field(default_factory=lambda: {"master": 0, "replica": 0})
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def fold(self, event: object) -> None:
+        if isinstance(event, TaskError):
+            raise _ERRORS.get(event.error_type, SourceError)(event.message)
+        if isinstance(event, TaskStats):
+            for side, n in event.rows_read.items():
+                self.rows_read[side] += n
+        elif isinstance(event, ChunkDone):
+            r = self.results[event.table]
+            r.chunks += 1
+            r.master, r.replica = r.master + event.master, r.replica + event.replica
+            setattr(r, f"chunks_{event.status}", getattr(r, f"chunks_{event.status}") + 1)
+        elif isinstance(event, RowDiff):
+            full = len(self.candidates) >= self.settings.recheck_max_rows
+            (self.overflow if full else self.candidates).append(event)
+        elif isinstance(event, Uncovered):
+            self.results[event.table].uncovered.append(event.reason)
+            self.uncovered.append(
+                {
+                    "table": self.plans[event.table].display,
+                    "from": _bound(event.lower),
+                    "to": _bound(event.upper),
+                    "rows": event.rows,
+                    "reason": event.reason,
+                }
+            )
+
+
+def _bound(bound: Sequence[KeyValue] | None) -> list[str] | None:
+    return None if bound is None else [v.hex() if isinstance(v, bytes) else str(v) for v in bound]
+
+
+def _parallelism(spark: SparkSession | None, settings: MySQLSettings) -> int:
+    if settings.parallelism:
+        return settings.parallelism
+    return int(spark.sparkContext.defaultParallelism) if spark is not None else 1
+
+
+def audit_tables(
+    spark: SparkSession | None,
+    master_url: str,
+    replica_url: str,
+    tables: Sequence[str] | None = None,
+    settings: MySQLSettings | None = None,
+    work_dir: Path | None = None,
+    check_replication: bool = True,
+    *,
+    pair: str = "",
+    repair_path: Path | None = None,
+    on_findings: FindingsSink | None = None,
+) -> RowsAudit:
+    """Compare the tables of a master and a replica row by row (docs/mysql.md).
+
+    `spark` None runs the chunk work in this process (small audits, tests); `repair_path` defaults to
+    `work_dir/repair/<pair>.sql` when a work_dir is given. Raises ConfigError (bad URL, table that
+    does not exist: exit 2) and SourceError / SourceConnectError (unreachable, access denied: exit 3).
+    """
+    started = time.time()
+    settings = settings or MySQLSettings()
+    patterns = parse_tables(tables)
+    master_ep = MySQLEndpoint.from_url(master_url, "master")
+    replica_ep = MySQLEndpoint.from_url(replica_url, "replica")
+    master, replica = connect_pair(master_ep, replica_ep, read_timeout_s=settings.read_timeout_s)
+    sides = Sides(master, replica)
+    try:
+        m_list, r_list = catalog.list_tables(master), catalog.list_tables(replica)
+        catalog.probe_missing((master, replica), patterns, set(m_list) | set(r_list))
+        names = catalog.select_tables(patterns, m_list, r_list)
+        if not names:
+            raise SourceError(
+                f"no base table visible on master {master_ep.where} or replica {replica_ep.where}: "
+                "the auditor needs SELECT on the tables to audit",
+                where=master_ep.where,
+            )
+        m_defs = catalog.load_definitions(master, [n for n in names if n in m_list], m_list)
+        r_defs = catalog.load_definitions(replica, [n for n in names if n in r_list], r_list)
+        plans, schema_findings = catalog.compare_catalogs(names, m_defs, r_defs)
+        tasks = _parallelism(spark, settings)
+        segments = plan_segments(master, replica, plans, tasks, settings)
+        run = _Run(plans, settings, [TableResult(p.display, list(p.key) or None) for p in plans])
+        job = Job(master_ep, replica_ep, tuple(plans), tuple(segments), settings, check_replication)
+        t_chunks = time.time()
+        for event in events(spark, job, tasks):
+            run.fold(event)
+        t_recheck = time.time()
+        rechecked = recheck(sides, plans, run.candidates, settings, check_replication)
+        run.phases = {
+            "plan_s": t_chunks - started,
+            "chunks_s": t_recheck - t_chunks,
+            "recheck_s": time.time() - t_recheck,
+        }
+        altered = _altered_tables(master, replica, plans, names, m_list, r_list)
+        servers = {"master": master.version, "replica": replica.version}
+    finally:
+        sides.close()
+
+    for i in altered:
+        run.results[i].uncovered.append("definition changed during the audit")
+        run.uncovered.append({"table": plans[i].display, "reason": "definition changed during the audit"})
+    for d in rechecked.in_flight:
+        run.uncovered.append(
+            {
+                "table": plans[d.table].display,
+                "row": _bound(d.key),
+                "reason": "written on the master in every recheck round",
+            }
+        )
+    checked = settings.recheck_rounds > 0
+    keep = [d for d in [*rechecked.persisting, *run.overflow] if d.table not in altered]
+    row_findings = [
+        to_finding(plans[d.table], d, settings.hash_function, rechecked=checked)
+        for d in rechecked.persisting
+        if d.table not in altered
+    ] + [
+        to_finding(plans[d.table], d, settings.hash_function, rechecked=False)
+        for d in run.overflow
+        if d.table not in altered
+    ]
+    findings = [*schema_findings, *row_findings]
+    counts: dict[str, int] = {}
+    for f in findings:
+        counts[f.category] = counts.get(f.category, 0) + 1
+
+    if repair_path is None and work_dir is not None:
+        repair_path = work_dir / "repair" / f"{pair or 'pair'}.sql"
+    statements = 0
+    if repair_path is not None:
+        with RepairPlan(repair_path, replica_ep.shown, pair, mysql_json=master.flavor == "mysql") as plan_file:
+            for i, plan in enumerate(plans):
+                mine = [d for d in keep if d.table == i]
+                if mine and plan.signatures[0] != plan.signatures[1]:
+                    plan_file.note(f"{plan.display}: definitions differ; only the common columns are written")
+                plan_file.add(plan, mine)
+            statements = plan_file.statements
+
+    if on_findings is not None:
+        for i in range(0, len(findings), 10_000):
+            on_findings(findings[i : i + 10_000])
+        findings = []
+    metrics = _metrics(run, rechecked, plans, m_list, r_list, names, counts, started, len(segments))
+    return RowsAudit(
+        findings=findings,
+        counts=counts,
+        metrics=metrics,
+        tables=[r.as_dict(settings.hash_function) for r in run.results],
+        uncovered=run.uncovered,
+        servers=servers,
+        repair_path=repair_path,
+        repair_statements=statements,
+    )
+
+
+def _altered_tables(
+    master: Server,
+    replica: Server,
+    plans: list[TablePlan],
+    names: list[catalog.TableName],
+    m_list: dict[catalog.TableName, int],
+    r_list: dict[catalog.TableName, int],
+) -> set[int]:
+    """Tables whose definition (either side) is not the one planned with."""
+    by_name = {(p.schema, p.name): i for i, p in enumerate(plans)}
+    wanted = [n for n in names if n in by_name]
+    now_m = catalog.load_definitions(master, wanted, m_list)
+    now_r = catalog.load_definitions(replica, wanted, r_list)
+    out = set()
+    for name, i in by_name.items():
+        m, r = now_m.get(name), now_r.get(name)
+        if m is None or r is None or (m.signature(), r.signature()) != plans[i].signatures:
+            out.add(i)
+    return out
+
+
+def _metrics(
+    run: _Run,
+    rechecked: RecheckResult,
+    plans: list[TablePlan],
+    m_list: dict[catalog.TableName, int],
+    r_list: dict[catalog.TableName, int],
+    names: list[catalog.TableName],
+    counts: dict[str, int],
+    started: float,
+    segments: int,
+) -> dict[str, float]:
+    res = run.results
+    uncovered_rows = sum(int(u.get("rows") or 0) for u in run.uncovered)
+    return {
+        "tables_selected": len(names),
+        "tables_master": sum(1 for n in names if n in m_list),
+        "tables_replica": sum(1 for n in names if n in r_list),
+        "tables_compared": len(plans),
+        "tables_keyless": sum(1 for p in plans if not p.key),
+        "segments": segments,
+        "chunks": sum(r.chunks for r in res),
+        "chunks_equal": sum(r.chunks_equal for r in res),
+        "chunks_different": sum(r.chunks_different for r in res),
+        "chunks_uncovered": sum(r.chunks_uncovered for r in res),
+        "master_rows": sum(r.master.count for r in res),
+        "replica_rows": sum(r.replica.count for r in res),
+        "rows_compared": sum(max(r.master.count, r.replica.count) for r in res),
+        "master_rows_shipped": run.rows_read["master"],
+        "replica_rows_shipped": run.rows_read["replica"],
+        "row_candidates": len(run.candidates) + len(run.overflow),
+        "rows_unrechecked": len(run.overflow),
+        "rows_converged": rechecked.converged,
+        "rows_in_flight": len(rechecked.in_flight),
+        "recheck_rounds_run": rechecked.rounds_run,
+        "uncovered": len(run.uncovered),
+        "uncovered_rows": uncovered_rows,
+        "duration_s": round(time.time() - started, 3),
+        **{k: round(v, 3) for k, v in run.phases.items()},
+        **{f"findings_{c}": n for c, n in counts.items()},
+    }

@@ -1,0 +1,204 @@
+"""Differing rows: re-checked live in rounds, then turned into findings (check `rows`).
+
+A row that differs once may only be in flight. Each round re-reads the remaining rows by key: on the
+master (in a snapshot whose GTID position it notes), on the replica once it has applied that position,
+then on the master again. A row equal on both sides is dropped (converged); a row the master changed
+between its two reads is being written and cannot be judged this round (in flight); a row the master
+held still while the replica, at or past the master's first read, shows another value is a divergence
+of the replica. Keyless tables are re-compared as multisets; a surplus must persist in every round.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from audit.findings import Finding
+from audit.sources.mysql.chunks import Key, RowDiff, Sides, TableWork
+from audit.sources.mysql.client import Row
+from audit.sources.mysql.endpoint import MySQLSettings
+from audit.sources.mysql.model import Column, TablePlan
+from audit.sources.mysql.sql import decode_value, json_value
+
+SHOWN_VALUE_CHARS = 200
+"""Values longer than this are cut in a finding's detail (the repair plan has them whole)."""
+
+
+def category_of(diff: RowDiff) -> str:
+    if diff.replica_row is None:
+        return "missing_row"
+    if diff.master_row is None:
+        return "extra_row"
+    return "row_mismatch"
+
+
+def differing_columns(plan: TablePlan, diff: RowDiff) -> list[str]:
+    if diff.master_row is None or diff.replica_row is None:
+        return []
+    return [c.name for c, a, b in zip(plan.columns, diff.master_row, diff.replica_row, strict=True) if a != b]
+
+
+def key_json(plan: TablePlan, key: Key) -> bytes:
+    """`[123457]`, `["A-17", 3]`: the key's values as a JSON array in UTF-8 (binary values as 0x<hex>)."""
+    values = [json_value(c, v) for c, v in zip(plan.key_columns, key, strict=True)]
+    return json.dumps(values, ensure_ascii=False, default=str).encode("utf-8")
+
+
+def shown(column: Column, raw: bytes | None) -> object:
+    value = json_value(column, decode_value(column, raw))
+    if isinstance(value, str) and len(value) > SHOWN_VALUE_CHARS:
+        return value[:SHOWN_VALUE_CHARS] + f"... ({len(value)} characters)"
+    return value
+
+
+def _digest(value: int | None, hash_function: str) -> str | None:
+    if value is None:
+        return None
+    return f"{value:016x}" if hash_function == "md5" else f"{value:08x}"
+
+
+def to_finding(plan: TablePlan, diff: RowDiff, hash_function: str, **evidence: object) -> Finding:
+    category = category_of(diff)
+    detail: dict[str, object] = {"table": plan.display}
+    if category == "row_mismatch":
+        cols = differing_columns(plan, diff)
+        by_name = {c.name: (i, c) for i, c in enumerate(plan.columns)}
+        detail["columns"] = cols
+        assert diff.master_row is not None and diff.replica_row is not None
+        detail["values"] = {
+            n: {
+                "master": shown(by_name[n][1], diff.master_row[by_name[n][0]]),
+                "replica": shown(by_name[n][1], diff.replica_row[by_name[n][0]]),
+            }
+            for n in cols
+        }
+    elif diff.key is None:
+        row = diff.master_row if diff.master_row is not None else diff.replica_row
+        if row is not None:
+            detail["row"] = {c.name: shown(c, v) for c, v in zip(plan.columns, row, strict=True)}
+    detail.update(evidence)
+    return Finding(
+        "rows",
+        category,
+        key=key_json(plan, diff.key) if diff.key is not None else None,
+        count=diff.copies,
+        master_digest=_digest(diff.master_hash, hash_function),
+        replica_digest=_digest(diff.replica_hash, hash_function),
+        evidence=detail,
+    )
+
+
+# --- recheck ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RecheckResult:
+    persisting: list[RowDiff] = field(default_factory=list)
+    in_flight: list[RowDiff] = field(default_factory=list)
+    converged: int = 0
+    rounds_run: int = 0
+    remaining_per_round: list[int] = field(default_factory=list)
+
+
+def _read(work: TableWork, keys: Sequence[Key]) -> tuple[dict[Key, tuple[Row, int]], ...]:
+    """(master before, replica, master after) rows of `keys`; the replica read once it reached the master."""
+    sides = work.sides
+    with sides.master.snapshot():
+        position = sides.master.gtid_position() if work.check_replication else ""
+        before = work.rows_by_key("master", keys)
+    if work.check_replication:
+        sides.replica.wait_for(position, work.settings.gtid_wait_s)
+    replica = work.rows_by_key("replica", keys)
+    after = work.rows_by_key("master", keys)
+    return before, replica, after
+
+
+def _row(read: tuple[Row, int] | None) -> Row | None:
+    return read[0] if read else None
+
+
+def _hash(read: tuple[Row, int] | None) -> int | None:
+    return read[1] if read else None
+
+
+def _recheck_keyed(work: TableWork, diffs: list[RowDiff], result: RecheckResult) -> list[RowDiff]:
+    """One round over one table's keyed rows: what still differs (in flight ones included, marked)."""
+    left: list[RowDiff] = []
+    for i in range(0, len(diffs), 500):
+        batch = diffs[i : i + 500]
+        before, replica, after = _read(work, [d.key for d in batch if d.key is not None])
+        for d in batch:
+            assert d.key is not None
+            fresh = reread(d, before.get(d.key), replica.get(d.key), after.get(d.key))
+            if fresh is None:
+                result.converged += 1
+            else:
+                left.append(fresh)
+    return left
+
+
+def reread(
+    diff: RowDiff,
+    master_before: tuple[Row, int] | None,
+    replica: tuple[Row, int] | None,
+    master_after: tuple[Row, int] | None,
+) -> RowDiff | None:
+    """A row's verdict from one recheck round: None when both sides agree now; else the row as now read,
+    `in_flight` when the master changed it between its two reads (the replica read in between)."""
+    m1, r, m2 = _row(master_before), _row(replica), _row(master_after)
+    if m1 == r:
+        return None
+    return RowDiff(diff.table, diff.key, m1, r, _hash(master_before), _hash(replica), in_flight=m1 != m2)
+
+
+def _recheck_keyless(work: TableWork, diffs: list[RowDiff], result: RecheckResult) -> list[RowDiff]:
+    work.open_snapshots()
+    try:
+        now = {(d.master_hash, d.replica_hash): d for d in work.multiset()}
+    finally:
+        work.close_snapshots()
+    left = []
+    for d in diffs:
+        current = now.get((d.master_hash, d.replica_hash))
+        if current is None:
+            result.converged += 1
+        else:
+            left.append(replace(current, copies=min(current.copies, d.copies)))
+    return left
+
+
+def recheck(
+    sides: Sides,
+    plans: Sequence[TablePlan],
+    diffs: list[RowDiff],
+    settings: MySQLSettings,
+    check_replication: bool,
+) -> RecheckResult:
+    """Re-read `diffs` for settings.recheck_rounds rounds; see the module doc."""
+    result = RecheckResult()
+    remaining = diffs
+    for round_no in range(settings.recheck_rounds):
+        if not remaining:
+            break
+        if round_no:
+            time.sleep(settings.recheck_interval_s)
+        by_table: dict[int, list[RowDiff]] = defaultdict(list)
+        for d in remaining:
+            by_table[d.table].append(d)
+        remaining = []
+        for table, table_diffs in sorted(by_table.items()):
+            work = TableWork(sides, plans[table], table, settings, check_replication)
+            keyed = [d for d in table_diffs if d.key is not None]
+            keyless = [d for d in table_diffs if d.key is None]
+            if keyed:
+                remaining += _recheck_keyed(work, keyed, result)
+            if keyless:
+                remaining += _recheck_keyless(work, keyless, result)
+        result.rounds_run += 1
+        result.remaining_per_round.append(len(remaining))
+    result.persisting = [d for d in remaining if not d.in_flight]
+    result.in_flight = [d for d in remaining if d.in_flight]
+    return result

@@ -1,0 +1,218 @@
+"""SQL text the engine sends: identifier quoting, literals, per-row hashes and per-chunk aggregates.
+
+Everything is rendered to a complete statement string here (no driver-side `%s` formatting, so a `%`
+in a name is just a character) with literals that mean the same under every `sql_mode`: strings are
+quoted with `''` doubling only when they hold no backslash or control character, otherwise written as
+`_utf8mb4 X'..'` (a character string, so it still compares under the column's collation); bytes of
+binary columns are `X'..'`.
+
+Row hash (both sides run the same expression over the columns they have in common):
+
+    CRC32(CONCAT_WS('#', e1, ..., en, CONCAT(ISNULL(n1), ...), CONCAT_WS(',', LENGTH(s1), ...)))
+
+`ei` is each column's normalised text (see `column_expr`); the ISNULL flags of the columns that may be
+NULL (on either side) make NULL differ from '' and from a missing value (CONCAT_WS skips NULLs); the
+byte lengths of the columns whose text may contain '#' (strings, binaries, JSON; enums and sets with
+a '#' in a value), all but the last, make the encoding unambiguous (`'a#','b'` vs `'a','#b'`). CRC32 detects every
+change of up to 32 adjacent bits; `hash_function: md5` gives 64 bits.
+A chunk's digest is `COUNT(*)` and `SUM(hash)`: a sum, not pt-table-checksum's BIT_XOR, so two equal
+rows do not cancel out (a keyless table is a multiset) and swapping values between two rows of equal
+length (which XOR of CRCs cannot see: CRC is linear) changes it; it is order-independent and additive,
+so a table's digest is the sum of its chunks' whatever the chunking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Literal
+
+from audit.sources.mysql.model import Column
+
+HashFunction = Literal["crc32", "md5"]
+KeyValue = int | Decimal | float | str | bytes
+Bound = tuple[KeyValue, ...] | None
+
+INT_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
+EXACT_TYPES = INT_TYPES | {"decimal", "numeric"}
+FLOAT_TYPES = frozenset({"float", "double", "real"})
+BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point",
+                          "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+                          "geometrycollection"})  # fmt: skip
+TEXT_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"})
+TEMPORAL_TYPES = frozenset({"date", "datetime", "timestamp", "time", "year"})
+
+
+def quote_ident(name: str) -> str:
+    """`name` as a backquoted identifier: backquotes doubled, anything else (spaces, é, %) kept."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def table_ref(schema: str, table: str) -> str:
+    return f"{quote_ident(schema)}.{quote_ident(table)}"
+
+
+def string_literal(text: str) -> str:
+    if "\\" in text or any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
+        return "_utf8mb4 X'" + text.encode("utf-8").hex().upper() + "'"
+    return "'" + text.replace("'", "''") + "'"
+
+
+def literal(value: KeyValue | None) -> str:
+    """A SQL literal for a typed value (see module doc): safe whatever the server's sql_mode."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int | Decimal):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, bytes):
+        return "X'" + value.hex().upper() + "'"
+    return string_literal(value)
+
+
+# --- typed values ----------------------------------------------------------------------------------------
+
+
+def may_hold_separator(column: Column) -> bool:
+    """Whether the column's text may contain '#' (an ENUM or SET only if one of its values does)."""
+    if column.data_type in ("enum", "set"):
+        return "#" in column.column_type
+    return column.data_type in TEXT_TYPES or column.data_type in BINARY_TYPES
+
+
+def decode_value(column: Column, raw: bytes | None) -> KeyValue | None:
+    """A value read as text-protocol bytes, typed so that it can be sent back as a literal."""
+    if raw is None:
+        return None
+    t = column.data_type
+    if t in INT_TYPES or t == "bit":
+        return int(raw)
+    if t in ("decimal", "numeric"):
+        return Decimal(raw.decode())
+    if t in FLOAT_TYPES:
+        return float(raw)
+    if t in BINARY_TYPES:
+        return bytes(raw)
+    return raw.decode("utf-8", errors="surrogateescape")
+
+
+def json_value(column: Column, value: KeyValue | None) -> object:
+    """A value as shown in a finding's key/detail: numbers as numbers, bytes as `0x<hex>`."""
+    if value is None or isinstance(value, int | float):
+        return value
+    if isinstance(value, bytes):
+        return "0x" + value.hex()
+    if isinstance(value, str) and column.data_type not in BINARY_TYPES:
+        return value.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace")
+    return str(value)
+
+
+def from_json_value(column: Column, value: object) -> KeyValue | None:
+    """Inverse of json_value for key columns (the Spark tasks pass keys as JSON)."""
+    if value is None:
+        return None
+    t = column.data_type
+    if t in BINARY_TYPES:
+        assert isinstance(value, str) and value.startswith("0x")
+        return bytes.fromhex(value[2:])
+    if t in ("decimal", "numeric"):
+        return Decimal(str(value))
+    if isinstance(value, int | float | str):
+        return value
+    raise ValueError(f"not a key value: {value!r}")
+
+
+# --- expressions ----------------------------------------------------------------------------------------
+
+
+def column_expr(column: Column, peer: Column | None = None) -> str:
+    """The normalised text of a column, so that equal values hash equal on both sides.
+
+    FLOAT is widened to DOUBLE (its own text keeps 6 digits and would hide changes); BIT is shown as
+    its number; TIMESTAMP needs the session time zone every connection sets ('+00:00'). When the
+    two sides define the column differently (`peer`, a schema_mismatch), the value is brought to a
+    form both types share: exact numbers without trailing zeros, text in utf8mb4, times with 6 digits.
+    """
+    c = quote_ident(column.name)
+    t = column.data_type
+    if t == "bit":
+        return f"CAST({c} AS UNSIGNED)"
+    if t == "float":
+        return f"CAST({c} AS DOUBLE)"
+    if peer is None or (peer.column_type == column.column_type and peer.charset == column.charset):
+        return c
+    p = peer.data_type
+    if t in EXACT_TYPES and p in EXACT_TYPES:
+        text = f"CAST({c} AS DECIMAL(65,30))"
+        return f"TRIM(TRAILING '.' FROM TRIM(TRAILING '0' FROM {text}))"
+    if t in FLOAT_TYPES and p in FLOAT_TYPES:
+        return f"CAST({c} AS DOUBLE)"
+    if t in ("datetime", "timestamp") and p in ("datetime", "timestamp"):
+        return f"CAST({c} AS DATETIME(6))"
+    if t == "time" and p == "time":
+        return f"CAST({c} AS TIME(6))"
+    if t in TEXT_TYPES and p in TEXT_TYPES:
+        return f"CONVERT({c} USING utf8mb4)"
+    return c
+
+
+def row_string(exprs: Sequence[str], nullable: Sequence[bool], separable: Sequence[bool]) -> str:
+    """The text a row hashes: see the module doc (flags only where needed: they cost ~10% each)."""
+    flags = [f"ISNULL({e})" for e, n in zip(exprs, nullable, strict=True) if n]
+    # With k columns that may hold '#', the lengths of k - 1 of them pin every field: the last one's
+    # extent is what is left between its neighbours, which cannot hold '#'.
+    lengths = [f"LENGTH({e})" for e, s in zip(exprs, separable, strict=True) if s][:-1]
+    parts = list(exprs)
+    if flags:
+        parts.append("CONCAT(" + ", ".join(flags) + ")")
+    if lengths:
+        parts.append("CONCAT_WS(',', " + ", ".join(lengths) + ")")
+    return "CONCAT_WS('#', " + ", ".join(parts) + ")"
+
+
+def row_hash(
+    exprs: Sequence[str], nullable: Sequence[bool], separable: Sequence[bool], function: HashFunction = "crc32"
+) -> str:
+    text = row_string(exprs, nullable, separable)
+    if function == "md5":
+        return f"CAST(CONV(LEFT(MD5({text}), 16), 16, 10) AS UNSIGNED)"
+    return f"CRC32({text})"
+
+
+# --- key ranges -----------------------------------------------------------------------------------------
+
+
+def _compare(cols: Sequence[str], values: Sequence[KeyValue], last_op: str) -> str:
+    """Row-constructor comparison `(c1, c2) <op> (v1, v2)` spelt out so the optimiser makes it a range."""
+    ors = []
+    for i in range(len(cols)):
+        eqs = [f"{quote_ident(cols[j])} = {literal(values[j])}" for j in range(i)]
+        op = last_op if i == len(cols) - 1 else last_op[0]
+        ors.append(" AND ".join([*eqs, f"{quote_ident(cols[i])} {op} {literal(values[i])}"]))
+    return ors[0] if len(ors) == 1 else "(" + " OR ".join(f"({o})" for o in ors) + ")"
+
+
+def range_where(key: Sequence[str], lower: Bound, upper: Bound) -> str:
+    """`lower <= key < upper` (None: unbounded) as a WHERE condition."""
+    conds = []
+    if lower is not None:
+        conds.append(_compare(key, lower, ">="))
+    if upper is not None:
+        conds.append(_compare(key, upper, "<"))
+    return " AND ".join(conds) if conds else "1=1"
+
+
+def key_in(key: Sequence[str], keys: Sequence[Sequence[KeyValue]]) -> str:
+    """`(k1, k2) IN ((..), (..))`, or `k IN (..)` for a one-column key."""
+    if len(key) == 1:
+        return f"{quote_ident(key[0])} IN (" + ", ".join(literal(k[0]) for k in keys) + ")"
+    cols = "(" + ", ".join(quote_ident(k) for k in key) + ")"
+    rows = ", ".join("(" + ", ".join(literal(v) for v in k) + ")" for k in keys)
+    return f"{cols} IN ({rows})"
+
+
+def force_index(index: str | None) -> str:
+    return f" FORCE INDEX ({quote_ident(index)})" if index else ""

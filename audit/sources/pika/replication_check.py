@@ -1,0 +1,146 @@
+"""The pika kind's replication check: server versions, who the slave follows, per-DB state over two samples.
+
+Without servers (a files-only audit of the binlogs) it is skipped, and so is the keyspace. The lag is
+computed from both sides' per-DB `binlog_offset` (Pika's own `lag` counts what the master sent), with
+the binlog file size that turns (filenum, offset) positions into bytes: the pair's `binlog.file_size`,
+else the master's `CONFIG GET binlog-file-size`, else Pika's default.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+
+from audit.inventory import redact_url
+from audit.kernel.check import Check
+from audit.kernel.context import StageContext
+from audit.kernel.state import Offsets
+from audit.sources.pika.info import PikaReplication, parse_pika_replication
+from audit.sources.pika.model import PikaPair
+from audit.sources.pika.replication import PikaSample, lag_total, pika_replication_findings, wrong_master
+from audit.sources.redis.client import connect, info_text
+from audit.sources.redis.replication_check import SAMPLE_GAP_S, host_port
+
+SIDES = ("master", "replica")
+BINLOG_UNIT = "binlog position (bytes)"
+PIKA_PORT = 9221
+FILE_SIZE_METRIC = "binlog_file_size"
+DEFAULT_FILE_SIZE = 100 * 1024 * 1024
+"""Pika's default `binlog-file-size`, when neither the pair, the server nor the files say."""
+
+
+def read_replication(client: redis.Redis) -> tuple[PikaReplication, str]:
+    raw = info_text(client, "replication").decode("utf-8", "replace")
+    return parse_pika_replication(raw), raw
+
+
+def configured_file_size(client: redis.Redis) -> int | None:
+    """The server's binlog-file-size, or None if it will not say."""
+    try:
+        reply = client.execute_command("CONFIG", "GET", "binlog-file-size")
+    except redis.RedisError:
+        return None
+    values = list(reply or [])
+    try:
+        return int(values[1]) if len(values) >= 2 and int(values[1]) > 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+def sample_of(raw: dict[str, Any]) -> PikaSample:
+    """A sample kept in the pair's state (raw INFO texts) parsed back."""
+    return PikaSample(
+        at_ms=raw["at_ms"],
+        master=parse_pika_replication(raw["master"]),
+        slave=parse_pika_replication(raw["replica"]),
+        raw={"master": raw["master"], "replica": raw["replica"]},
+    )
+
+
+def offsets_of(samples: list[PikaSample], dbs: list[int], file_size: int) -> Offsets:
+    """Per-DB binlog positions in bytes (filenum x file size + offset) at the last sample."""
+    last = samples[-1]
+
+    def pos(rep: PikaReplication, db: int) -> float | None:
+        o = rep.binlog.get(db)
+        return float(o.filenum * file_size + o.offset) if o is not None else None
+
+    return Offsets(
+        unit=BINLOG_UNIT,
+        by_db={f"db{d}": {"master": pos(last.master, d), "replica": pos(last.slave, d)} for d in dbs},
+    )
+
+
+class PikaReplicationCheck(Check):
+    name = "replication"
+
+    def __init__(self, pair: PikaPair) -> None:
+        self.pair = pair
+
+    def _clients(self, ctx: StageContext) -> dict[str, redis.Redis]:
+        return {side: connect(str(ctx.url(side)), role=f"{self.pair.name} {side}") for side in SIDES}
+
+    def file_size(self, ctx: StageContext) -> int:
+        if self.pair.binlog is not None and self.pair.binlog.file_size is not None:
+            return self.pair.binlog.file_size
+        configured = ctx.metrics.get(FILE_SIZE_METRIC)
+        return int(configured) if configured else DEFAULT_FILE_SIZE
+
+    def snapshot(self, ctx: StageContext) -> None:
+        if not self.pair.has_servers:
+            why = "no servers in the inventory: files-only audit of the binlogs"
+            ctx.skip_check("keyspace", why)
+            ctx.skip(why)
+            return
+        clients = self._clients(ctx)
+        for side, client in clients.items():
+            server = info_text(client, "server").decode("utf-8", "replace")
+            version = next(
+                (
+                    ln.split(":", 1)[1].strip()
+                    for ln in server.splitlines()
+                    if ln.startswith(("pika_version:", "redis_version:"))
+                ),
+                None,
+            )
+            ctx.state.servers[side] = {"endpoint": redact_url(ctx.url(side)), "version": version}
+        size = configured_file_size(clients["master"])
+        if size is not None:
+            ctx.metrics[FILE_SIZE_METRIC] = size
+        ctx.state.dbs = self.pair.dbs or [0]
+        if not self.pair.check_replication:
+            ctx.skip("check_replication: false")
+            return
+        slave, _ = read_replication(clients["replica"])
+        found = wrong_master(slave, *host_port(str(ctx.url("master")), PIKA_PORT))
+        if found is not None:
+            ctx.add_findings([found])
+            why = f"the slave does not follow this pair's master ({json.dumps(found.evidence, sort_keys=True)})"
+            ctx.skip_check("keyspace", why)
+            ctx.skip(why)
+
+    def _sample(self, ctx: StageContext) -> dict[str, Any]:
+        clients = self._clients(ctx)
+        s_raw = read_replication(clients["replica"])[1]
+        m_raw = read_replication(clients["master"])[1]
+        return {"at_ms": int(time.time() * 1000), "master": m_raw, "replica": s_raw}
+
+    def diff(self, ctx: StageContext) -> None:
+        ctx.data["first_sample"] = self._sample(ctx)
+
+    def recheck(self, ctx: StageContext) -> None:
+        first = ctx.data["first_sample"]
+        time.sleep(max(0.0, SAMPLE_GAP_S - (time.time() * 1000 - first["at_ms"]) / 1000))
+        raw_samples = [first, self._sample(ctx)]
+        samples = [sample_of(r) for r in raw_samples]
+        dbs = ctx.state.dbs or [0]
+        size = self.file_size(ctx)
+        slave_port = host_port(str(ctx.url("replica")), PIKA_PORT)[1]
+        ctx.add_findings(pika_replication_findings(samples, dbs, slave_port, size, self.pair.gate.max_lag_bytes))
+        ctx.metrics["lag_bytes"] = lag_total(samples[-1], dbs, size)
+        ctx.state.replication_samples = raw_samples
+        ctx.state.offsets = offsets_of(samples, dbs, size)
+        ctx.done(f"{len(samples)} INFO samples, dbs {dbs}")

@@ -1,0 +1,173 @@
+"""The keyspace check over the Redis protocol (kind redis; kind pika composes it too).
+
+snapshot: SCAN each db on both sides at once into keys.parquet (audit/sources/redis/snapshot.py).
+diff: the Spark full outer join by (db, key) (audit/diff/keyspace.py); differing keys are candidates.
+recheck: candidates re-read live for a few rounds; what persists becomes findings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from audit.errors import SourceError
+from audit.inventory import redact_url
+from audit.kernel.check import Check, Uncovered
+from audit.kernel.context import StageContext
+from audit.kernel.state import MetricValue, PairState
+from audit.layout import RunDir
+from audit.sources.redis.client import connect
+from audit.sources.redis.info import keyspace_dbs
+from audit.sources.redis.model import KeyspaceSettings
+from audit.sources.redis.resp import RespPipe
+from audit.sources.redis.snapshot import KEYS_FILE, SnapshotOptions, capture_state, snapshot_side
+
+SIDES = ("master", "replica")
+CANDIDATES = "candidates.parquet"
+SURVIVORS = "survivors.parquet"
+WINDOW_BYTES = 1 << 20
+
+
+class KeyspaceCheck(Check):
+    name = "keyspace"
+    coverage = (
+        "master_keys",
+        "replica_keys",
+        "keys_compared",
+        "master_keys_unreadable",
+        "replica_keys_unreadable",
+        "master_scan_duplicates",
+        "replica_scan_duplicates",
+        "master_keys_vanished",
+        "replica_keys_vanished",
+        "recheck_candidates",
+        "recheck_converged",
+        "recheck_in_flight",
+        "recheck_unrechecked",
+    )
+
+    def __init__(self, settings: KeyspaceSettings, *, dbs: list[int] | None, dbs_from_info: bool) -> None:
+        """`dbs` as the pair names them; without them, every db INFO keyspace lists on either side when
+        `dbs_from_info` (Redis), else db 0 (Pika's INFO keyspace is not a reliable list)."""
+        self.settings = settings
+        self.dbs = dbs
+        self.dbs_from_info = dbs_from_info
+
+    def _clients(self, ctx: StageContext) -> dict[str, redis.Redis]:
+        return {side: connect(str(ctx.url(side)), role=f"{ctx.pair.name} {side}") for side in SIDES}
+
+    # --- snapshot ----------------------------------------------------------------------------------
+    def snapshot(self, ctx: StageContext) -> None:
+        clients = self._clients(ctx)
+        dbs, totals = self.dbs or [0], {"master": 0, "replica": 0}
+        if self.dbs_from_info:
+            listed = {
+                side: keyspace_dbs(capture_state(c, with_clients=False)["info_keyspace"]) for side, c in clients.items()
+            }
+            dbs = self.dbs or sorted(set(listed["master"]) | set(listed["replica"])) or [0]
+            totals = {side: sum(found.get(d, 0) for d in dbs) for side, found in listed.items()}
+        s = self.settings
+        options = SnapshotOptions(qps=s.qps, scan_count=s.scan_count, page=s.big_key_elements)
+
+        def one(side: str) -> dict[str, Any]:
+            label = f"{ctx.pair.name} {side}"
+            progress = ctx.progress
+            hook = (lambda n: progress(label, n, totals[side])) if progress else None
+            return snapshot_side(
+                clients[side],
+                side=side,
+                endpoint=redact_url(ctx.url(side)),
+                dbs=dbs,
+                out_dir=ctx.snapshot_dir(side),
+                options=options,
+                on_keys=hook,
+            )
+
+        # Both sides at once: the reads of one key on the two sides are close in time, so fewer
+        # in-flight writes show up as differences, and the wall time halves.
+        with ThreadPoolExecutor(2) as pool:
+            metas = dict(zip(SIDES, pool.map(one, SIDES), strict=True))
+        for side, meta in metas.items():
+            st = meta["stats"]
+            ctx.metrics[f"{side}_keys_scanned"] = st["keys_scanned"]
+            ctx.metrics[f"{side}_keys_vanished"] = st["keys_vanished"]
+            ctx.metrics[f"{side}_snapshot_s"] = meta["duration_s"]
+            ctx.metrics[f"{side}_keys_per_s"] = round(st["keys_scanned"] / max(meta["duration_s"], 1e-6))
+            ctx.metrics[f"{side}_commands"] = st["commands"]
+        ctx.state.dbs = dbs
+        ctx.done(f"dbs {dbs}")
+
+    # --- diff ---------------------------------------------------------------------------------------
+    def diff(self, ctx: StageContext) -> None:
+        from audit.diff.keyspace import diff_snapshots
+
+        started = time.time()
+        m_path, r_path = (str(ctx.snapshot_dir(side) / KEYS_FILE) for side in SIDES)
+        candidates = str(ctx.work_dir() / CANDIDATES)
+        coverage = diff_snapshots(ctx.spark(), m_path, r_path, candidates, self.settings.ttl_tolerance_ms)
+        ctx.metrics.update(coverage)
+        ctx.metrics["diff_s"] = round(time.time() - started, 3)
+
+    # --- recheck --------------------------------------------------------------------------------------
+    def recheck(self, ctx: StageContext) -> None:
+        from audit.diff.findings import keyspace_findings
+        from audit.sources.redis.recheck import recheck
+
+        clients = self._clients(ctx)
+        spark = ctx.spark()
+        s = self.settings
+        cands = spark.read.parquet(str(ctx.work_dir() / CANDIDATES))
+        total = int(ctx.metrics.get("candidates") or 0)
+        to_check = cands.limit(s.recheck_max_keys) if total > s.recheck_max_keys else cands
+        pipes = [RespPipe(clients[side]) for side in SIDES]  # few keys: no rate limiter needed
+        try:
+            survivors, stats = recheck(
+                spark,
+                to_check,
+                *pipes,
+                rounds=s.recheck_rounds,
+                interval_s=s.recheck_interval_s,
+                tolerance_ms=s.ttl_tolerance_ms,
+                page=s.big_key_elements,
+                window_bytes=WINDOW_BYTES,
+            )
+        except (OSError, ConnectionError, redis.RedisError) as e:
+            raise SourceError(f"pair {ctx.pair.name}: recheck failed: {e}") from None
+        finally:
+            for p in pipes:
+                p.close()
+        found = keyspace_findings(survivors, stats.rounds_run)
+        if total > s.recheck_max_keys:
+            rest = cands.join(to_check.select("db", "key"), on=["db", "key"], how="left_anti")
+            found = found.unionByName(keyspace_findings(rest, 0))
+        ctx.add_findings_frame(found)
+        ctx.metrics.update(
+            recheck_candidates=stats.candidates,
+            recheck_converged=stats.converged,
+            recheck_in_flight=stats.in_flight,
+            recheck_rounds=stats.rounds_run,
+            recheck_unrechecked=max(0, total - s.recheck_max_keys),
+        )
+
+    # --- what the summary, the gate and a certificate need ----------------------------------------------
+    def uncovered(self, metrics: Mapping[str, MetricValue]) -> list[Uncovered]:
+        unreadable = int(metrics.get("master_keys_unreadable") or 0) + int(metrics.get("replica_keys_unreadable") or 0)
+        unrechecked = int(metrics.get("recheck_unrechecked") or 0)
+        return [
+            Uncovered(unreadable, f"{unreadable} keys could not be read (see snapshots/*/snapshot.json errors_sample)"),
+            Uncovered(
+                unrechecked,
+                f"{unrechecked} divergent keys reported without a live recheck (over recheck_max_keys)",
+                gated=False,
+            ),
+        ]
+
+    def certify(self, run: RunDir, state: PairState, side: str) -> dict[str, Any]:
+        from audit.sources.redis.content import side_certificate
+
+        return side_certificate(Path(run.snapshot(state.pair, side)), state, side)

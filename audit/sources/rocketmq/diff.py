@@ -1,0 +1,284 @@
+"""Spark diff of a RocketMQ master's commit log against its slave's, as small DataFrame transforms.
+
+A slave's commit-log files are byte copies of the master's (HA ships raw bytes), so over the range both
+hold the same offsets must hold the same bytes. The diff therefore works in three passes, each a Spark
+job with one task per file:
+
+1. chunk hashes: every file is hashed in fixed chunks (4 MiB) on both sides; equal chunks are done;
+2. the slave's files are scanned, keeping the records of differing chunks (plus every BLANK, damaged
+   record and a per-file summary row); then the master's, keeping the records of differing chunks and
+   the records whose UNIQ_KEY one of those slave records carries (to tell a duplicate from a stray);
+3. the kept records are compared record by record and classified, and contiguous runs become one finding.
+
+Categories: ``missing_range`` (master records the slave lacks, master coordinates), ``duplicate_range``
+(slave records that repeat a message the slave already holds elsewhere, slave coordinates),
+``divergent_entry`` (the same message with other bytes, or a slave record no rule explains),
+``stale_replica_data`` (slave records of another master: other store host, or older than the master's
+log), and every ``corrupt_record`` / ``torn_tail`` of either side. A damaged record stops the reading
+of its file, so the rest of that file is "not compared", never "missing".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from audit.findings import FINDINGS_SCHEMA, Finding
+from audit.sources.rocketmq.record_diff import (
+    at_same_offset,
+    bridged_end,
+    by_message,
+    candidates,
+    classify,
+    findings_frame,
+    ranges,
+    runs,
+)
+from audit.sources.rocketmq.spark_store import (
+    CHUNK_BYTES,
+    MAX_LOOKUP_KEYS,
+    Chunk,
+    Keep,
+    chunk_hashes,
+    coalesce_ranges,
+    compare_chunks,
+    read_store,
+)
+from audit.sources.rocketmq.store import CommitLogFile
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class StoreDiff:
+    findings: DataFrame
+    """Rows with the columns of FINDINGS_SCHEMA (run_id, pair and kind left for the pipeline to stamp)."""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    """Coverage: bytes and records per side, the common range, chunks equal/different, what was compared."""
+    cached: tuple[DataFrame, ...] = ()
+    """The scans' kept rows, persisted: `findings` reads them. Call release() once the findings are written
+    (after it, reading `findings` again parses both stores again)."""
+
+    def release(self) -> None:
+        for df in self.cached:
+            df.unpersist()
+
+
+# --- the Spark tasks (run in Python workers; one task per file) -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Side:
+    """What the driver learns from a scan's non-record rows (a handful per file)."""
+
+    files: tuple[CommitLogFile, ...]
+    ends: dict[int, int]
+    sizes: dict[int, int]
+    summaries: dict[int, dict[str, Any]]
+    damage: tuple[dict[str, Any], ...]
+    blanks: dict[int, int]
+    """BLANK offset -> the end of its file."""
+
+    @property
+    def min_offset(self) -> int | None:
+        return self.files[0].start if self.files else None
+
+    @property
+    def max_offset(self) -> int | None:
+        return self.ends.get(self.files[-1].start) if self.files else None
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(self.ends[f.start] - f.start for f in self.files if f.start in self.ends)
+
+    def total(self, key: str) -> int:
+        return sum(int(s.get(key) or 0) for s in self.summaries.values())
+
+    def not_read(self) -> list[tuple[int, int]]:
+        """From each damaged record to its file's end: bytes this side could not read."""
+        return [
+            (int(d["phys_offset"]), int(d["file_start"]) + self.sizes.get(int(d["file_start"]), 0)) for d in self.damage
+        ]
+
+    @property
+    def first_store_ts(self) -> int | None:
+        values = [s["first_store_ts"] for s in self.summaries.values() if s.get("first_store_ts") is not None]
+        return min(values) if values else None
+
+    @property
+    def store_hosts(self) -> list[str]:
+        return sorted({h for s in self.summaries.values() for h in s.get("store_hosts") or []})
+
+
+def _learn(files: Sequence[CommitLogFile], rows: DataFrame) -> _Side:
+    """One small job: the rows that are not records (a few per file)."""
+    cols = ["row_kind", "phys_offset", "size", "magic", "file_start", "detail"]
+    small = rows.where(F.col("row_kind") != "record").select(*cols).collect()
+    ends = {r.file_start: r.phys_offset for r in small if r.row_kind == "end"}
+    sizes = {r.file_start: r.size for r in small if r.row_kind == "end"}
+    summaries = {r.file_start: json.loads(r.detail) for r in small if r.row_kind == "end"}
+    blanks = {r.phys_offset: r.phys_offset + r.size for r in small if r.row_kind == "blank"}
+    damage = tuple(
+        sorted(
+            (r.asDict() for r in small if r.row_kind in ("corrupt_record", "torn_tail")), key=lambda d: d["phys_offset"]
+        )
+    )
+    return _Side(tuple(files), ends, sizes, summaries, damage, blanks)
+
+
+def _lookup_keys(side: _Side, rows: DataFrame, limit: int) -> frozenset[str] | None:
+    """The UNIQ_KEYs of the slave's records in differing chunks, unless there are more than `limit`."""
+    n = side.total("keyed_in_ranges")
+    if n > limit:
+        return None
+    if n == 0:
+        return frozenset()
+    keyed = rows.where((F.col("row_kind") == "record") & F.col("in_ranges") & F.col("uniq_key").isNotNull())
+    return frozenset(r.uniq_key for r in keyed.select("uniq_key").collect())
+
+
+def _damage_findings(side: str, s: _Side) -> list[Finding]:
+    out = []
+    for d in s.damage:
+        start, size = int(d["phys_offset"]), d["size"]
+        file_end = int(d["file_start"]) + s.sizes.get(int(d["file_start"]), 0)
+        fits = size is not None and size > 0 and start + size <= file_end
+        scan = json.loads(d["detail"]) if d["detail"] else {}
+        evidence = {
+            "side": side,
+            "file": f"{int(d['file_start']):020d}",
+            "position": start - int(d["file_start"]),
+            "declared_size": size,
+            "magic": None if d["magic"] is None else d["magic"] & 0xFFFFFFFF,
+            "not_read_bytes": file_end - start,
+            **scan,
+        }
+        out.append(
+            Finding(
+                "commitlog",
+                d["row_kind"],
+                start=str(start),
+                end=str(start + size) if fits else None,
+                start_num=start,
+                end_num=start + size if fits else None,
+                count=1,
+                bytes=size if fits else None,
+                evidence=evidence,
+            )
+        )
+    return out
+
+
+def _chunk_plan(chunks: list[Chunk], lo: int, hi: int) -> tuple[tuple[tuple[int, int], ...], dict[str, int]]:
+    """Differing chunk ranges within [lo, hi) and the chunk counts over that range."""
+    differ: list[tuple[int, int]] = []
+    counts = {"chunks_compared": 0, "chunks_equal": 0, "chunks_different": 0, "bytes_equal_by_hash": 0}
+    for c in chunks:
+        a, b = c.start, c.start + c.length
+        if b <= lo or a >= hi:
+            continue
+        counts["chunks_compared"] += 1
+        if c.equal:
+            counts["chunks_equal"] += 1
+            counts["bytes_equal_by_hash"] += min(b, hi) - max(a, lo)
+        else:
+            counts["chunks_different"] += 1
+            differ.append((max(a, lo), min(b, hi)))
+    return coalesce_ranges(differ), counts
+
+
+def _record_findings(cands: DataFrame, master: _Side, replica: _Side) -> DataFrame:
+    """The record-level findings: classified candidates, coalesced into ranges, as findings rows."""
+    hosts, first_ts = master.store_hosts, master.first_store_ts
+    aligned = by_message(at_same_offset(cands), replica_lo=replica.min_offset or 0, replica_hi=replica.max_offset or 0)
+    classified = classify(aligned, master_hosts=hosts, master_first_ts=first_ts)
+    bridged = bridged_end(classified, {"master": master.blanks, "replica": replica.blanks})
+    return findings_frame(ranges(runs(bridged), hosts, first_ts))
+
+
+def diff_stores(
+    spark: SparkSession,
+    master_files: Sequence[CommitLogFile],
+    replica_files: Sequence[CommitLogFile],
+    *,
+    chunk_bytes: int = CHUNK_BYTES,
+    max_lookup_keys: int = MAX_LOOKUP_KEYS,
+) -> StoreDiff:
+    """Diff a master's commit log against its slave's (see the module docstring); findings and coverage."""
+    from pyspark import StorageLevel
+
+    if not master_files or not replica_files:
+        raise ValueError("both sides need commit-log files")
+    sides = {"master": master_files, "replica": replica_files}
+    chunk_rows = compare_chunks(chunk_hashes(spark, sides, chunk_bytes).collect())
+    file_lo = max(master_files[0].start, replica_files[0].start)
+    file_hi = min(_file_end(master_files[-1]), _file_end(replica_files[-1]))
+    plan, _ = _chunk_plan(chunk_rows, file_lo, file_hi)
+
+    level = StorageLevel.MEMORY_AND_DISK
+    replica_rows = read_store(spark, replica_files, keep=Keep(plan)).persist(level)
+    replica = _learn(replica_files, replica_rows)
+    slave_keys = _lookup_keys(replica, replica_rows, max_lookup_keys)
+    keys = slave_keys or frozenset()
+    replica_max = replica.max_offset if replica.max_offset is not None else file_lo
+    master_plan = coalesce_ranges([(a, min(b, replica_max + 1)) for a, b in plan if a <= replica_max])
+    master_rows = read_store(spark, master_files, keep=Keep(master_plan, keys)).persist(level)
+    master = _learn(master_files, master_rows)
+
+    lo = max(master.min_offset or 0, replica.min_offset or 0)
+    hi = min(master.max_offset or 0, replica.max_offset or 0)
+    compare_plan, counts = _chunk_plan(chunk_rows, lo, hi)
+    damage = [
+        f.to_row(None, None, None) for f in _damage_findings("master", master) + _damage_findings("replica", replica)
+    ]
+    findings = spark.createDataFrame(pa.Table.from_pylist(damage, schema=FINDINGS_SCHEMA))
+    compared_counts = {"m": 0, "r": 0}
+    if compare_plan:  # else every chunk of the common range is byte-equal: nothing to compare record by record
+        cands = candidates(master_rows, replica_rows, lo, hi, master.not_read(), replica.not_read())
+        findings = _record_findings(cands, master, replica).unionByName(findings)
+        compared_counts = (
+            cands.agg(
+                F.count_if(F.col("compared") & (F.col("side") == "master")).alias("m"),
+                F.count_if(F.col("compared") & (F.col("side") == "replica")).alias("r"),
+            )
+            .collect()[0]
+            .asDict()
+        )
+
+    not_compared = sum(max(0, min(b, hi) - max(a, lo)) for a, b in master.not_read() + replica.not_read())
+    metrics: dict[str, Any] = {
+        "master_files": len(master_files),
+        "replica_files": len(replica_files),
+        "master_min_offset": master.min_offset,
+        "master_max_offset": master.max_offset,
+        "replica_min_offset": replica.min_offset,
+        "replica_max_offset": replica.max_offset,
+        "master_bytes": master.data_bytes,
+        "replica_bytes": replica.data_bytes,
+        "master_records": master.total("records"),
+        "replica_records": replica.total("records"),
+        "common_start": lo,
+        "common_end": max(hi, lo),
+        "common_bytes": max(hi - lo, 0),
+        "chunk_bytes": chunk_bytes,
+        **counts,
+        "bytes_compared": max(hi - lo, 0) - not_compared,
+        "bytes_not_compared": not_compared,
+        "master_records_compared": int(compared_counts["m"]),
+        "replica_records_compared": int(compared_counts["r"]),
+        "master_damaged_records": len(master.damage),
+        "replica_damaged_records": len(replica.damage),
+        "duplicate_lookup": "whole master log" if slave_keys is not None else "differing chunks only",
+    }
+    return StoreDiff(findings=findings, metrics=metrics, cached=(master_rows, replica_rows))
+
+
+def _file_end(f: CommitLogFile) -> int:
+    return f.start + f.path.stat().st_size

@@ -1,0 +1,465 @@
+"""The columnar commit-log scanner: one file's bytes in, Arrow batches of RECORD_SCHEMA out. Pure.
+
+Per record, Python does three things: follow TOTALSIZE (_walk), CRC the body and hash the record. Every
+field is then read for all records at once with numpy gathers, and strings are Arrow views into the
+file's bytes, copied once by a cast. The checks follow the broker's reader: length formula, body CRC,
+PHYSICALOFFSET; the byte layout is in audit/sources/rocketmq/format.py.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+
+from audit.sources.rocketmq.columns import (
+    I64Array,
+    U8Array,
+    _as_text,
+    _gather,
+    _native,
+    _properties,
+    _views,
+)
+from audit.sources.rocketmq.format import (
+    BASE_LENGTH,
+    BORNHOST_V6_FLAG,
+    FRAME,
+    HEAD,
+    I16,
+    MAGIC_BLANK,
+    MAGIC_V1,
+    MAGIC_V2,
+    OFF_BORN_HOST,
+    RECORD_SCHEMA,
+    STOREHOST_V6_FLAG,
+    V6_EXTRA,
+    format_host,
+)
+
+_ZERO_CHECK_BLOCK = 16 * 1024 * 1024
+DEFAULT_BATCH_BYTES = 8 * 1024 * 1024
+"""Bytes of records per Arrow batch when scanning a file: bounds the memory of a 1 GiB file's scan."""
+
+
+# Per record, Python does three things: follow TOTALSIZE (_walk), CRC the body and hash the record. Every
+# field is then read for all records at once with numpy gathers, and strings are Arrow views into the
+# file's bytes, copied once by a cast.
+
+_HEAD_DTYPE = np.dtype(
+    [
+        ("size", ">i4"),
+        ("magic", ">i4"),
+        ("body_crc", ">i4"),
+        ("queue_id", ">i4"),
+        ("flag", ">i4"),
+        ("queue_offset", ">i8"),
+        ("phys", ">i8"),
+        ("sys_flag", ">i4"),
+        ("born_ts", ">i8"),
+    ]
+)
+"""HEAD as a numpy record (the same 48 bytes)."""
+
+
+def _middle_dtype(born_v6: bool, store_v6: bool) -> np.dtype[np.void]:
+    """BORNHOST .. BODYLEN: the part whose width depends on the two IPv6 bits."""
+    return np.dtype(
+        [
+            ("born_ip", "V16" if born_v6 else ">u4"),
+            ("born_port", ">i4"),
+            ("store_ts", ">i8"),
+            ("store_ip", "V16" if store_v6 else ">u4"),
+            ("store_port", ">i4"),
+            ("reconsume_times", ">i4"),
+            ("prepared_tx_offset", ">i8"),
+            ("body_len", ">i4"),
+        ]
+    )
+
+
+_MIDDLE = {(b, s): _middle_dtype(b, s) for b in (False, True) for s in (False, True)}
+_V4V4 = np.dtype(_HEAD_DTYPE.descr + _MIDDLE[False, False].descr)
+assert _HEAD_DTYPE.itemsize == HEAD.size and _V4V4.itemsize == 88
+
+
+def _walk(mv: memoryview, pos: int, end: int, budget_end: int) -> tuple[list[int], int]:
+    """Record starts from `pos` while each frame is a v1/v2 magic with a size that fits; stop past budget_end."""
+    starts: list[int] = []
+    append = starts.append
+    unpack = FRAME.unpack_from
+    last = end - FRAME.size
+    while pos <= last and pos < budget_end:
+        size, magic = unpack(mv, pos)
+        if (magic != MAGIC_V1 and magic != MAGIC_V2) or size < BASE_LENGTH or size > end - pos:
+            break
+        append(pos)
+        pos += size
+    return starts, pos
+
+
+def _hosts(ip: npt.NDArray[Any], port: npt.NDArray[Any], v6: npt.NDArray[np.bool_], raw6: dict[int, bytes]) -> pa.Array:
+    """``ip:port`` per row, formatted once per distinct host (IPv6 rows come pre-sliced in `raw6`)."""
+    key = (ip.astype(np.uint64) << np.uint64(32)) | port.astype(np.uint32).astype(np.uint64)
+    enc = pc.dictionary_encode(pa.array(key, pa.uint64()))
+    labels = [format_host(int(k).to_bytes(8, "big")) for k in enc.dictionary.to_pylist()]
+    hosts = pa.array(labels, pa.string()).take(enc.indices)
+    if v6.any():
+        rows = hosts.to_pylist()
+        for i, raw in raw6.items():
+            rows[i] = format_host(raw)
+        hosts = pa.array(rows, pa.string())
+    return hosts
+
+
+def _repeat(value: str, n: int) -> pa.Array:
+    raw = value.encode()
+    offsets = np.arange(0, len(raw) * (n + 1), len(raw), dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
+
+
+@dataclass(slots=True)
+class _Columns:
+    """The records of one walk as numpy columns, and the first one that failed a check."""
+
+    at: I64Array
+    a: dict[str, npt.NDArray[Any]]
+    first_bad: int | None = None
+    bad_detail: dict[str, Any] = field(default_factory=dict)
+
+    def fail(self, i: int, detail: dict[str, Any]) -> None:
+        if self.first_bad is None or i < self.first_bad:
+            self.first_bad, self.bad_detail = i, detail
+
+    def head(self, n: int) -> _Columns:
+        return _Columns(self.at[:n], {k: v[:n] for k, v in self.a.items()})
+
+
+def _middle(
+    buf: U8Array, at: I64Array, born_v6: npt.NDArray[np.bool_], store_v6: npt.NDArray[np.bool_]
+) -> tuple[dict[str, npt.NDArray[Any]], dict[str, dict[int, bytes]]]:
+    """BORNHOST .. BODYLEN per row when some host is IPv6; IPv6 host bytes are returned per row."""
+    mid_at = at + OFF_BORN_HOST
+    n = len(at)
+    cols: dict[str, npt.NDArray[Any]] = {
+        "born_ip": np.zeros(n, np.uint32),
+        "born_port": np.zeros(n, np.int32),
+        "store_ts": np.zeros(n, np.int64),
+        "store_ip": np.zeros(n, np.uint32),
+        "store_port": np.zeros(n, np.int32),
+        "reconsume_times": np.zeros(n, np.int32),
+        "prepared_tx_offset": np.zeros(n, np.int64),
+        "body_len": np.zeros(n, np.int32),
+        "middle_size": np.zeros(n, np.int64),
+    }
+    raw6: dict[str, dict[int, bytes]] = {"born": {}, "store": {}}
+    for (b6, s6), dtype in _MIDDLE.items():
+        rows = np.flatnonzero((born_v6 == b6) & (store_v6 == s6))
+        if not len(rows):
+            continue
+        m = _gather(buf, mid_at[rows], dtype)
+        for name in ("born_port", "store_ts", "store_port", "reconsume_times", "prepared_tx_offset", "body_len"):
+            cols[name][rows] = _native(m[name])
+        cols["middle_size"][rows] = dtype.itemsize
+        for side, v6 in (("born", b6), ("store", s6)):
+            if v6:
+                ports = _native(m[f"{side}_port"]).tolist()
+                for i, ip, port in zip(rows.tolist(), m[f"{side}_ip"].tolist(), ports, strict=True):
+                    raw6[side][i] = bytes(ip) + port.to_bytes(4, "big", signed=True)
+            else:
+                cols[f"{side}_ip"][rows] = _native(m[f"{side}_ip"])
+    return cols, raw6
+
+
+def _heads(data: pa.Buffer, at: I64Array, stop: int) -> npt.NDArray[Any]:
+    """TOTALSIZE .. BODYLEN of every record, read as IPv4/IPv4 (88 bytes; every record is at least 91).
+
+    The records of one walk are contiguous, so they are a zero-copy Arrow binary array, and one
+    binary_slice copies all their heads into a single buffer (several times faster than a numpy gather).
+    """
+    n = len(at)
+    offsets = np.empty(n + 1, dtype=np.int64)
+    offsets[:n] = at
+    offsets[n] = stop
+    records = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), data])
+    heads = pc.binary_slice(records, 0, _V4V4.itemsize)
+    start = int(np.frombuffer(heads.buffers()[1], dtype=np.int64, count=1, offset=heads.offset * 8)[0])
+    return np.frombuffer(heads.buffers()[2], dtype=_V4V4, count=n, offset=start)
+
+
+def _fields(
+    data: pa.Buffer, buf: U8Array, starts: list[int], stop: int, file_start: int
+) -> tuple[_Columns, dict[str, dict[int, bytes]]]:
+    """Every field of the walked records (which are contiguous and end at `stop`), and the checks."""
+    at = np.asarray(starts, dtype=np.int64)
+    h = _heads(data, at, stop) if len(at) else np.zeros(0, dtype=_V4V4)
+    a: dict[str, npt.NDArray[Any]] = {name: _native(h[name]) for name in _HEAD_DTYPE.names or ()}
+    born_v6 = (a["sys_flag"] & BORNHOST_V6_FLAG) != 0
+    store_v6 = (a["sys_flag"] & STOREHOST_V6_FLAG) != 0
+    if born_v6.any() or store_v6.any():
+        mid, raw6 = _middle(buf, at, born_v6, store_v6)
+    else:
+        mid = {name: _native(h[name]) for name in _MIDDLE[False, False].names or ()}
+        mid["middle_size"] = np.full(len(at), _MIDDLE[False, False].itemsize, dtype=np.int64)
+        raw6 = {"born": {}, "store": {}}
+    a.update(mid)
+    body_len = a["body_len"].astype(np.int64)
+    body_at = at + OFF_BORN_HOST + a["middle_size"]
+    v2 = a["magic"] == MAGIC_V2
+    topic_len_at = body_at + np.maximum(body_len, 0)
+    two = _native(_gather(buf, topic_len_at, np.dtype(">i2")))
+    topic_len = np.where(v2, two, two >> 8).astype(np.int64)  # v1: the first byte alone, signed
+    topic_at = topic_len_at + 1 + v2
+    prop_len_at = topic_at + np.maximum(topic_len, 0)
+    prop_len = _native(_gather(buf, prop_len_at, np.dtype(">i2"))).astype(np.int64)
+    want = BASE_LENGTH + V6_EXTRA * born_v6 + V6_EXTRA * store_v6 + v2 + body_len + topic_len + prop_len
+    a.update(
+        body_len=body_len,
+        body_at=body_at,
+        born_v6=born_v6,
+        store_v6=store_v6,
+        topic_at=topic_at,
+        topic_len=topic_len,
+        props_at=prop_len_at + I16.size,
+        prop_len=prop_len,
+        version=np.where(v2, 2, 1).astype(np.int8),
+    )
+    cols = _Columns(at=at, a=a)
+    ok_len = (want == a["size"]) & (body_len >= 0) & (topic_len >= 0) & (prop_len >= 0)
+    ok_phy = a["phys"] == file_start + at
+    if not ok_len.all():
+        i = int(np.argmin(ok_len))
+        cols.fail(i, {"reason": "length_mismatch", "declared": int(a["size"][i]), "computed": int(want[i])})
+    if not ok_phy.all():
+        i = int(np.argmin(ok_phy))
+        expected = file_start + int(at[i])
+        cols.fail(i, {"reason": "phys_offset_mismatch", "stored": int(a["phys"][i]), "expected": expected})
+    return cols, raw6
+
+
+def _crc_and_digest(piece: Callable[[slice], Any], cols: _Columns) -> I64Array:
+    """Check each body CRC (a mismatch fails that record) and hash each record before the first failure.
+
+    `piece` slices the file's bytes (bytes and mmap slices are copies, which small records make cheaper
+    than memoryview slices); the map chains keep the per-record loop in C.
+    """
+    a = cols.a
+    n = len(cols.at) if cols.first_bad is None else cols.first_bad
+    body_at = a["body_at"][:n]
+    bodies = map(piece, map(slice, body_at.tolist(), (body_at + a["body_len"][:n]).tolist()))
+    # crc32(b"") is 0, which is what an empty body stores.
+    computed = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n) & 0x7FFFFFFF
+    mismatch = computed != a["body_crc"][:n]
+    if mismatch.any():
+        i = int(np.argmax(mismatch))
+        cols.fail(i, {"reason": "body_crc", "stored": int(a["body_crc"][i]), "computed": int(computed[i])})
+        n = i
+    starts = cols.at[:n]
+    records = map(piece, map(slice, starts.tolist(), (starts + a["size"][:n]).tolist()))
+    return np.fromiter(map(xxhash.xxh3_64_intdigest, records), dtype=np.uint64, count=n).view(np.int64)
+
+
+def _record_batch(
+    data: pa.Buffer, buf: U8Array, cols: _Columns, raw6: dict[str, dict[int, bytes]], digests: I64Array, file_start: int
+) -> pa.RecordBatch:
+    a, n = cols.a, len(cols.at)
+    base = int(cols.at[0]) if n else 0
+    props = _properties(data, buf, a["props_at"], a["prop_len"], base)
+    columns: dict[str, Any] = {
+        "row_kind": _repeat("record", n),
+        "phys_offset": pa.array(cols.at + file_start, pa.int64()),
+        "size": pa.array(a["size"], pa.int64()),
+        "magic": pa.array(a["magic"], pa.int32()),
+        "version": pa.array(a["version"], pa.int8()),
+        "body_crc": pa.array(a["body_crc"], pa.int32()),
+        "queue_id": pa.array(a["queue_id"], pa.int32()),
+        "flag": pa.array(a["flag"], pa.int32()),
+        "queue_offset": pa.array(a["queue_offset"], pa.int64()),
+        "sys_flag": pa.array(a["sys_flag"], pa.int32()),
+        "born_ts": pa.array(a["born_ts"], pa.int64()),
+        "born_host": _hosts(a["born_ip"], a["born_port"], a["born_v6"], raw6["born"]),
+        "store_ts": pa.array(a["store_ts"], pa.int64()),
+        "store_host": _hosts(a["store_ip"], a["store_port"], a["store_v6"], raw6["store"]),
+        "reconsume_times": pa.array(a["reconsume_times"], pa.int32()),
+        "prepared_tx_offset": pa.array(a["prepared_tx_offset"], pa.int64()),
+        "body_len": pa.array(a["body_len"], pa.int32()),
+        "crc_ok": pa.array(np.ones(n, dtype=bool), pa.bool_()),
+        "topic": _as_text(_views(data, buf, a["topic_at"], a["topic_len"], base=base)),
+        **props,
+        "digest": pa.array(digests, pa.int64()),
+        "detail": pa.nulls(n, pa.string()),
+    }
+    return pa.RecordBatch.from_pydict(columns, schema=RECORD_SCHEMA)
+
+
+def _special_row(
+    kind: str,
+    phys_offset: int,
+    size: int | None,
+    magic: int | None,
+    detail: dict[str, Any] | None,
+    crc_ok: bool | None = None,
+) -> pa.RecordBatch:
+    row: dict[str, Any] = {name: [None] for name in RECORD_SCHEMA.names}
+    row.update(
+        row_kind=[kind],
+        phys_offset=[phys_offset],
+        size=[size],
+        magic=[magic],
+        crc_ok=[crc_ok],
+        detail=[None if detail is None else json.dumps(detail, sort_keys=True)],
+    )
+    return pa.RecordBatch.from_pydict(row, schema=RECORD_SCHEMA)
+
+
+def _all_zero(buf: U8Array, start: int, end: int) -> bool:
+    for lo in range(max(start, 0), end, _ZERO_CHECK_BLOCK):
+        if np.count_nonzero(buf[lo : min(end, lo + _ZERO_CHECK_BLOCK)]):
+            return False
+    return True
+
+
+def _damage(at: int, size: int | None, magic: int | None, detail: dict[str, Any], last_file: bool) -> pa.RecordBatch:
+    """A record written only in part: torn_tail at the end of the last file, damage anywhere else."""
+    if last_file:
+        return _special_row("torn_tail", at, size, magic, detail)
+    note = "record cut in a file that is not the last"
+    return _special_row("corrupt_record", at, size, magic, {**detail, "note": note})
+
+
+def _check_last_record(buf: U8Array, cols: _Columns, stop: int) -> None:
+    """Fail the last record if its properties miss their final 0x02 and only zeros follow: a cut record.
+
+    In a preallocated file the unwritten end of a record reads as zeros, and a cut inside the topic or
+    the properties passes every check the broker makes (they are not under the body CRC). The encoder
+    ends every property with 0x02, so a zero there, with nothing written after, is a record still in flight.
+    """
+    i = len(cols.at) - 1
+    if cols.a["prop_len"][i] > 0 and buf[stop - 1] == 0 and _all_zero(buf, stop - 1, len(buf)):
+        cols.fail(i, {"reason": "properties_not_terminated"})
+
+
+def _partial_magic(magic: int) -> bool:
+    """A record magic, or its first bytes followed by zeros: a frame whose magic was written in part."""
+    value = magic & 0xFFFFFFFF
+    for keep in (4, 3, 2, 1, 0):
+        mask = (0xFFFFFFFF << (8 * (4 - keep))) & 0xFFFFFFFF
+        if value & ~mask == 0 and value in (MAGIC_V1 & mask, MAGIC_V2 & mask):
+            return True
+    return False
+
+
+def _stop_row(mv: memoryview, buf: U8Array, pos: int, file_start: int, last_file: bool) -> pa.RecordBatch | None:
+    """What stopped the walk at `pos` (not a v1/v2 record that fits): BLANK, end of data, or damage."""
+    at, end = file_start + pos, len(buf)
+    if end - pos < FRAME.size:
+        if _all_zero(buf, pos, end):
+            return None
+        return _damage(at, None, None, {"reason": "cut_in_frame", "available": end - pos}, last_file)
+    size, magic = FRAME.unpack_from(mv, pos)
+    if magic == MAGIC_BLANK:
+        detail = None if pos + size == end else {"declared": size, "bytes_left": end - pos}
+        return _special_row("blank", at, size, magic, detail)
+    if size == 0 and magic == 0:
+        if _all_zero(buf, pos, end):
+            return None  # the preallocated zero tail: end of data
+        return _special_row("corrupt_record", at, 0, 0, {"reason": "zero_gap_before_data"})
+    known = _partial_magic(magic)
+    if known and size > end - pos:
+        return _damage(at, size, magic, {"reason": "cut_by_end_of_data", "available": end - pos}, last_file)
+    # Written only in part: the record's last byte (or, for a nonsense size, anything past the frame) and
+    # everything after it are still zeros.
+    written_end = pos + size - 1 if FRAME.size < size <= end - pos else pos + FRAME.size
+    if known and _all_zero(buf, written_end, end):
+        return _damage(at, size, magic, {"reason": "cut", "declared": size}, last_file)
+    if magic in (MAGIC_V1, MAGIC_V2):
+        return _special_row("corrupt_record", at, size, magic, {"reason": "size_out_of_range", "declared": size})
+    return _special_row("corrupt_record", at, size, magic, {"reason": "illegal_magic", "magic": magic & 0xFFFFFFFF})
+
+
+def iter_batches(
+    data: bytes | bytearray | memoryview | mmap.mmap,
+    *,
+    file_start: int,
+    last_file: bool = True,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+) -> Iterator[pa.RecordBatch]:
+    """Scan one commit-log file (its bytes from position 0) as RECORD_SCHEMA batches of about batch_bytes.
+
+    Ends with at most one row that is not a record: the BLANK, or the damaged record (corrupt_record, or
+    torn_tail when `last_file` and the record was cut with only zeros after it). Zeros where a record
+    should start end the data silently (the preallocated tail).
+    """
+    mv = memoryview(data).cast("B")
+    buf: U8Array = np.frombuffer(mv, dtype=np.uint8)
+    whole = pa.py_buffer(mv)
+    # Slices of bytes and mmap are copies, cheaper than memoryview slices for small records.
+    piece: Callable[[slice], Any] = data.__getitem__ if isinstance(data, bytes | mmap.mmap) else mv.__getitem__
+    end = len(buf)
+    pos = 0
+    while True:
+        starts, stop = _walk(mv, pos, end, pos + batch_bytes)
+        cols, raw6 = _fields(whole, buf, starts, stop, file_start)
+        more = bool(starts) and stop >= pos + batch_bytes
+        if not more and starts and cols.first_bad is None:
+            _check_last_record(buf, cols, stop)
+        digests = _crc_and_digest(piece, cols)
+        if len(digests):
+            yield _record_batch(whole, buf, cols.head(len(digests)), raw6, digests, file_start)
+        bad = cols.first_bad
+        if bad is not None:
+            bad_at, bad_size, bad_magic = starts[bad], int(cols.a["size"][bad]), int(cols.a["magic"][bad])
+            if _all_zero(buf, bad_at + bad_size - 1, end):
+                yield _damage(
+                    file_start + bad_at, bad_size, bad_magic, {"reason": "cut", "check": cols.bad_detail}, last_file
+                )
+            else:
+                crc_ok = False if cols.bad_detail.get("reason") == "body_crc" else None
+                yield _special_row("corrupt_record", file_start + bad_at, bad_size, bad_magic, cols.bad_detail, crc_ok)
+            return
+        if more:
+            pos = stop
+            continue
+        row = _stop_row(mv, buf, stop, file_start, last_file)
+        if row is not None:
+            yield row
+        return
+
+
+def scan_commitlog(
+    data: bytes | bytearray | memoryview | mmap.mmap, *, file_start: int, last_file: bool = True
+) -> pa.RecordBatch:
+    """The whole file as one RECORD_SCHEMA batch (see iter_batches); for files that fit in memory."""
+    batches = list(iter_batches(data, file_start=file_start, last_file=last_file, batch_bytes=len(data) + 1))
+    if not batches:
+        return pa.RecordBatch.from_pylist([], schema=RECORD_SCHEMA)
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+
+
+def data_end(batches: list[pa.RecordBatch] | pa.RecordBatch, file_start: int) -> int:
+    """Where the valid data of a scanned file ends: what the broker reports as its max offset for that file.
+
+    After a BLANK that is the end of the file; a damaged or torn record's bytes do not count (a slave's
+    broker counts the bytes of a partial record it received, which an offline scan cannot tell from the
+    preallocated zeros).
+    """
+    end = file_start
+    for batch in [batches] if isinstance(batches, pa.RecordBatch) else batches:
+        if not batch.num_rows:
+            continue
+        kind = batch.column("row_kind")
+        off = batch.column("phys_offset")
+        size = pc.fill_null(batch.column("size"), 0)
+        counted = pc.is_in(kind, pa.array(["record", "blank"]))
+        ends = pc.if_else(counted, pc.add(off, size), off)
+        end = max(end, pc.max(ends).as_py())
+    return end

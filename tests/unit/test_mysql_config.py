@@ -1,0 +1,68 @@
+"""Kind mysql's configuration: endpoints, settings and table patterns; every error names its field."""
+
+from __future__ import annotations
+
+import pytest
+
+from audit.errors import ConfigError
+from audit.sources.mysql.catalog import select_tables
+from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings, parse_tables
+
+
+def test_endpoint_from_url_keeps_the_password_secret() -> None:
+    ep = MySQLEndpoint.from_url("mysql://auditor:S3cr%40t@10.0.0.9:3307?connect_timeout=2&ssl_ca=/ca.pem", "master")
+    assert (ep.host, ep.port, ep.user, ep.connect_timeout_s, ep.ssl_ca) == ("10.0.0.9", 3307, "auditor", 2.0, "/ca.pem")
+    assert ep.password.get_secret_value() == "S3cr@t" and ep.where == "10.0.0.9:3307"
+    assert "S3cr" not in repr(ep) and "S3cr" not in ep.shown
+    assert MySQLEndpoint.from_url("mariadb://a@h").port == 3306
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://a:b@h:1", "master: redis://a:\\*\\*\\*@h:1: scheme must be mysql://"),
+        ("mysql://h:3306", "master: mysql://h:3306: no user"),
+        ("mysql://a:pw@h:notaport", "bad host or port"),
+        ("mysql://a:pw@h:3306?timeout=3", "unknown option 'timeout'"),
+        ("mysql://a:pw@h:3306?connect_timeout=-1", "master \\(mysql://a:\\*\\*\\*@h:3306\\).connect_timeout_s"),
+    ],
+)
+def test_bad_endpoints_name_the_field_never_the_password(url: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as e:
+        MySQLEndpoint.from_url(url, "master")
+    assert ":pw@" not in str(e.value)
+
+
+def test_settings_errors_name_the_field() -> None:
+    assert MySQLSettings.from_mapping(None).chunk_time_s > 0
+    assert MySQLSettings.from_mapping({"gtid_wait_s": 3}).gtid_wait_s == 3
+    with pytest.raises(ConfigError, match=r"pairs\[0\].settings.chunk_time_s: Input should be greater than 0"):
+        MySQLSettings.from_mapping({"chunk_time_s": 0}, "pairs[0].settings")
+    with pytest.raises(ConfigError, match=r"settings.chunk_rows: Extra inputs are not permitted"):
+        MySQLSettings.from_mapping({"chunk_rows": 5})
+    with pytest.raises(ConfigError, match=r"settings.hash_function: Input should be 'crc32' or 'md5'"):
+        MySQLSettings.from_mapping({"hash_function": "sha1"})
+
+
+def test_table_patterns() -> None:
+    orders, shop_all, quoted = parse_tables(["shop.orders", "shop.*", "`a.b`.`t*`"])
+    assert orders.matches("shop", "orders") and not orders.matches("shop", "orders2") and not orders.is_glob
+    assert shop_all.is_glob and shop_all.matches("shop", "x") and not shop_all.matches("shop2", "x")
+    assert (quoted.schema, quoted.table, quoted.is_glob) == ("a.b", "t*", False)
+    assert quoted.matches("a.b", "t*") and not quoted.matches("a.b", "tx")
+    with pytest.raises(ConfigError, match=r"tables\[1\]: 'orders' is not schema.table"):
+        parse_tables(["shop.orders", "orders"])
+
+
+def test_table_selection_names_what_does_not_exist() -> None:
+    master = [("shop", "orders"), ("shop", "items")]
+    replica = [("shop", "orders"), ("shop", "audit")]
+    assert select_tables((), master, replica) == [("shop", "audit"), ("shop", "items"), ("shop", "orders")]
+    assert select_tables(parse_tables(["shop.orders", "shop.*"]), master, replica)[0] == ("shop", "orders")
+    with pytest.raises(
+        ConfigError,
+        match=r"tables\[0\]: shop.nope does not exist \(or is not visible to the auditor\) on the master",
+    ):
+        select_tables(parse_tables(["shop.nope"]), master, replica)
+    with pytest.raises(ConfigError, match=r"tables\[0\]: crm.\* matches no table"):
+        select_tables(parse_tables(["crm.*"]), master, replica)

@@ -1,0 +1,56 @@
+"""The repair plan's statements: keys quoted right, values as literals, keyless tables handled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from audit.sources.mysql.chunks import RowDiff
+from audit.sources.mysql.model import Column, SideSql, TablePlan
+from audit.sources.mysql.repair import RepairPlan, statements
+
+COLUMNS = (
+    Column("k`ey", "varbinary", "varbinary(16)", nullable=False),
+    Column("n°", "int", "int(11)", nullable=False),
+    Column("note", "text", "text"),
+    Column("price", "decimal", "decimal(9,2)"),
+    Column("flag", "bit", "bit(3)"),
+)
+PLAN = TablePlan("my shop", "t 1", COLUMNS, ("k`ey", "n°"), SideSql((), None), SideSql((), None))
+KEYLESS = TablePlan("s", "log", COLUMNS[2:4], (), SideSql((), None), SideSql((), None))
+MASTER_ROW = (b"\x00\xff", b"7", b"it's \\ fine", b"12.50", b"5")
+
+
+def test_missing_or_different_row_is_replaced_with_the_masters_values() -> None:
+    diff = RowDiff(0, (b"\x00\xff", 7), MASTER_ROW, None, 1, None)
+    assert statements(PLAN, diff) == [
+        "REPLACE INTO `my shop`.`t 1` (`k``ey`, `n°`, `note`, `price`, `flag`) VALUES "
+        "(X'00FF', 7, _utf8mb4 X'69742773205C2066696E65', 12.50, 5);"
+    ]
+
+
+def test_extra_row_is_deleted_by_its_key() -> None:
+    diff = RowDiff(0, (b"\x00\xff", 7), None, (b"\x00\xff", b"7", None, None, None), None, 2)
+    assert statements(PLAN, diff) == ["DELETE FROM `my shop`.`t 1` WHERE `k``ey` = X'00FF' AND `n°` = 7 LIMIT 1;"]
+
+
+def test_keyless_copies() -> None:
+    missing = RowDiff(0, None, (b"O'Brien", None), None, 1, None, copies=2)
+    assert statements(KEYLESS, missing) == ["INSERT INTO `s`.`log` (`note`, `price`) VALUES ('O''Brien', NULL);"] * 2
+    extra = RowDiff(0, None, None, (b"x", b"1.00"), None, 1, copies=3)
+    assert statements(KEYLESS, extra) == ["DELETE FROM `s`.`log` WHERE `note` <=> 'x' AND `price` <=> 1.00 LIMIT 3;"]
+    json_plan = TablePlan("s", "j", (Column("doc", "json", "json"),), (), SideSql((), None), SideSql((), None))
+    extra_json = RowDiff(0, None, None, (b'{"a": 1}',), None, 1)
+    assert statements(json_plan, extra_json, mysql_json=True) == [
+        "DELETE FROM `s`.`j` WHERE `doc` <=> CAST('{\"a\": 1}' AS JSON) LIMIT 1;"
+    ]
+
+
+def test_plan_file_is_a_transaction_that_says_where_to_run_it(tmp_path: Path) -> None:
+    path = tmp_path / "repair" / "shop-db.sql"
+    with RepairPlan(path, "mysql://auditor:***@10.0.0.10:3306", "shop-db") as plan:
+        plan.note("my shop.t 1: definitions differ; only the common columns are written")
+        plan.add(PLAN, [RowDiff(0, (b"\x00\xff", 7), MASTER_ROW, None, 1, None)])
+    text = path.read_text()
+    assert text.startswith("-- replica-audit repair plan for pair shop-db: run on the REPLICA mysql://auditor:***@")
+    assert "START TRANSACTION;\n-- my shop.t 1: definitions differ" in text and text.endswith("COMMIT;\n")
+    assert plan.statements == 1 and "\nSET SESSION time_zone = '+00:00';\n" in text

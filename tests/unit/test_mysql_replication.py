@@ -1,0 +1,52 @@
+"""Replication state of kind mysql, the pure parts: status names, which row follows the master, lag vs loss."""
+
+from __future__ import annotations
+
+from audit.sources.mysql import gtid
+from audit.sources.mysql.replication import (
+    MasterIdentity,
+    following,
+    link_down_finding,
+    normalise_status,
+    split_missing,
+    wrong_master_finding,
+)
+
+MASTER = MasterIdentity("127.0.0.1", 3306, "1", None)
+A = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+
+
+def test_mysql_8_names_read_as_the_old_ones() -> None:
+    row = normalise_status({"Replica_IO_Running": "Yes", "Source_Host": "h", "Seconds_Behind_Source": "3"})
+    assert row == {"Slave_IO_Running": "Yes", "Master_Host": "h", "Seconds_Behind_Master": "3"}
+
+
+def test_the_row_that_follows_the_master() -> None:
+    other = {"Master_Host": "10.9.9.9", "Master_Port": "3306", "Master_Server_Id": "7", "Slave_IO_Running": "Yes"}
+    ours = {"Master_Host": "localhost", "Master_Port": "3306", "Master_Server_Id": "1", "Slave_IO_Running": "No"}
+    assert following([other, ours], MASTER) is ours
+    via_vip = {"Master_Host": "10.1.1.1", "Master_Port": "3306", "Master_Server_Id": "1", "Slave_IO_Running": "Yes"}
+    assert following([via_vip], MASTER) is via_vip
+    assert following([other], MASTER) is None
+    by_uuid = {"Master_Host": "x", "Master_Port": "1", "Master_UUID": A.upper()}
+    assert following([by_uuid], MasterIdentity("h", 3306, "9", A)) is by_uuid
+
+
+def test_wrong_master_and_link_down_evidence() -> None:
+    assert wrong_master_finding([], MASTER).evidence["reason"] == "not a replica"
+    f = wrong_master_finding([{"Master_Host": "10.9.9.9", "Master_Port": "3306", "Master_Server_Id": "7"}], MASTER)
+    assert f.category == "wrong_master" and f.evidence["follows"] == [{"master": "10.9.9.9:3306", "server_id": "7"}]
+    down = link_down_finding({"Slave_IO_Running": "Yes", "Slave_SQL_Running": "No", "Last_SQL_Error": "dup key"})
+    assert down.category == "link_down" and down.evidence["last_error"] == "dup key"
+
+
+def test_a_tail_on_a_running_link_is_lag_a_hole_or_a_stopped_link_is_loss() -> None:
+    master = gtid.parse_mysql(f"{A}:1-100")
+    replica = gtid.parse_mysql(f"{A}:1-40:43-90")
+    lost, lag = split_missing(master - replica, replica, up=True)
+    assert [(r.start, r.end) for r in lost] == [(41, 42)] and [(r.start, r.end) for r in lag] == [(91, 100)]
+    lost, lag = split_missing(master - replica, replica, up=False)
+    assert [(r.start, r.end) for r in lost] == [(41, 42), (91, 100)] and lag == []
+    m, r = gtid.parse_mariadb("0-1-10,5-1-3"), gtid.parse_mariadb("0-1-8")
+    lost, lag = split_missing(m - r, r, up=True, ignored_sources=frozenset({"5"}))
+    assert [r.first for r in lost] == ["5-1-1"] and [r.first for r in lag] == ["0-1-9"]

@@ -1,0 +1,99 @@
+"""SQL text of kind mysql: quoting, literals that mean the same under any sql_mode, hashes, key ranges."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from audit.sources.mysql.model import Column
+from audit.sources.mysql.sql import (
+    column_expr,
+    decode_value,
+    from_json_value,
+    json_value,
+    key_in,
+    literal,
+    may_hold_separator,
+    quote_ident,
+    range_where,
+    row_hash,
+    row_string,
+    table_ref,
+)
+
+
+def col(name: str, data_type: str, column_type: str | None = None, **kw: object) -> Column:
+    return Column(name, data_type, column_type or data_type, **kw)  # type: ignore[arg-type]
+
+
+def test_identifiers_with_backquotes_spaces_and_non_ascii() -> None:
+    assert quote_ident("a`b") == "`a``b`"
+    assert table_ref("my shop", "órdenes 100%") == "`my shop`.`órdenes 100%`"
+
+
+@pytest.mark.parametrize(
+    ("value", "sql"),
+    [
+        (None, "NULL"),
+        (42, "42"),
+        (-7, "-7"),
+        (Decimal("12.50"), "12.50"),
+        (0.1, "0.1"),
+        (1.2345677614212036, "1.2345677614212036"),
+        ("O'Brien", "'O''Brien'"),
+        ("tab\there", "_utf8mb4 X'7461620968657265'"),
+        ("back\\slash", "_utf8mb4 X'6261636B5C736C617368'"),
+        ("é ☃ 😀", "'é ☃ 😀'"),
+        (b"\x00\xffA", "X'00FF41'"),
+        (b"", "X''"),
+    ],
+)
+def test_literals(value: object, sql: str) -> None:
+    assert literal(value) == sql  # type: ignore[arg-type]
+
+
+def test_typed_values_round_trip_through_json() -> None:
+    binary, dec, text = col("k", "varbinary"), col("d", "decimal", "decimal(9,2)"), col("t", "varchar")
+    assert decode_value(binary, b"\x00\xff") == b"\x00\xff"
+    assert json_value(binary, b"\x00\xff") == "0x00ff"
+    assert from_json_value(binary, "0x00ff") == b"\x00\xff"
+    assert decode_value(dec, b"12.50") == Decimal("12.50") and json_value(dec, Decimal("12.50")) == "12.50"
+    assert from_json_value(dec, "12.50") == Decimal("12.50")
+    assert decode_value(col("b", "bit"), b"5") == 5 and decode_value(col("i", "bigint"), b"-3") == -3
+    assert decode_value(text, "A-17 é".encode()) == "A-17 é" and decode_value(text, None) is None
+
+
+def test_column_expressions_normalise_what_text_would_hide_or_split() -> None:
+    assert column_expr(col("f", "float")) == "CAST(`f` AS DOUBLE)"
+    assert column_expr(col("b", "bit", "bit(8)")) == "CAST(`b` AS UNSIGNED)"
+    assert column_expr(col("d", "decimal", "decimal(9,2)")) == "`d`"
+    # a definition that differs between the sides: both brought to a shared form
+    m, r = col("d", "decimal", "decimal(9,2)"), col("d", "decimal", "decimal(12,4)")
+    assert "TRIM(TRAILING '0'" in column_expr(m, r) and "TRIM(TRAILING '0'" in column_expr(r, m)
+    m, r = col("s", "varchar", "varchar(10)", charset="latin1"), col("s", "varchar", "varchar(10)", charset="utf8mb4")
+    assert column_expr(m, r) == "CONVERT(`s` USING utf8mb4)"
+    m, r = col("t", "datetime", "datetime"), col("t", "datetime", "datetime(6)")
+    assert column_expr(m, r) == "CAST(`t` AS DATETIME(6))"
+
+
+def test_row_string_flags_only_what_can_be_ambiguous() -> None:
+    s = row_string(["`id`", "`a`", "`b`"], [False, True, False], [False, True, True])
+    assert s == "CONCAT_WS('#', `id`, `a`, `b`, CONCAT(ISNULL(`a`)), CONCAT_WS(',', LENGTH(`a`)))"
+    three = row_string(["`a`", "`b`", "`c`"], [False] * 3, [True] * 3)
+    assert three == "CONCAT_WS('#', `a`, `b`, `c`, CONCAT_WS(',', LENGTH(`a`), LENGTH(`b`)))"
+    assert not may_hold_separator(col("e", "enum", "enum('new','paid')"))
+    assert may_hold_separator(col("e", "enum", "enum('#1','b')")) and may_hold_separator(col("j", "json"))
+    # one column that may hold '#' among columns that cannot: no lengths needed; no nullable column: no flags
+    assert row_string(["`id`", "`a`"], [False, False], [False, True]) == "CONCAT_WS('#', `id`, `a`)"
+    assert row_hash(["`a`"], [True], [True]).startswith("CRC32(")
+    assert row_hash(["`a`"], [True], [True], "md5").startswith("CAST(CONV(LEFT(MD5(")
+
+
+def test_key_ranges_are_spelt_out_for_the_optimiser() -> None:
+    assert range_where(["id"], None, None) == "1=1"
+    assert range_where(["id"], (10,), (20,)) == "`id` >= 10 AND `id` < 20"
+    assert range_where(["a", "b"], ("x", 3), None) == "((`a` > 'x') OR (`a` = 'x' AND `b` >= 3))"
+    assert range_where(["a", "b"], None, ("y", 1)) == "((`a` < 'y') OR (`a` = 'y' AND `b` < 1))"
+    assert key_in(["id"], [(1,), (2,)]) == "`id` IN (1, 2)"
+    assert key_in(["a", "b"], [("x", b"\x01")]) == "(`a`, `b`) IN (('x', X'01'))"
