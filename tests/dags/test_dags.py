@@ -292,7 +292,11 @@ def test_a_kind_of_the_tests_own_runs_through_the_dag(airflow_env: dict[str, str
 
     master, replica = make_dirs(tmp_path)
     (replica / "same.txt").write_bytes(b"changed")
-    env = dict(airflow_env, REPLICA_AUDIT_KINDS=REGISTRY_ENTRY, PYTHONPATH=str(REPO))
+    # `tests` importable by the installed Airflow, without the checkout's `audit` shadowing the wheel's
+    path = tmp_path / "kinds-path"
+    path.mkdir()
+    (path / "tests").symlink_to(REPO / "tests", target_is_directory=True)
+    env = dict(airflow_env, REPLICA_AUDIT_KINDS=REGISTRY_ENTRY, PYTHONPATH=str(path))
     inv = inventory(tmp_path / "inv.yaml", master, replica)
     done = dags_test(env, "consistency_audit", {"inventory": str(inv), "out": str(tmp_path / "out")})
     assert done.returncode != 0, (done.stdout + done.stderr)[-3000:]  # its gate failed, so the run did
