@@ -9,7 +9,7 @@ setup:
 demo: setup
 	@$(PY) scripts/demo.py
 
-SRC := audit dags plugins tests bench scripts
+SRC := audit dags providers tests bench scripts
 
 test: setup lint
 	@$(PY) -m pytest -q -ra tests

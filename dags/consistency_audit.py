@@ -1,79 +1,11 @@
-"""
-### consistency_audit
+"""Airflow DAG file: the `consistency_audit` DAG, from the replica-audit provider.
 
-Audits every master/replica pair of the inventory: **snapshot → diff → recheck → gate** per pair
-(one mapped task group per pair), then **verdict** (the pair's asset event) and **report** for the run.
-
-- A source that cannot be reached or read fails `snapshot` (or `recheck`) only after its retries,
-  with exponential backoff; nothing else is retried: a failed gate fails its `gate` task at once.
-- A failed gate, or a pair that could not be audited, fails the `report` task and so the run.
-- Each pair's asset `replica-audit://<pair>` gets an event per run whose extra is the pair's verdict
-  (`status`, `divergences`, `counts`, `failed_checks`), whatever the verdict was.
-
-Params: `inventory` (YAML path), `out` (output directory; each run writes `out/<run_id>/`),
-`pairs` (optional subset). Defaults come from REPLICA_AUDIT_INVENTORY / REPLICA_AUDIT_OUT; the
-schedule from REPLICA_AUDIT_SCHEDULE (hourly by default).
+The DAG is defined in the provider distribution (providers/replica-audit), installed by `make setup`;
+this file only makes Airflow's DAG processor find it. Its documentation is the DAG's doc_md.
 """
 
 from __future__ import annotations
 
-import os
+from replica_audit_provider.dags import consistency_audit_dag
 
-from airflow.sdk import DAG, Param, TriggerRule, task_group
-from replica_audit_airflow.operators import (
-    SOURCE_RETRY_ARGS,
-    AuditReportOperator,
-    AuditStageOperator,
-    PairVerdictOperator,
-    PlanPairsOperator,
-)
-
-INVENTORY = "{{ params.inventory }}"
-OUT = "{{ params.out }}"
-RUN_ID = "{{ run_id }}"
-PAIRS = "{{ params.pairs }}"
-
-with DAG(
-    dag_id="consistency_audit",
-    doc_md=__doc__,
-    schedule=os.environ.get("REPLICA_AUDIT_SCHEDULE", "@hourly"),
-    catchup=False,
-    max_active_runs=1,
-    render_template_as_native_obj=True,  # `pairs` stays a list
-    tags=["replica-audit", "consistency"],
-    default_args=SOURCE_RETRY_ARGS,
-    params={
-        "inventory": Param(
-            os.environ.get("REPLICA_AUDIT_INVENTORY", "/opt/replica-audit/inventory.yaml"),
-            type="string",
-            description="inventory YAML path",
-        ),
-        "out": Param(
-            os.environ.get("REPLICA_AUDIT_OUT", "/opt/replica-audit/out"), type="string", description="output directory"
-        ),
-        "pairs": Param([], type="array", items={"type": "string"}, description="only these pairs (empty: all)"),
-    },
-) as dag:
-    plan = PlanPairsOperator(task_id="plan", inventory=INVENTORY, pairs=PAIRS)
-
-    @task_group(group_id="audit_pair")
-    def audit_pair(pair: str) -> None:
-        stages = [
-            AuditStageOperator(task_id=stage, stage=stage, pair=pair, inventory=INVENTORY, out_dir=OUT, run_id=RUN_ID)
-            for stage in ("snapshot", "diff", "recheck", "gate")
-        ]
-        verdict = PairVerdictOperator(
-            task_id="verdict", pair=pair, out_dir=OUT, run_id=RUN_ID, trigger_rule=TriggerRule.ALL_DONE, retries=0
-        )
-        stages[0] >> stages[1] >> stages[2] >> stages[3] >> verdict
-
-    report = AuditReportOperator(
-        task_id="report",
-        inventory=INVENTORY,
-        out_dir=OUT,
-        run_id=RUN_ID,
-        pairs=PAIRS,
-        trigger_rule=TriggerRule.ALL_DONE,
-        retries=0,
-    )
-    audit_pair.expand(pair=plan.output) >> report
+dag = consistency_audit_dag()

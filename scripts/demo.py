@@ -29,7 +29,6 @@ def airflow_env(home: Path) -> dict[str, str]:
         os.environ,
         AIRFLOW_HOME=str(home),
         AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
-        AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__LOGGING__LOGGING_LEVEL="WARNING",
         GX_ANALYTICS_ENABLED="false",

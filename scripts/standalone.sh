@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `airflow standalone` with replica-audit's DAGs and plugins: the Airflow UI on http://127.0.0.1:8080
+# `airflow standalone` with replica-audit's DAGs (the provider installed by `make setup` brings the rest): the Airflow UI on http://127.0.0.1:8080
 # (AIRFLOW__API__PORT / AIRFLOW__API__HOST to change it), a scheduler, a DAG processor and a triggerer,
 # in one process tree.
 #
@@ -25,7 +25,6 @@ export AIRFLOW__API__HOST=${AIRFLOW__API__HOST:-127.0.0.1}
 export AIRFLOW__API__PORT=${AIRFLOW__API__PORT:-8080}
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL=${AIRFLOW__CORE__EXECUTION_API_SERVER_URL:-http://127.0.0.1:$AIRFLOW__API__PORT/execution/}
 export AIRFLOW__CORE__DAGS_FOLDER=$REPO/dags
-export AIRFLOW__CORE__PLUGINS_FOLDER=$REPO/plugins
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export GX_ANALYTICS_ENABLED=${GX_ANALYTICS_ENABLED:-false}
 # the DAGs' Param defaults: where runs write, which inventory the scheduled audit reads

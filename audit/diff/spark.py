@@ -1,8 +1,10 @@
-"""One SparkSession per process. Local by default; any cluster by configuration alone.
+"""One SparkSession per process. Local by default; any cluster by configuration alone (docs/spark.md).
 
 Settings come from, in order: `configure()` (the CLI's --spark-master / --spark-conf), the environment
-(REPLICA_AUDIT_SPARK_MASTER, REPLICA_AUDIT_SPARK_CONF="k=v;k=v"), then the defaults below. Snapshot
-paths are plain URIs, so `s3a://` or `hdfs://` output directories work on a cluster unchanged.
+(REPLICA_AUDIT_SPARK_MASTER, REPLICA_AUDIT_SPARK_CONF="k=v;k=v"), then the defaults below. The
+master is any Spark master URL (`local[*]`, `spark://host:7077`, `yarn`, `k8s://https://...`) or a
+Spark Connect URL (`sc://host:15002`). Only a local master gets the local sizing (few shuffle
+partitions, a 4 GiB driver); on a cluster, its own defaults and the given settings rule.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from audit import defaults
+from audit.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -22,17 +25,25 @@ _lock = threading.Lock()
 _session: SparkSession | None = None
 _overrides: dict[str, str] = {}
 
+COMMON_DEFAULTS = {
+    # what the jobs assume wherever they run: UTC times, compact Parquet, adaptive query execution
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.compression.codec": "zstd",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    "spark.ui.showConsoleProgress": "false",
+}
+"""Settings for any master (each can be overridden)."""
+
 LOCAL_DEFAULTS = {
     # A small job in 200 shuffle partitions spends its time scheduling: start small, let AQE adapt.
     "spark.sql.shuffle.partitions": "8",
-    "spark.sql.adaptive.enabled": "true",
-    "spark.sql.adaptive.coalescePartitions.enabled": "true",
     "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "4g",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.parquet.compression.codec": "zstd",
 }
+"""Sizing for a `local[...]` master only: on a cluster, 8 partitions and a 4 GiB driver would be wrong."""
+
+CONNECT_SCHEME = "sc://"
 
 
 def configure(master: str | None = None, conf: dict[str, str] | None = None) -> None:
@@ -54,25 +65,71 @@ def _env_conf() -> dict[str, str]:
     return conf
 
 
+def is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[") or master.startswith("local-cluster[")
+
+
+def submitted() -> bool:
+    """True in a driver that spark-submit started: it has set the master and the settings already."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def session_conf() -> dict[str, str]:
+    """The session's settings: defaults for the kind of master, then the environment, then configure().
+
+    Under spark-submit with no master given here, the master and the sizing are spark-submit's.
+    """
+    given = {**_env_conf(), **_overrides}
+    if "spark.master" not in given and submitted():
+        return {**COMMON_DEFAULTS, **given}
+    master = given.get("spark.master", defaults.SPARK_MASTER)
+    sizing = LOCAL_DEFAULTS if is_local(master) else {}
+    conf = {"spark.master": master, **COMMON_DEFAULTS, **sizing, **given}
+    if not master.startswith(CONNECT_SCHEME):
+        log4j = Path(__file__).with_name("log4j2.properties")
+        conf.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+    return conf
+
+
+def _builder(conf: dict[str, str]) -> object:
+    from pyspark.sql import SparkSession
+
+    master = conf.get("spark.master", "")
+    builder = SparkSession.builder.appName("replica-audit")
+    if master.startswith(CONNECT_SCHEME):
+        try:
+            import pyspark.sql.connect.session  # noqa: F401  (needs grpcio, grpcio-status, ...)
+        except ImportError as e:
+            raise ConfigError(
+                f"spark master {master}: a Spark Connect URL needs the Spark Connect client "
+                f"(pip install 'pyspark[connect]'; missing: {e.name})"
+            ) from None
+        builder = builder.remote(master)
+        # the server owns the cluster settings; a client may set only runtime SQL settings
+        conf = {k: v for k, v in conf.items() if k.startswith("spark.sql.")}
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    return builder
+
+
 def get_spark() -> SparkSession:
     global _session
     with _lock:
         if _session is None:
-            from pyspark.sql import SparkSession
-
-            conf = {"spark.master": defaults.SPARK_MASTER, **LOCAL_DEFAULTS, **_env_conf(), **_overrides}
-            if conf["spark.master"].startswith("local"):
+            conf = session_conf()
+            master = conf.get("spark.master", "")
+            if is_local(master):
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to a loopback" warning
-                # Python workers (binlog/commit-log parsing) must run this interpreter, which has pyarrow
-                # and this package; on a cluster, PYSPARK_PYTHON names the executors' interpreter.
-                os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            log4j = Path(__file__).with_name("log4j2.properties")
-            conf.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
-            builder = SparkSession.builder.appName("replica-audit")
-            for k, v in conf.items():
-                builder = builder.config(k, v)
-            _session = builder.getOrCreate()
-            _session.sparkContext.setLogLevel("ERROR")
+            # Python workers (binlog/commit-log parsing) must run an interpreter with pyarrow and this
+            # package: this one locally; on a cluster the one spark.pyspark.python names on the executors.
+            # PySpark takes the workers' interpreter from PYSPARK_PYTHON, not from that setting.
+            executors_python = conf.get("spark.pyspark.python") or (sys.executable if is_local(master) else None)
+            if executors_python:
+                os.environ.setdefault("PYSPARK_PYTHON", executors_python)
+            session: SparkSession = _builder(conf).getOrCreate()  # type: ignore[attr-defined]
+            if not master.startswith(CONNECT_SCHEME):
+                session.sparkContext.setLogLevel("ERROR")
+            _session = session
         return _session
 
 

@@ -8,11 +8,9 @@ on a faithful migration and on one with planted divergences.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,39 +22,24 @@ from tests.conftest import REPO, SHARED
 from tests.integration.helpers import findings, latest_run, summary, write_inventory
 
 pytestmark = pytest.mark.airflow
-AIRFLOW = str(Path(sys.executable).parent / "airflow")
 DAG_IDS = ("consistency_audit", "data_quality_report", "post_migration_verification")
 
 
-@pytest.fixture(scope="module")
-def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    home = tmp_path_factory.mktemp("airflow-home")
-    env = dict(
-        os.environ,
-        AIRFLOW_HOME=str(home),
-        AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
-        AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        GX_ANALYTICS_ENABLED="false",
-    )
-    for args in (["db", "migrate"], ["dags", "reserialize"]):
-        done = subprocess.run([AIRFLOW, *args], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return env
-
-
 def in_airflow(env: dict[str, str], code: str) -> Any:
-    """Run `code` in a Python with the test's Airflow home and the plugins importable; it prints one JSON line."""
-    prelude = f"import json, sys\nsys.path.insert(0, {str(REPO / 'plugins')!r})\n"
-    done = subprocess.run([sys.executable, "-c", prelude + code], env=env, capture_output=True, text=True)
+    """Run `code` in the Python the provider was installed into, with the test's Airflow home; it prints JSON."""
+    prelude = "import json, sys\n"
+    done = subprocess.run(
+        [env["AIRFLOW_PYTHON"], "-c", prelude + code], env=env, cwd=env["AIRFLOW_HOME"], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def dags_test(env: dict[str, str], dag_id: str, conf: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [AIRFLOW, "dags", "test", dag_id, "-c", json.dumps(conf)],
+        [env["AIRFLOW_PYTHON"], "-m", "airflow", "dags", "test", dag_id, "-c", json.dumps(conf)],
         env=env,
+        cwd=env["AIRFLOW_HOME"],
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
@@ -138,68 +121,101 @@ print(json.dumps({{
     assert result["verification_rejects"] == [True] * 5
 
 
-def test_hooks_and_retry_policy(airflow_env: dict[str, str]) -> None:
+def test_connection_types_resolve_and_only_source_errors_retry(airflow_env: dict[str, str]) -> None:
     env = dict(
         airflow_env,
         AIRFLOW_CONN_CACHE_NEW=json.dumps(
             {
-                "conn_type": "redis",
+                "conn_type": "replica_audit_redis",
                 "host": "10.1.2.3",
                 "port": 7000,
                 "login": "auditor",
                 "password": "p@ss:w/rd",
-                "extra": {"ssl": True},
+                "extra": {"tls": True},
             }
         ),
-        AIRFLOW_CONN_ORDERS_DB="mysql://reader:pw@db.internal:3307/shop",
-        AIRFLOW_CONN_RMQ_STORE=json.dumps({"conn_type": "fs", "extra": {"path": "/data/rmq/store"}}),
+        AIRFLOW_CONN_PIKA_A=json.dumps({"conn_type": "replica_audit_pika", "host": "10.1.2.4"}),
+        AIRFLOW_CONN_ORDERS_DB=json.dumps(
+            {
+                "conn_type": "replica_audit_mysql",
+                "host": "db.internal",
+                "port": 3307,
+                "login": "reader",
+                "password": "pw",
+                "schema": "shop",
+            }
+        ),
+        AIRFLOW_CONN_RMQ_A=json.dumps(
+            {"conn_type": "replica_audit_rocketmq", "extra": {"store_dir": "/data/rmq/store", "broker_log": "/l"}}
+        ),
+        AIRFLOW_CONN_RMQ_EMPTY=json.dumps({"conn_type": "replica_audit_rocketmq"}),
+        # the official providers' types keep working
+        AIRFLOW_CONN_LEGACY_REDIS=json.dumps(
+            {"conn_type": "redis", "host": "10.1.2.3", "port": 7000, "password": "x", "extra": {"ssl": True}}
+        ),
+        AIRFLOW_CONN_LEGACY_MYSQL="mysql://reader:pw@db.internal:3307/shop",
+        AIRFLOW_CONN_LEGACY_FS=json.dumps({"conn_type": "fs", "extra": {"path": "/data/rmq/store"}}),
         AIRFLOW_CONN_SOMETHING_ELSE="http://example.invalid",
     )
     result = in_airflow(
         env,
         """
-from airflow.sdk import Connection
 from airflow.sdk.exceptions import AirflowException
 from audit import ConfigError
-from replica_audit_airflow.hooks import RedisAuditHook, MySQLAuditHook, FileStoreAuditHook, airflow_conn_resolver
-from replica_audit_airflow.operators import SOURCE_RETRY_POLICY, SourceUnavailable
+from replica_audit_provider.hooks import RedisAuditHook, MySQLAuditHook, RocketMQStoreHook, airflow_conn_resolver
+from replica_audit_provider.operators import SOURCE_RETRY_POLICY, SourceUnavailable
+import warnings
+warnings.simplefilter("ignore", DeprecationWarning)
+from replica_audit_airflow.hooks import airflow_conn_resolver as old_resolver
 def resolve(conn_id):
     try:
         return airflow_conn_resolver(conn_id)
     except ConfigError as e:
         return "ConfigError: " + str(e)
-pika = Connection(conn_id="pika", conn_type="redis", host="127.0.0.1", port=9221)
+ids = ["cache_new", "pika_a", "orders_db", "rmq_a", "rmq_empty", "legacy_redis", "legacy_mysql", "legacy_fs",
+       "something_else", "nope"]
 print(json.dumps({
-    "redis": resolve("cache_new"), "mysql": resolve("orders_db"), "fs": resolve("rmq_store"),
-    "other": resolve("something_else"), "missing": resolve("nope"),
-    "pika": RedisAuditHook.endpoint(pika),
+    "resolved": {i: resolve(i) for i in ids},
     "hooks": [RedisAuditHook("cache_new").get_conn(), MySQLAuditHook("orders_db").get_conn(),
-              FileStoreAuditHook("rmq_store").get_conn()],
+              RocketMQStoreHook("rmq_a").get_conn()],
+    "rmq_fields": RocketMQStoreHook("rmq_a").fields(),
+    "old_name": old_resolver("legacy_fs"),
     "retry_source": SOURCE_RETRY_POLICY.evaluate(SourceUnavailable("down"), 1, 3).action.value,
     "retry_other": SOURCE_RETRY_POLICY.evaluate(RuntimeError("bug"), 1, 3).action.value,
     "retry_airflow": SOURCE_RETRY_POLICY.evaluate(AirflowException("x"), 1, 3).action.value,
 }))
 """,
     )
-    assert result["redis"] == "rediss://auditor:p%40ss%3Aw%2Frd@10.1.2.3:7000"
-    assert result["mysql"] == "mysql://reader:pw@db.internal:3307/shop"
-    assert result["fs"] == "/data/rmq/store"
-    assert result["pika"] == "redis://127.0.0.1:9221"
-    assert result["hooks"] == [result["redis"], result["mysql"], result["fs"]]
-    assert result["other"].startswith("ConfigError: conn:something_else: connection type 'http'")
-    assert result["missing"] == "ConfigError: conn:nope: no such Airflow connection"
+    r = result["resolved"]
+    assert r["cache_new"] == "rediss://auditor:p%40ss%3Aw%2Frd@10.1.2.3:7000"
+    assert r["pika_a"] == "redis://10.1.2.4:9221"
+    assert r["orders_db"] == "mysql://reader:pw@db.internal:3307/shop"
+    assert r["rmq_a"] == "/data/rmq/store"
+    assert r["rmq_empty"].startswith("ConfigError: conn:rmq_empty: a file-store connection needs extra")
+    assert r["legacy_redis"] == "rediss://:x@10.1.2.3:7000"
+    assert r["legacy_mysql"] == "mysql://reader:pw@db.internal:3307/shop"
+    assert r["legacy_fs"] == result["old_name"] == "/data/rmq/store"
+    assert r["something_else"].startswith("ConfigError: conn:something_else: connection type 'http'")
+    assert r["nope"] == "ConfigError: conn:nope: no such Airflow connection"
+    assert result["hooks"] == [r["cache_new"], r["orders_db"], r["rmq_a"]]
+    assert result["rmq_fields"] == {"store_dir": "/data/rmq/store", "broker_log": "/l"}
     assert (result["retry_source"], result["retry_other"], result["retry_airflow"]) == ("retry", "fail", "fail")
 
 
-def asset_events(env: dict[str, str]) -> list[tuple[str, dict[str, Any], str]]:
+def airflow_db(env: dict[str, str], sql: str) -> list[tuple[Any, ...]]:
     db = sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db")
     try:
-        rows = db.execute(
-            "SELECT a.uri, e.extra, e.source_task_id FROM asset_event e JOIN asset a ON a.id = e.asset_id ORDER BY e.id"
-        ).fetchall()
+        return db.execute(sql).fetchall()
     finally:
         db.close()
-    return [(uri, json.loads(extra), task) for uri, extra, task in rows]
+
+
+def asset_events(env: dict[str, str]) -> list[tuple[str, dict[str, Any], str]]:
+    rows = airflow_db(
+        env,
+        "SELECT a.uri, e.extra, e.source_task_id FROM asset_event e JOIN asset a ON a.id = e.asset_id ORDER BY e.id",
+    )
+    return [(uri.rstrip("/"), json.loads(extra), task) for uri, extra, task in rows]  # Airflow appends a "/"
 
 
 def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(
@@ -243,13 +259,23 @@ def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(
     statuses = {p["pair"]: p["status"] for p in summary(root)["pairs"]}
     assert statuses == {"dag-pair": "failed", "dag-pika": "passed", "dag-mq": "passed"}
     assert (root / "report.html").exists()
-    # the pair's asset got the verdict, although its gate task failed
-    events = [e for e in asset_events(airflow_env) if e[0].startswith("replica-audit://dag-pair")]
-    assert len(events) == 1
-    _, extra, task = events[0]
+    # every pair's asset got its verdict, the failed pair's too; the one a DAG schedules on is active
+    events = {uri: (extra, task) for uri, extra, task in asset_events(airflow_env)}
+    assert set(events) == {"replica-audit://dag-pair", "replica-audit://dag-pika", "replica-audit://dag-mq"}
+    extra, task = events["replica-audit://dag-pair"]
     assert task == "audit_pair.verdict"
     assert extra["status"] == "failed" and extra["counts"] == {"missing_on_replica": 1}
     assert extra["failed_checks"] == ["missing_on_replica"] and extra["run_id"] == root.name
+    assert events["replica-audit://dag-pika"][0]["status"] == "passed"
+    aliased = airflow_db(airflow_env, "SELECT count(*) FROM asset_alias_asset_event")
+    assert aliased == [(3,)]  # each event went through the alias
+    active = {uri.rstrip("/") for (uri,) in airflow_db(airflow_env, "SELECT a.uri FROM asset_active a")}
+    assert "replica-audit://dag-pair" in active
+    queued = airflow_db(
+        airflow_env,
+        "SELECT q.target_dag_id, a.uri FROM asset_dag_run_queue q JOIN asset a ON a.id = q.asset_id",
+    )
+    assert [(dag, uri.rstrip("/")) for dag, uri in queued] == [("downstream_of_dag_pair", "replica-audit://dag-pair")]
 
     done = dags_test(airflow_env, "data_quality_report", {"out": str(tmp_path / "out"), "days": 2})
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
@@ -266,7 +292,11 @@ def test_a_kind_of_the_tests_own_runs_through_the_dag(airflow_env: dict[str, str
 
     master, replica = make_dirs(tmp_path)
     (replica / "same.txt").write_bytes(b"changed")
-    env = dict(airflow_env, REPLICA_AUDIT_KINDS=REGISTRY_ENTRY, PYTHONPATH=str(REPO))
+    # `tests` importable by the installed Airflow, without the checkout's `audit` shadowing the wheel's
+    path = tmp_path / "kinds-path"
+    path.mkdir()
+    (path / "tests").symlink_to(REPO / "tests", target_is_directory=True)
+    env = dict(airflow_env, REPLICA_AUDIT_KINDS=REGISTRY_ENTRY, PYTHONPATH=str(path))
     inv = inventory(tmp_path / "inv.yaml", master, replica)
     done = dags_test(env, "consistency_audit", {"inventory": str(inv), "out": str(tmp_path / "out")})
     assert done.returncode != 0, (done.stdout + done.stderr)[-3000:]  # its gate failed, so the run did
@@ -317,7 +347,12 @@ def test_post_migration_verification_certifies_a_faithful_migration(
         env = dict(
             airflow_env,
             AIRFLOW_CONN_MIGRATION_TARGET=json.dumps(
-                {"conn_type": "redis", "host": "127.0.0.1", "port": target.port, "password": "t4rget-s3cret"}
+                {
+                    "conn_type": "replica_audit_redis",
+                    "host": "127.0.0.1",
+                    "port": target.port,
+                    "password": "t4rget-s3cret",
+                }
             ),
         )
         done, root, cert = _verify(

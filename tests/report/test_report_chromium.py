@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -46,6 +47,16 @@ window.addEventListener("load", () => {
     images: [...document.images].map((i) => ({chart: i.dataset.chart || "", natural: [i.naturalWidth, i.naturalHeight],
       shown: [i.getBoundingClientRect().width, i.getBoundingClientRect().height], complete: i.complete})),
     links: [...document.querySelectorAll("a[href]")].map((a) => a.getAttribute("href")),
+    severities: [...document.querySelectorAll(".sev")].map((e) => [e.textContent.trim().split(" ").pop(),
+                                                              getComputedStyle(e).backgroundColor]),
+    details: Object.fromEntries([...document.querySelectorAll("table.findings")].map((t) => [t.dataset.category,
+      [...t.querySelectorAll("tr.finding")].map((tr) => ({
+        sides: [...tr.querySelectorAll("table.sides tr")].slice(1).map((r) => [...r.children].map((c) => c.innerText)),
+        fields: Object.fromEntries([...tr.querySelectorAll("dl.fields dt")].map((dt) =>
+                                   [dt.innerText, dt.nextElementSibling.innerText])),
+        digests: [...tr.querySelectorAll("td.digests code")].map((c) => [c.innerText, c.title]),
+        width: tr.getBoundingClientRect().width}))])),
+    width: document.documentElement.scrollWidth,
     body: document.body.innerText,
   };
   const pre = document.createElement("pre");
@@ -112,14 +123,24 @@ def assert_images_drawn(measured: dict[str, Any], charts: set[str]) -> None:
         assert i["complete"] and min(i["natural"]) > 50 and min(i["shown"]) > 50, i
 
 
-def assert_not_blank(page: Path, tmp_path: Path) -> None:
+SCREENSHOTS = (
+    Path(os.environ.get("REPLICA_AUDIT_SCREENSHOTS", "")) if os.environ.get("REPLICA_AUDIT_SCREENSHOTS") else None
+)
+"""Where to keep the screenshots for a person to look at (unset: only in the test's temporary directory)."""
+
+
+def assert_not_blank(page: Path, tmp_path: Path, height: int = 2000) -> Any:
     from matplotlib.image import imread
 
     shot = tmp_path / f"{page.stem}.png"
-    chromium("--window-size=1280,2000", f"--screenshot={shot}", page.as_uri(), profile=tmp_path / "profile")
+    chromium(f"--window-size=1280,{height}", f"--screenshot={shot}", page.as_uri(), profile=tmp_path / "profile")
+    if SCREENSHOTS is not None:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, SCREENSHOTS / shot.name)
     pixels = imread(shot)
     inked = (pixels[..., :3].min(axis=2) < 0.9).mean()
     assert inked > 0.02, f"{shot}: only {inked:.1%} of the page is not white"
+    return pixels
 
 
 @pytest.fixture(scope="module")
@@ -187,13 +208,59 @@ def test_run_report_in_chromium(outputs: dict[str, Path], tmp_path: Path) -> Non
     assert missing["more"] == "… and 8 more in findings.parquet"
     assert (tables["value_mismatch"]["total"], tables["value_mismatch"]["rows"]) == (2, 2)
     assert "58 in all, first 50 shown" in m["body"]
-    assert_images_drawn(m, {"categories", "offsets"})
-    targets = assert_links_resolve(page, m["links"])
-    names = {t.relative_to(page.parent).as_posix() for t in targets}
-    assert "gate/data_docs/index.html" in names and "summary.json" in names
-    assert any(n.startswith("gate/data_docs/validations/") for n in names)
-    assert any(n.startswith("gate/data_docs/expectations/") for n in names)
-    assert_not_blank(page, tmp_path)
+    assert_images_drawn(m, {"categories", "offsets", "history"})
+    assert_links_resolve(page, m["links"])
+    # the Data Docs: the shared site's index and this pair's validation page and suite, through gate/data_docs
+    docs = [h for h in m["links"] if h.startswith("gate/data_docs/")]
+    assert "gate/data_docs/index.html" in docs and "summary.json" in m["links"]
+    assert any(h.startswith(f"gate/data_docs/validations/redis_audit/{page.parent.name}@cache/") for h in docs), docs
+    assert "gate/data_docs/expectations/redis_audit.html" in docs
+    assert_severities_distinct(m)
+    assert_details_readable(m)
+    assert m["width"] <= 1400, "the findings table overflows the page"
+    pixels = assert_not_blank(page, tmp_path, height=4000)
+    assert_colour_drawn(pixels, (0xC0, 0x39, 0x2B)) and assert_colour_drawn(pixels, (0xE0, 0xA1, 0x00))
+
+
+def assert_severities_distinct(m: dict[str, Any]) -> None:
+    """critical red, warning amber (the TTL finding), each colour always meaning one severity."""
+    colours: dict[str, set[str]] = {}
+    for severity, colour in m["severities"]:
+        colours.setdefault(severity, set()).add(colour)
+    assert {"critical", "warning"} <= set(colours), colours
+    assert all(len(c) == 1 for c in colours.values()), colours
+    assert colours["critical"] == {"rgb(192, 57, 43)"} and colours["warning"] == {"rgb(224, 161, 0)"}
+    tables = {t["category"]: t for t in m["findings"]}
+    assert tables  # every table says its severity
+    assert 'data-category="ttl_mismatch" data-severity="warning"' in m["dom"]
+
+
+def assert_details_readable(m: dict[str, Any]) -> None:
+    """Labelled fields, not JSON: the TTL difference in seconds, expiry as a time, lengths side by side."""
+    [ttl] = m["details"]["ttl_mismatch"]
+    assert ttl["fields"]["TTL difference"] == "+600 s (the replica's copy expires later)"
+    sides = {row[0]: row[1:] for row in ttl["sides"]}
+    assert set(sides) >= {"Type", "Length", "TTL", "Expires"}
+    m_expiry, r_expiry = sides["Expires"]
+    assert re.fullmatch(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z", m_expiry), m_expiry
+    assert m_expiry < r_expiry
+    assert sides["Type"] == ["string", "string"]
+    mismatches = m["details"]["value_mismatch"]
+    big = next(f for f in mismatches if dict((r[0], r[1:]) for r in f["sides"])["Type"] == ["hash", "hash"])
+    assert dict((r[0], r[1:]) for r in big["sides"])["Length"] == ["1,000", "1,001"]  # a field added on the replica
+    for shown, full in big["digests"]:
+        assert full.startswith(shown.rstrip("…")) and len(shown) <= 13 < len(full)
+    values = [v for fs in m["details"].values() for f in fs for v in (*f["fields"].values(), *map(str, f["sides"]))]
+    assert values and not any("{" in v for v in values)  # no raw JSON left
+
+
+def assert_colour_drawn(pixels: Any, rgb: tuple[int, int, int]) -> bool:
+    import numpy as np
+
+    target = np.array(rgb) / 255.0
+    close = (np.abs(pixels[..., :3] - target) < 0.04).all(axis=2)
+    assert close.sum() > 200, f"colour {rgb} hardly drawn ({close.sum()} px)"
+    return True
 
 
 @needs_chromium

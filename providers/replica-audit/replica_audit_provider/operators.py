@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, ExceptionRetryPolicy, RetryAction, RetryRule
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from replica_audit_airflow.assets import PAIR_VERDICTS, pair_asset
-from replica_audit_airflow.hooks import airflow_conn_resolver
+from replica_audit_provider.assets import PAIR_VERDICTS, pair_asset
+from replica_audit_provider.hooks import airflow_conn_resolver
 
 if TYPE_CHECKING:
     from audit import Inventory
@@ -55,6 +55,8 @@ SOURCE_RETRY_ARGS: dict[str, Any] = {
 """The DAGs' default_args: every task retries an unreachable source twice, with backoff, and nothing else."""
 
 InventorySpec = str | dict[str, Any]
+PairsSpec = list[str] | str | None
+"""Pair names, or a template that renders to them (`"{{ params.pairs }}"` with native rendering)."""
 
 
 def safe_run_id(airflow_run_id: str) -> str:
@@ -72,11 +74,11 @@ def load(spec: InventorySpec) -> Inventory:
     return load_inventory(spec)
 
 
-def _names(pairs: list[str] | str | None) -> list[str] | None:
-    """The `pairs` Param rendered: a list (native rendering), or one name."""
-    if not pairs:
-        return None
-    return [pairs] if isinstance(pairs, str) else list(pairs)
+def pair_names(value: PairsSpec) -> list[str] | None:
+    """The rendered `pairs`: a list as it is, a string as comma-separated names; empty means every pair."""
+    if isinstance(value, str):
+        value = [name.strip() for name in value.split(",") if name.strip()]
+    return list(value) if value else None
 
 
 def _failed_checks(verdict: GateVerdict) -> str:
@@ -88,7 +90,7 @@ class PlanPairsOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("inventory", "pairs")
 
-    def __init__(self, *, inventory: str, pairs: list[str] | str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, inventory: str, pairs: PairsSpec = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.inventory = inventory
         self.pairs = pairs
@@ -97,7 +99,7 @@ class PlanPairsOperator(BaseOperator):
         from audit import AuditError
 
         try:
-            return [p.name for p in load(self.inventory).select(_names(self.pairs))]
+            return [p.name for p in load(self.inventory).select(pair_names(self.pairs))]
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
 
@@ -158,9 +160,7 @@ class AuditReportOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("inventory", "out_dir", "run_id", "pairs")
 
-    def __init__(
-        self, *, inventory: str, out_dir: str, run_id: str, pairs: list[str] | str | None = None, **kwargs: Any
-    ) -> None:
+    def __init__(self, *, inventory: str, out_dir: str, run_id: str, pairs: PairsSpec = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.inventory, self.out_dir, self.run_id, self.pairs = inventory, out_dir, run_id, pairs
 
@@ -169,7 +169,7 @@ class AuditReportOperator(BaseOperator):
 
         inv = load(self.inventory)
         run = start_run(inv, Path(self.out_dir), safe_run_id(self.run_id))
-        summary = finish_run(inv, run, inv.select(_names(self.pairs)))
+        summary = finish_run(inv, run, inv.select(pair_names(self.pairs)))
         verdicts = {p["pair"]: p["status"] for p in summary["pairs"]}
         self.log.info("run %s: %s %s; report %s", run.run_id, summary["verdict"], verdicts, run.report)
         if summary["exit_code"] != 0:

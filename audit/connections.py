@@ -1,0 +1,150 @@
+"""Airflow-style connection fields -> the endpoint an inventory takes (a URL or a store path). No Airflow import.
+
+One table of connection types serves both resolvers of `conn:<id>`: the Airflow provider's hooks
+(connection objects from Airflow) and, outside Airflow, `AIRFLOW_CONN_<ID>` in Airflow's JSON form.
+
+| connection type | kind | endpoint |
+|---|---|---|
+| `replica_audit_redis`, legacy `redis` | Redis | `redis://user:pw@host:port` (`rediss://` with extra `tls`) |
+| `replica_audit_pika`, legacy `pika` | Pika | the same, default port 9221 |
+| `replica_audit_mysql`, legacy `mysql`, `mariadb` | MySQL/MariaDB | `mysql://user:pw@host:port[/schema]` |
+| `replica_audit_rocketmq`, legacy `fs`, `file` | a store directory | extra `store_dir` (or `path`), else host |
+
+Login and password are percent-encoded; the URL holds the secret, so hand it to a client only
+(print it through :func:`audit.inventory.redact_url`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from audit.errors import ConfigError
+
+REDIS, PIKA, MYSQL, ROCKETMQ = (
+    "replica_audit_redis",
+    "replica_audit_pika",
+    "replica_audit_mysql",
+    "replica_audit_rocketmq",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnKind:
+    family: str
+    """`server` (a URL is built) or `store` (a path is read)."""
+    scheme: str
+    default_port: int
+    with_schema: bool
+
+
+_SERVER_REDIS = ConnKind("server", "redis", 6379, with_schema=False)
+CONN_TYPES: dict[str, ConnKind] = {
+    REDIS: _SERVER_REDIS,
+    PIKA: ConnKind("server", "redis", 9221, with_schema=False),
+    MYSQL: ConnKind("server", "mysql", 3306, with_schema=True),
+    ROCKETMQ: ConnKind("store", "", 0, with_schema=False),
+    # the official providers' types, still read as before
+    "redis": _SERVER_REDIS,
+    "pika": ConnKind("server", "redis", 9221, with_schema=False),
+    "mysql": ConnKind("server", "mysql", 3306, with_schema=True),
+    "mariadb": ConnKind("server", "mysql", 3306, with_schema=True),
+    "fs": ConnKind("store", "", 0, with_schema=False),
+    "file": ConnKind("store", "", 0, with_schema=False),
+}
+"""Connection type -> how it becomes an endpoint. The `replica_audit_*` types are the provider's own."""
+
+STORE_FIELDS = ("store_dir", "broker_log", "ha_status", "ha_addr")
+"""Extra fields of a file-store connection (a RocketMQ store; `store_dir` alone for Pika binlog directories)."""
+
+
+def _true(value: Any) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes", "on")
+
+
+def extra_field(extra: Mapping[str, Any], conn_type: str, name: str) -> Any:
+    """An extra field as the connection form stores it: plain, or prefixed `extra__<type>__<name>` (older forms)."""
+    value = extra.get(name)
+    return value if value not in (None, "") else extra.get(f"extra__{conn_type}__{name}")
+
+
+def server_url(
+    kind: ConnKind,
+    *,
+    host: str | None,
+    port: int | None,
+    login: str | None,
+    password: str | None,
+    schema: str | None,
+    tls: bool,
+) -> str:
+    """`scheme://login:password@host:port[/schema]`, login and password percent-encoded, IPv6 hosts bracketed."""
+    user, secret = quote(login or "", safe=""), quote(password or "", safe="")
+    auth = f"{user}:{secret}@" if secret else (f"{user}@" if user else "")
+    host = host or "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    path = f"/{schema}" if kind.with_schema and schema else ""
+    scheme = kind.scheme + ("s" if tls and kind.scheme == "redis" else "")
+    return f"{scheme}://{auth}{host}:{port or kind.default_port}{path}"
+
+
+def store_fields(conn_id: str, conn_type: str, host: str | None, extra: Mapping[str, Any]) -> dict[str, str]:
+    """The store connection's fields (`store_dir` always; `broker_log`, `ha_status`, `ha_addr` when set)."""
+    fields = {name: str(v) for name in STORE_FIELDS if (v := extra_field(extra, conn_type, name)) not in (None, "")}
+    store = fields.get("store_dir") or extra_field(extra, conn_type, "path") or host
+    if not store:
+        raise ConfigError(f'conn:{conn_id}: a file-store connection needs extra {{"store_dir": ...}} (or "path")')
+    fields["store_dir"] = str(store)
+    return fields
+
+
+def connection_endpoint(
+    conn_id: str,
+    conn_type: str | None,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    login: str | None = None,
+    password: str | None = None,
+    schema: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> str:
+    """The endpoint string of a connection; ConfigError naming the connection for an unknown type or no path."""
+    ctype = (conn_type or "").lower()
+    kind = CONN_TYPES.get(ctype)
+    if kind is None:
+        raise ConfigError(
+            f"conn:{conn_id}: connection type {conn_type!r} is not one replica-audit reads "
+            f"(known: {', '.join(sorted(CONN_TYPES))})"
+        )
+    extra = extra or {}
+    if kind.family == "store":
+        return store_fields(conn_id, ctype, host, extra)["store_dir"]
+    tls = _true(extra_field(extra, ctype, "tls")) or _true(extra_field(extra, ctype, "ssl"))
+    return server_url(kind, host=host, port=port, login=login, password=password, schema=schema, tls=tls)
+
+
+def endpoint_from_json(conn_id: str, conn: Mapping[str, Any]) -> str:
+    """`AIRFLOW_CONN_<ID>` in Airflow's JSON form (`{"conn_type": ..., "host": ..., "extra": {...}}`) -> endpoint."""
+    extra = conn.get("extra") or {}
+    if isinstance(extra, str):
+        import json
+
+        try:
+            extra = json.loads(extra)
+        except ValueError:
+            raise ConfigError(f"conn:{conn_id}: extra is not JSON") from None
+    port = conn.get("port")
+    return connection_endpoint(
+        conn_id,
+        conn.get("conn_type"),
+        host=conn.get("host"),
+        port=int(port) if port not in (None, "") else None,
+        login=conn.get("login"),
+        password=conn.get("password"),
+        schema=conn.get("schema"),
+        extra=extra,
+    )

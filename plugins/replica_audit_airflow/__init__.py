@@ -1,1 +1,0 @@
-"""Airflow adapters for replica-audit: hooks on Airflow connections and operators that call one library function."""

@@ -1,0 +1,126 @@
+"""
+### post_migration_verification
+
+Verifies a migrated keyspace: the **target** must hold what the **source** holds. Trigger it with
+the form (Params below, validated before the run starts). The two servers are audited as one pair,
+**snapshot → diff → recheck → gate**, without a replication check (the target is not a replica),
+over every db either side has keys in (or the `dbs` given), then **certificate** writes
+`out/<run_id>/certificate.json` and `certificate.html`: key counts per side and db, the content
+digests of both snapshots, tool and server versions, the gate's verdict and failed expectations.
+
+Strictness: `zero_tolerance` (default: every threshold 0, unreadable keys included, and the two
+content digests must be equal), `allow_ttl_drift` (expiry differences reported, not failing),
+`allow_extra_on_target` (keys only on the target reported, not failing). The run fails unless the
+certificate's verdict is `passed`.
+
+`source` / `target`: `redis://[user:password@]host:port` (Pika too), or `conn:<airflow_conn_id>`,
+which keeps the password in an Airflow connection (type `replica_audit_redis` or `replica_audit_pika`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from airflow.sdk import DAG, Param, TriggerRule
+
+from audit.verify import DEFAULT_NAME, DEFAULT_STRICTNESS, STRICTNESS, verifiable_kinds
+from replica_audit_provider.operators import SOURCE_RETRY_ARGS, AuditStageOperator, VerificationCertificateOperator
+
+ENDPOINT = r"^(conn:[A-Za-z0-9_.-]+|rediss?://\S+)$"
+OUT = "{{ params.out }}"
+RUN_ID = "{{ run_id }}"
+VERIFICATION = {  # the arguments of audit.verify.verification_inventory, rendered from the Params
+    "source": "{{ params.source }}",
+    "target": "{{ params.target }}",
+    "kind": "{{ params.kind }}",
+    "strictness": "{{ params.strictness }}",
+    "dbs": "{{ params.dbs }}",
+    "name": "{{ params.name }}",
+    "settings": "{{ params.settings }}",
+}
+
+
+def _params() -> dict[str, Param]:
+    return {
+        "source": Param(
+            type="string",
+            pattern=ENDPOINT,
+            title="Source",
+            description="where the data came from: redis://host:port or conn:<airflow_conn_id>",
+        ),
+        "target": Param(
+            type="string",
+            pattern=ENDPOINT,
+            title="Target",
+            description="where it was migrated to: redis://host:port or conn:<airflow_conn_id>",
+        ),
+        "kind": Param("redis", type="string", enum=verifiable_kinds(), title="Kind"),
+        "strictness": Param(
+            DEFAULT_STRICTNESS,
+            type="string",
+            enum=list(STRICTNESS),
+            title="Strictness",
+            description="; ".join(f"{k}: {why}" for k, (_, why) in STRICTNESS.items()),
+        ),
+        "dbs": Param(
+            [],
+            type="array",
+            items={"type": "integer", "minimum": 0, "maximum": 65535},
+            title="Databases",
+            description="db indexes to verify; empty: every db either side has keys in",
+        ),
+        "name": Param(
+            DEFAULT_NAME,
+            type="string",
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
+            title="Name",
+            description="the pair's name in the outputs",
+        ),
+        "out": Param(
+            os.environ.get(
+                "REPLICA_AUDIT_VERIFY_OUT",
+                os.path.join(os.environ.get("REPLICA_AUDIT_OUT", "/opt/replica-audit/out"), "verifications"),
+            ),
+            type="string",
+            title="Output directory",
+            description="each run writes out/<run_id>/",
+        ),
+        "settings": Param(
+            {},
+            type="object",
+            title="Settings",
+            description='inventory settings, e.g. {"qps": 5000, "recheck_rounds": 3}',
+        ),
+    }
+
+
+def post_migration_verification_dag(dag_id: str = "post_migration_verification", **dag_kwargs: Any) -> DAG:
+    """The verification DAG (manual, with a trigger form); `dag_kwargs` override the DAG's arguments."""
+    kwargs: dict[str, Any] = {
+        "doc_md": __doc__,
+        "schedule": None,
+        "catchup": False,
+        "render_template_as_native_obj": True,  # dbs and settings stay a list and a dict
+        "tags": ["replica-audit", "verification"],
+        "default_args": SOURCE_RETRY_ARGS,
+        "params": _params(),
+        **dag_kwargs,
+    }
+    with DAG(dag_id=dag_id, **kwargs) as dag:
+        stages = [
+            AuditStageOperator(
+                task_id=stage, stage=stage, pair="{{ params.name }}", inventory=VERIFICATION, out_dir=OUT, run_id=RUN_ID
+            )
+            for stage in ("snapshot", "diff", "recheck", "gate")
+        ]
+        certificate = VerificationCertificateOperator(
+            task_id="certificate",
+            verification=VERIFICATION,
+            out_dir=OUT,
+            run_id=RUN_ID,
+            trigger_rule=TriggerRule.ALL_DONE,
+            retries=0,
+        )
+        stages[0] >> stages[1] >> stages[2] >> stages[3] >> certificate
+    return dag

@@ -1,0 +1,201 @@
+"""Hooks: an Airflow connection turned into what replica-audit takes (a URL or a path); secrets stay in Airflow.
+
+| hook | connection type | gives | `test_connection()` (read-only) |
+|---|---|---|---|
+| RedisAuditHook | `replica_audit_redis` | `redis://user:pw@host:port` (`rediss://` with TLS) | PING, then INFO server |
+| PikaAuditHook | `replica_audit_pika` | the same, default port 9221 | PING, then INFO server |
+| MySQLAuditHook | `replica_audit_mysql` | `mysql://user:pw@host:port[/schema]` | SELECT VERSION() |
+| RocketMQStoreHook | `replica_audit_rocketmq` | the store directory (extra `store_dir`) | its commit log is readable |
+
+The connection forms (fields, labels, placeholders) are declared in :mod:`.get_provider_info`.
+Connections of the official providers' types `redis`, `mysql` and `fs` resolve as before.
+
+`airflow_conn_resolver` is the `resolver` the library takes for `conn:<id>` inventory endpoints; it
+picks the mapping by the connection's type (see :mod:`audit.connections`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from airflow.sdk.bases.hook import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from audit import connections as ac
+
+TEST_TIMEOUT_S = 5.0
+"""Connect and read timeout of `test_connection()`: the UI waits for it."""
+
+
+def _endpoint(conn: Any) -> str:
+    return ac.connection_endpoint(
+        conn.conn_id,
+        conn.conn_type,
+        host=conn.host,
+        port=conn.port,
+        login=conn.login,
+        password=conn.password,
+        schema=conn.schema,
+        extra=conn.extra_dejson,
+    )
+
+
+class _AuditHook(BaseHook):
+    conn_name_attr = "audit_conn_id"
+    default_conn_name: ClassVar[str]
+    conn_type: ClassVar[str]
+    hook_name: ClassVar[str]
+
+    def __init__(self, audit_conn_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.audit_conn_id = audit_conn_id or self.default_conn_name
+
+    def get_conn(self) -> str:
+        """The endpoint (URL with the secret, or a path): hand it to replica-audit, never log it."""
+        return _endpoint(self.get_connection(self.audit_conn_id))
+
+    @classmethod
+    def endpoint(cls, conn: Any) -> str:
+        return _endpoint(conn)
+
+    def test_connection(self) -> tuple[bool, str]:
+        """(True, what answered) or (False, why not); the UI shows the message, which never holds the password."""
+        password = None
+        try:
+            password = self.get_connection(self.audit_conn_id).password
+            return True, self._probe()
+        except Exception as e:
+            message = f"{type(e).__name__}: {e}"
+            return False, message.replace(password, "***") if password else message
+
+    def _probe(self) -> str:
+        raise NotImplementedError
+
+
+class RedisAuditHook(_AuditHook):
+    """A Redis server (standalone, replica, or a cluster node)."""
+
+    default_conn_name = "replica_audit_redis_default"
+    conn_type = ac.REDIS
+    hook_name = "Redis (replica-audit)"
+
+    def _probe(self) -> str:
+        import redis
+
+        from audit.inventory import redact_url
+
+        url = self.get_conn()
+        client = redis.Redis.from_url(
+            url, socket_timeout=TEST_TIMEOUT_S, socket_connect_timeout=TEST_TIMEOUT_S, protocol=2
+        )
+        try:
+            client.ping()
+            info = client.info("server")
+        finally:
+            client.close()
+        return f"PING answered by {self._server(info)} at {redact_url(url)}"
+
+    @staticmethod
+    def _server(info: dict[str, Any]) -> str:
+        if "pika_version" in info:
+            return f"Pika {info['pika_version']}"
+        return f"Redis {info.get('redis_version', '?')}"
+
+
+class PikaAuditHook(RedisAuditHook):
+    """A Pika server: it speaks the Redis protocol (RESP2); INFO tells its version."""
+
+    default_conn_name = "replica_audit_pika_default"
+    conn_type = ac.PIKA
+    hook_name = "Pika (replica-audit)"
+
+
+class MySQLAuditHook(_AuditHook):
+    """A MySQL or MariaDB server."""
+
+    default_conn_name = "replica_audit_mysql_default"
+    conn_type = ac.MYSQL
+    hook_name = "MySQL / MariaDB (replica-audit)"
+
+    def _probe(self) -> str:
+        import pymysql
+
+        conn = self.get_connection(self.audit_conn_id)
+        db = pymysql.connect(
+            host=conn.host or "127.0.0.1",
+            port=int(conn.port or 3306),
+            user=conn.login or None,
+            password=conn.password or "",
+            database=conn.schema or None,
+            connect_timeout=int(TEST_TIMEOUT_S),
+            read_timeout=int(TEST_TIMEOUT_S),
+        )
+        try:
+            with db.cursor() as cur:
+                cur.execute("SELECT VERSION()")
+                row = cur.fetchone()
+        finally:
+            db.close()
+        version = row[0] if row else "?"
+        return f"SELECT VERSION() answered {version} at {conn.host or '127.0.0.1'}:{conn.port or 3306}"
+
+
+class RocketMQStoreHook(_AuditHook):
+    """A RocketMQ broker's store directory (and its broker log, haStatus output) reachable from the workers."""
+
+    default_conn_name = "replica_audit_rocketmq_default"
+    conn_type = ac.ROCKETMQ
+    hook_name = "RocketMQ store (replica-audit)"
+
+    def fields(self) -> dict[str, str]:
+        """`store_dir`, and `broker_log`, `ha_status`, `ha_addr` when set: an inventory's RocketMQ endpoint."""
+        conn = self.get_connection(self.audit_conn_id)
+        return ac.store_fields(conn.conn_id, conn.conn_type or "", conn.host, conn.extra_dejson)
+
+    def _probe(self) -> str:
+        fields = self.fields()
+        found = []
+        for path in fields["store_dir"].split(";"):
+            found.append(_commit_log_files(Path(path)))
+        for name in ("broker_log", "ha_status"):
+            if name in fields and not os.access(fields[name], os.R_OK):
+                raise FileNotFoundError(f"{name} {fields[name]} is not a readable file")
+        return f"store {fields['store_dir']}: {sum(found)} commit-log files readable"
+
+
+def _commit_log_files(store: Path) -> int:
+    """Commit-log files (20-digit names) under `store` (the store root or its commitlog/); errors name the path."""
+    if not store.is_dir():
+        raise FileNotFoundError(f"store_dir {store} is not a directory on this machine")
+    directory = store / "commitlog" if (store / "commitlog").is_dir() else store
+    files = [p for p in directory.iterdir() if p.name.isdigit() and len(p.name) == 20]
+    unreadable = [p.name for p in files if not os.access(p, os.R_OK)]
+    if unreadable:
+        raise PermissionError(
+            f"{directory}: {len(unreadable)} commit-log files are not readable ({unreadable[0]}, ...)"
+        )
+    if not files:
+        raise FileNotFoundError(f"{directory} holds no commit-log files (20-digit names)")
+    return len(files)
+
+
+HOOKS: tuple[type[_AuditHook], ...] = (RedisAuditHook, PikaAuditHook, MySQLAuditHook, RocketMQStoreHook)
+HOOK_BY_CONN_TYPE: dict[str, type[_AuditHook]] = {h.conn_type: h for h in HOOKS}
+"""The provider's own connection types -> their hook."""
+
+
+def airflow_conn_resolver(conn_id: str) -> str:
+    """The `resolver` replica-audit's library takes: conn id -> URL (or path), by the connection's type.
+
+    A missing connection or an unsupported type raises ConfigError: a configuration mistake, not
+    something a retry fixes.
+    """
+    from audit import ConfigError
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise ConfigError(f"conn:{conn_id}: no such Airflow connection") from None
+    return _endpoint(conn)

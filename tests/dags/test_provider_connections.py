@@ -1,0 +1,154 @@
+"""The provider's connection types, as Airflow sees them once the provider is installed (from its wheel).
+
+Airflow finds each type's hook, its form (fields, labels, placeholders) and its `test_connection`,
+which reaches a real redis-server, a Pika face over one, a real MariaDB and the real RocketMQ commit
+log, read-only; a wrong password or a missing store fails with a message that names the problem and
+never holds the password.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from audit.local.mariadb_server import MariaDBServer, mariadb_available
+from audit.local.redis_server import RedisServer, free_port
+from tests.conftest import SHARED
+from tests.pika_front import PikaFront
+
+pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+TYPES = ("replica_audit_redis", "replica_audit_pika", "replica_audit_mysql", "replica_audit_rocketmq")
+PASSWORD = "s3cr3t-Pw"
+
+
+def in_installed_airflow(env: dict[str, str], code: str) -> Any:
+    done = subprocess.run(
+        [env["AIRFLOW_PYTHON"], "-c", "import json\n" + code],
+        env=env,
+        cwd=env["AIRFLOW_HOME"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_airflow_registers_the_connection_types_with_their_forms(airflow_env: dict[str, str]) -> None:
+    found = in_installed_airflow(
+        airflow_env,
+        f"""
+from airflow.providers_manager import ProvidersManager
+pm = ProvidersManager()
+hooks = {{t: pm.hooks[t] for t in {TYPES!r}}}
+print(json.dumps({{
+    "provider": pm.providers["airflow-provider-replica-audit"].version,
+    "hooks": {{t: [h.hook_class_name, h.connection_testable, h.hook_name] for t, h in hooks.items()}},
+    "widgets": sorted(k for k in pm.connection_form_widgets if "replica_audit" in k),
+    "behaviours": {{t: pm.field_behaviours.get(t) for t in {TYPES!r}}},
+}}))
+""",
+    )
+    assert found["provider"] == "0.1.0"
+    for conn_type, (hook, testable, name) in found["hooks"].items():
+        assert hook.startswith("replica_audit_provider.hooks.") and testable and "(replica-audit)" in name, conn_type
+    assert found["widgets"] == [
+        "extra__replica_audit_pika__tls",
+        "extra__replica_audit_redis__tls",
+        "extra__replica_audit_rocketmq__broker_log",
+        "extra__replica_audit_rocketmq__ha_addr",
+        "extra__replica_audit_rocketmq__ha_status",
+        "extra__replica_audit_rocketmq__store_dir",
+    ]
+    b = found["behaviours"]
+    assert b["replica_audit_redis"]["placeholders"]["port"] == "6379"
+    assert b["replica_audit_pika"]["placeholders"]["port"] == "9221"
+    assert b["replica_audit_mysql"]["relabeling"]["schema"] == "Database (optional)"
+    assert set(b["replica_audit_rocketmq"]["hidden_fields"]) == {"host", "port", "schema", "login", "password"}
+    assert b["replica_audit_rocketmq"]["placeholders"]["extra__replica_audit_rocketmq__store_dir"]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    work = tmp_path_factory.mktemp("provider-connections")
+    redis_server = RedisServer(free_port(), work / "redis").start()
+    redis_server.client().config_set("requirepass", PASSWORD)
+    pika = PikaFront(redis_server.port, lambda: "# Replication(MASTER)\nrole:master\nconnected_slaves:0\n").start()
+    mariadb = MariaDBServer(free_port(), work / "mariadb").start() if mariadb_available() else None
+    store = work / "rmq" / "store"
+    (store / "commitlog").mkdir(parents=True)
+    shutil.copy(SHARED / "fixtures" / "rocketmq" / "00000000000000000000", store / "commitlog")
+    try:
+        yield {"redis": redis_server, "pika": pika, "mariadb": mariadb, "store": store}
+    finally:
+        pika.stop()
+        redis_server.stop()
+        if mariadb is not None:
+            mariadb.stop()
+
+
+def test_test_connection_reaches_each_kind_read_only(airflow_env: dict[str, str], servers: dict[str, Any]) -> None:
+    redis_port, pika_port = servers["redis"].port, servers["pika"].port
+    conns: dict[str, dict[str, Any]] = {
+        "cache": {"conn_type": "replica_audit_redis", "host": "127.0.0.1", "port": redis_port, "password": PASSWORD},
+        "cache_bad_pw": {
+            "conn_type": "replica_audit_redis",
+            "host": "127.0.0.1",
+            "port": redis_port,
+            "password": "not-" + PASSWORD,
+        },
+        "cache_down": {"conn_type": "replica_audit_redis", "host": "127.0.0.1", "port": free_port()},
+        "pika": {"conn_type": "replica_audit_pika", "host": "127.0.0.1", "port": pika_port, "password": PASSWORD},
+        "store": {"conn_type": "replica_audit_rocketmq", "extra": {"store_dir": str(servers["store"])}},
+        "store_missing": {"conn_type": "replica_audit_rocketmq", "extra": {"store_dir": "/nonexistent/store"}},
+        "store_bad_log": {
+            "conn_type": "replica_audit_rocketmq",
+            "extra": {"store_dir": str(servers["store"]), "broker_log": "/nonexistent/broker.log"},
+        },
+    }
+    mariadb = servers["mariadb"]
+    if mariadb is not None:
+        conns["db"] = {
+            "conn_type": "replica_audit_mysql",
+            "host": "127.0.0.1",
+            "port": mariadb.port,
+            "login": mariadb.user,
+            "password": mariadb.password,
+        }
+    env = dict(airflow_env, **{f"AIRFLOW_CONN_{k.upper()}": json.dumps(v) for k, v in conns.items()})
+    admin = servers["redis"].client()
+    admin.execute_command("AUTH", PASSWORD)
+    admin.config_resetstat()
+    results = in_installed_airflow(
+        env,
+        f"""
+from airflow.models.connection import Connection
+print(json.dumps({{i: list(Connection.get_connection_from_secrets(i).test_connection()) for i in {sorted(conns)!r}}}))
+""",
+    )
+    assert results["cache"][0] is True and results["cache"][1].startswith("PING answered by Redis 7"), results
+    assert f"127.0.0.1:{redis_port}" in results["cache"][1]
+    assert results["pika"] == [True, f"PING answered by Pika 4.0.0 at redis://:***@127.0.0.1:{pika_port}"]
+    ok, message = results["cache_bad_pw"]
+    assert not ok and "password" in message.lower() and PASSWORD not in message, message
+    assert not results["cache_down"][0] and "Connection refused" in results["cache_down"][1]
+    assert results["store"] == [True, f"store {servers['store']}: 1 commit-log files readable"]
+    assert results["store_missing"] == [
+        False,
+        "FileNotFoundError: store_dir /nonexistent/store is not a directory on this machine",
+    ]
+    assert results["store_bad_log"] == [
+        False,
+        "FileNotFoundError: broker_log /nonexistent/broker.log is not a readable file",
+    ]
+    if mariadb is not None:
+        assert results["db"][0] is True and "MariaDB" in results["db"][1], results["db"]
+    assert all(PASSWORD not in message for _, message in results.values())
+    # read-only: the Redis and Pika probes sent nothing but the handshake, PING and INFO
+    used = {k.removeprefix("cmdstat_") for k in admin.info("commandstats")} - {"config|resetstat", "auth"}
+    assert used <= {"ping", "info", "hello", "client|setinfo"}, used
