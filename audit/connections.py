@@ -1,14 +1,10 @@
 """Airflow-style connection fields -> the endpoint an inventory takes (a URL or a store path). No Airflow import.
 
-One table of connection types serves both resolvers of `conn:<id>`: the Airflow provider's hooks
-(connection objects from Airflow) and, outside Airflow, `AIRFLOW_CONN_<ID>` in Airflow's JSON form.
-
-| connection type | kind | endpoint |
-|---|---|---|
-| `replica_audit_redis`, legacy `redis` | Redis | `redis://user:pw@host:port` (`rediss://` with extra `tls`) |
-| `replica_audit_pika`, legacy `pika` | Pika | the same, default port 9221 |
-| `replica_audit_mysql`, legacy `mysql`, `mariadb` | MySQL/MariaDB | `mysql://user:pw@host:port[/schema]` |
-| `replica_audit_rocketmq`, legacy `fs`, `file` | a store directory | extra `store_dir` (or `path`), else host |
+One mapping serves both resolvers of `conn:<id>`: the Airflow provider's hooks (connection objects from
+Airflow) and, outside Airflow, `AIRFLOW_CONN_<ID>` in Airflow's JSON form. Each kind declares the
+connection types it reads (`KindSpec.connection_types`: its own `replica_audit_<kind>` type, and the
+official providers' types it keeps reading): a server type becomes `scheme://user:pw@host:port[/schema]`,
+a store type the directory in its extra `store_dir` (or `path`, else the host).
 
 Login and password are percent-encoded; the URL holds the secret, so hand it to a client only
 (print it through :func:`audit.inventory.redact_url`).
@@ -23,13 +19,6 @@ from urllib.parse import quote
 
 from audit.errors import ConfigError
 
-REDIS, PIKA, MYSQL, ROCKETMQ = (
-    "replica_audit_redis",
-    "replica_audit_pika",
-    "replica_audit_mysql",
-    "replica_audit_rocketmq",
-)
-
 
 @dataclass(frozen=True, slots=True)
 class ConnKind:
@@ -40,21 +29,15 @@ class ConnKind:
     with_schema: bool
 
 
-_SERVER_REDIS = ConnKind("server", "redis", 6379, with_schema=False)
-CONN_TYPES: dict[str, ConnKind] = {
-    REDIS: _SERVER_REDIS,
-    PIKA: ConnKind("server", "redis", 9221, with_schema=False),
-    MYSQL: ConnKind("server", "mysql", 3306, with_schema=True),
-    ROCKETMQ: ConnKind("store", "", 0, with_schema=False),
-    # the official providers' types, still read as before
-    "redis": _SERVER_REDIS,
-    "pika": ConnKind("server", "redis", 9221, with_schema=False),
-    "mysql": ConnKind("server", "mysql", 3306, with_schema=True),
-    "mariadb": ConnKind("server", "mysql", 3306, with_schema=True),
-    "fs": ConnKind("store", "", 0, with_schema=False),
-    "file": ConnKind("store", "", 0, with_schema=False),
-}
-"""Connection type -> how it becomes an endpoint. The `replica_audit_*` types are the provider's own."""
+def conn_types() -> dict[str, ConnKind]:
+    """Connection type -> how it becomes an endpoint, from every registered kind (KindSpec.connection_types)."""
+    from audit.kernel.kind import registered_kinds
+
+    found: dict[str, ConnKind] = {}
+    for spec in registered_kinds().values():
+        found.update(spec.connection_types)
+    return found
+
 
 STORE_FIELDS = ("store_dir", "broker_log", "ha_status", "ha_addr")
 """Extra fields of a file-store connection (a RocketMQ store; `store_dir` alone for Pika binlog directories)."""
@@ -114,11 +97,12 @@ def connection_endpoint(
 ) -> str:
     """The endpoint string of a connection; ConfigError naming the connection for an unknown type or no path."""
     ctype = (conn_type or "").lower()
-    kind = CONN_TYPES.get(ctype)
+    known = conn_types()
+    kind = known.get(ctype)
     if kind is None:
         raise ConfigError(
             f"conn:{conn_id}: connection type {conn_type!r} is not one replica-audit reads "
-            f"(known: {', '.join(sorted(CONN_TYPES))})"
+            f"(known: {', '.join(sorted(known))})"
         )
     extra = extra or {}
     if kind.family == "store":

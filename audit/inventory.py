@@ -20,7 +20,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Union
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError
@@ -209,7 +209,6 @@ def load_inventory(path: str | Path) -> Inventory:
 
 # --- connections and endpoints ---------------------------------------------------------------------------
 _CONN_ENV = "AIRFLOW_CONN_{}"
-_DEFAULT_PORTS = {"redis": 6379, "rediss": 6379, "mysql": 3306, "mariadb": 3306}
 
 
 def env_conn_resolver(conn_id: str) -> str:
@@ -222,35 +221,17 @@ def env_conn_resolver(conn_id: str) -> str:
     return value
 
 
-def _truthy(value: Any) -> bool:
-    return str(value).lower() in ("true", "1", "yes", "on")
-
-
 def _url_from_conn_json(conn_id: str, value: str) -> str:
-    """Airflow's JSON connection form as a URL; login and password percent-encoded, `extra.ssl` honoured."""
+    """Airflow's JSON connection form -> endpoint, through the same table the provider's hooks use."""
+    from audit.connections import endpoint_from_json
+
     try:
-        c = json.loads(value)
+        conn = json.loads(value)
     except json.JSONDecodeError:
         raise ConfigError(f"conn:{conn_id}: AIRFLOW_CONN_{conn_id.upper()} is not valid JSON") from None
-    if not isinstance(c, dict):
+    if not isinstance(conn, dict):
         raise ConfigError(f"conn:{conn_id}: AIRFLOW_CONN_{conn_id.upper()} must be a JSON object")
-    extra = c.get("extra") or {}
-    if isinstance(extra, str):
-        try:
-            extra = json.loads(extra)
-        except json.JSONDecodeError:
-            extra = {}
-    scheme = str(c.get("conn_type") or "redis")
-    if scheme == "redis" and _truthy(extra.get("ssl", False)):
-        scheme = "rediss"
-    login, password = quote(str(c.get("login") or ""), safe=""), quote(str(c.get("password") or ""), safe="")
-    auth = f"{login}:{password}@" if password else (f"{login}@" if login else "")
-    host = str(c.get("host") or "localhost")
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    port = c.get("port") or _DEFAULT_PORTS.get(scheme, 6379)
-    db = f"/{c['schema']}" if c.get("schema") else ""
-    return f"{scheme}://{auth}{host}:{port}{db}"
+    return endpoint_from_json(conn_id, conn)
 
 
 def endpoint_url(value: Any, resolver: ConnResolver | None = None) -> str | None:

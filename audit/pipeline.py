@@ -203,7 +203,7 @@ def finish_run(inventory: Inventory, run: RunDir, pairs: list[Pair], history: st
     manifest["servers"] = {p["pair"]: p.get("servers", {}) for p in summary["pairs"]}
     manifest["exit_code"] = summary["exit_code"]
     write_json(run.manifest, manifest)
-    render_report(run, summary)  # after the manifest's end, which the report shows
+    render_report(run, summary, history=history)  # after the manifest's end, which the report shows
     manifest["history"] = record_history(run, history)
     write_json(run.manifest, manifest)
     return summary

@@ -11,13 +11,14 @@ validate pairs.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import import_module
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
+from audit.connections import ConnKind
 from audit.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ class KindSpec:
     endpoint_help: str = ""
     verifiable: bool = False
     """Whether a post-migration verification (two servers, no replication) can certify this kind."""
+    connection_types: Mapping[str, ConnKind] = field(default_factory=dict)
+    """Airflow connection types a `conn:<id>` endpoint of this kind may be (audit/connections.py)."""
 
 
 _extra: dict[str, KindSpec] = {}

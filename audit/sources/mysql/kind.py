@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import AfterValidator, Field, SecretStr
 
+from audit.connections import ConnKind
 from audit.errors import ConfigError
 from audit.kernel.kind import KindSpec
 from audit.kernel.pair import PairBase
@@ -67,4 +68,9 @@ KIND = KindSpec(
     suite="mysql.json",
     endpoint_help=f"{URL_HELP}, or conn:<airflow_conn_id>",
     verifiable=True,
+    connection_types={
+        "replica_audit_mysql": ConnKind("server", "mysql", 3306, with_schema=True),
+        "mysql": ConnKind("server", "mysql", 3306, with_schema=True),  # the official providers' types
+        "mariadb": ConnKind("server", "mysql", 3306, with_schema=True),
+    },
 )

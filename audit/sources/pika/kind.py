@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from audit.connections import ConnKind
 from audit.kernel.kind import KindSpec
 from audit.sources.pika.model import PikaPair
 
@@ -41,4 +42,8 @@ KIND = KindSpec(
     endpoint_help="redis://host:port of each Pika server (optional), and/or binlog: {master_dir, replica_dir} "
     "holding log_db<N>/ directories",
     verifiable=True,
+    connection_types={
+        "replica_audit_pika": ConnKind("server", "redis", 9221, with_schema=False),
+        "pika": ConnKind("server", "redis", 9221, with_schema=False),
+    },
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from audit.connections import ConnKind
 from audit.kernel.kind import KindSpec
 from audit.sources.redis.model import RedisPair
 
@@ -35,4 +36,8 @@ KIND = KindSpec(
     suite="redis.json",
     endpoint_help="redis://[user:password@]host:port  (rediss:// for TLS), or conn:<airflow_conn_id>",
     verifiable=True,
+    connection_types={
+        "replica_audit_redis": ConnKind("server", "redis", 6379, with_schema=False),
+        "redis": ConnKind("server", "redis", 6379, with_schema=False),  # the official provider's type
+    },
 )

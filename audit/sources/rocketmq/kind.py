@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from audit.connections import ConnKind
 from audit.kernel.kind import KindSpec
 from audit.sources.rocketmq.model import RocketMQPair
 
@@ -25,4 +26,9 @@ KIND = KindSpec(
     checks=checks,
     suite="rocketmq.json",
     endpoint_help="{store_dir: PATH, broker_log: PATH (master), ha_status: PATH (saved mqadmin haStatus)}",
+    connection_types={
+        "replica_audit_rocketmq": ConnKind("store", "", 0, with_schema=False),
+        "fs": ConnKind("store", "", 0, with_schema=False),  # Airflow's own file connection
+        "file": ConnKind("store", "", 0, with_schema=False),
+    },
 )

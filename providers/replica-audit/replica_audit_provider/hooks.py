@@ -78,7 +78,7 @@ class RedisAuditHook(_AuditHook):
     """A Redis server (standalone, replica, or a cluster node)."""
 
     default_conn_name = "replica_audit_redis_default"
-    conn_type = ac.REDIS
+    conn_type = "replica_audit_redis"
     hook_name = "Redis (replica-audit)"
 
     def _probe(self) -> str:
@@ -108,7 +108,7 @@ class PikaAuditHook(RedisAuditHook):
     """A Pika server: it speaks the Redis protocol (RESP2); INFO tells its version."""
 
     default_conn_name = "replica_audit_pika_default"
-    conn_type = ac.PIKA
+    conn_type = "replica_audit_pika"
     hook_name = "Pika (replica-audit)"
 
 
@@ -116,7 +116,7 @@ class MySQLAuditHook(_AuditHook):
     """A MySQL or MariaDB server."""
 
     default_conn_name = "replica_audit_mysql_default"
-    conn_type = ac.MYSQL
+    conn_type = "replica_audit_mysql"
     hook_name = "MySQL / MariaDB (replica-audit)"
 
     def _probe(self) -> str:
@@ -146,7 +146,7 @@ class RocketMQStoreHook(_AuditHook):
     """A RocketMQ broker's store directory (and its broker log, haStatus output) reachable from the workers."""
 
     default_conn_name = "replica_audit_rocketmq_default"
-    conn_type = ac.ROCKETMQ
+    conn_type = "replica_audit_rocketmq"
     hook_name = "RocketMQ store (replica-audit)"
 
     def fields(self) -> dict[str, str]:
