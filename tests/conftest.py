@@ -41,3 +41,15 @@ def fresh_pair(tmp_path: Path) -> Iterator[tuple[object, object]]:
     yield master, replica
     replica.stop()
     master.stop()
+
+
+@pytest.fixture()
+def dirfiles_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The tests' own kind (tests/kinds/dirfiles.py), registered for one test."""
+    from audit.kernel.kind import registered_kinds
+
+    monkeypatch.setenv("REPLICA_AUDIT_KINDS", "dirfiles=tests.kinds.dirfiles")
+    registered_kinds.cache_clear()
+    yield
+    monkeypatch.delenv("REPLICA_AUDIT_KINDS")
+    registered_kinds.cache_clear()

@@ -155,7 +155,14 @@ def _audit(
                 resume=resume,
                 on_stage=lambda name, stage: _say(f"[dim]{name}: {stage}[/]"),
             )
-            if outcome.status == "error":
+            if outcome.exit_code == EXIT_INTERNAL:
+                state = run_dir.load_state(p.name)
+                if state is not None and state.error is not None and state.error.traceback:
+                    err.print(state.error.traceback, markup=False, highlight=False)
+                err.print(
+                    f"[red]{p.name}: internal error[/] (a bug in replica-audit; please report it): {outcome.message}"
+                )
+            elif outcome.status == "error":
                 err.print(f"[red]{p.name}: could not be audited:[/] {outcome.message}")
     finally:
         if bar is not None:

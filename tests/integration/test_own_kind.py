@@ -4,24 +4,11 @@ else from it than its module, one registry entry and its suite."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from audit.kernel.kind import registered_kinds
 from tests.integration.helpers import findings, latest_run, run_cli, summary
 
 REGISTRY_ENTRY = "dirfiles=tests.kinds.dirfiles"
-
-
-@pytest.fixture()
-def dirfiles_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("REPLICA_AUDIT_KINDS", REGISTRY_ENTRY)
-    registered_kinds.cache_clear()
-    yield
-    monkeypatch.delenv("REPLICA_AUDIT_KINDS")
-    registered_kinds.cache_clear()
 
 
 def make_dirs(root: Path) -> tuple[Path, Path]:

@@ -1,0 +1,98 @@
+"""The CLI's edges: usage errors, --version, --json, --quiet, a bug in one pair, --resume.
+
+The pairs are of the tests' own kind (tests/kinds/dirfiles.py: two directories of files), so no server
+is needed to exercise what every kind shares."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from audit.errors import SourceError
+from tests.integration.helpers import latest_run, run_cli, summary
+from tests.integration.test_own_kind import make_dirs
+from tests.kinds.dirfiles import FilesCheck
+
+
+def two_pairs(tmp_path: Path) -> Path:
+    pairs = []
+    for name in ("good", "bad"):
+        m, r = make_dirs(tmp_path / name)
+        pairs.append({"name": name, "kind": "dirfiles", "master": {"path": str(m)}, "replica": {"path": str(r)}})
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(json.dumps({"pairs": pairs}))
+    return inv
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["run"], ["run", "-o", "x"], ["run", "-i", "x", "-o", "y", "--no-such-option"], ["no-such-command"], []],
+)
+def test_usage_errors_exit_2_without_a_traceback(args: list[str], monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert run_cli(args, monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err
+
+
+def test_version(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from audit.pipeline import tool_version
+
+    assert run_cli(["--version"], monkeypatch) == 0
+    assert capsys.readouterr().out.strip() == f"replica-audit {tool_version()}"
+
+
+def test_a_bug_in_one_pair_ends_that_pair_only(dirfiles_kind, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    real = FilesCheck.diff
+
+    def diff(self, ctx):  # type: ignore[no-untyped-def]
+        if ctx.pair.name == "bad":
+            raise ZeroDivisionError("a bug met in one pair")
+        return real(self, ctx)
+
+    monkeypatch.setattr(FilesCheck, "diff", diff)
+    assert run_cli(["run", "-i", str(two_pairs(tmp_path)), "-o", str(tmp_path / "out")], monkeypatch) == 4
+    root = latest_run(tmp_path / "out")
+    pairs = {p["pair"]: p for p in summary(root)["pairs"]}
+    assert pairs["good"]["status"] == "passed" and pairs["bad"]["status"] == "error"
+    assert pairs["bad"]["error"]["internal"] and pairs["bad"]["error"]["exit_code"] == 4
+    state = json.loads((root / "work" / "bad" / "state.json").read_text())
+    assert "ZeroDivisionError: a bug met in one pair" in state["error"]["traceback"]
+    assert "ZeroDivisionError" in capsys.readouterr().err  # and the log has it too
+
+
+def test_json_and_quiet(dirfiles_kind, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    inv = two_pairs(tmp_path)
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "a"), "--json"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["verdict"] == "passed" and len(out.strip().splitlines()) == 1
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "b"), "--quiet"], monkeypatch) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+
+
+def test_resume_goes_on_from_the_last_completed_stage(dirfiles_kind, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    inv = two_pairs(tmp_path)
+    real_snapshot, real_diff = FilesCheck.snapshot, FilesCheck.diff
+
+    def unreachable(self, ctx):  # type: ignore[no-untyped-def]
+        raise SourceError(f"pair {ctx.pair.name}: the store went away mid-audit", where="/x")
+
+    monkeypatch.setattr(FilesCheck, "diff", unreachable)
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 3
+    run_id = latest_run(tmp_path / "out").name
+    assert {p["status"] for p in summary(latest_run(tmp_path / "out"))["pairs"]} == {"error"}
+
+    snapshots = []
+
+    def counted(self, ctx):  # type: ignore[no-untyped-def]
+        snapshots.append(ctx.pair.name)
+        return real_snapshot(self, ctx)
+
+    monkeypatch.setattr(FilesCheck, "snapshot", counted)
+    monkeypatch.setattr(FilesCheck, "diff", real_diff)
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out"), "--resume", run_id], monkeypatch) == 0
+    assert snapshots == []  # the snapshots were done: only diff, recheck and gate ran again
+    assert latest_run(tmp_path / "out").name == run_id
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out"), "--resume", "nope"], monkeypatch) == 2
