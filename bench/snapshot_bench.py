@@ -101,7 +101,7 @@ def naive_dump(client: redis.Redis) -> int:
 
 
 def replica_audit(client: redis.Redis, url: str, out: Path) -> int:
-    meta = snapshot_side(client, side="master", endpoint=url, dbs=[0], out_dir=out, options=SnapshotOptions(qps=10**9))
+    meta = snapshot_side(client, side="master", endpoint=url, dbs=[0], out_dir=out, options=SnapshotOptions(max_latency_ms=None))
     rows = pq.ParquetFile(out / KEYS_FILE).metadata.num_rows
     ok = meta["stats"]["keys_ok"]
     if rows != ok:
