@@ -92,7 +92,7 @@ class Pacer:
         self._sleep = sleep
         self.batch_keys = settings.max_batch_keys
         self.allowed: float | None = settings.max_keys_per_s  # the current rate: the cap, lowered by back-off
-        self._tokens = 0.0
+        self._tokens = 0.1 * settings.max_keys_per_s if settings.max_keys_per_s else 0.0  # a full bucket
         self._last = clock()
         self._next_sample = self._last + settings.sample_every_s
         self.waited_s = 0.0

@@ -10,7 +10,7 @@ to the keyspace) and the Spark diff keeps the later read.
 
 How hard the server is read is :class:`audit.pacing.Pacer`'s decision (a keys/s cap, a target time per
 batch, back-off on the server's latency or load); see that module for the knobs.
-:func:`snapshot_sides` snapshots several sides at once, one process each.
+:func:`audit.sources.redis.sides.snapshot_sides` snapshots several sides at once, one process each.
 """
 
 from __future__ import annotations
