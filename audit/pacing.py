@@ -156,7 +156,9 @@ class Pacer:
         if over:
             if self.allowed is None:
                 self._unpaced_keys_per_s = own_keys_per_s
-            current = self.allowed if self.allowed is not None else max(own_keys_per_s, self.s.min_keys_per_s)
+            # halve what is actually read: a cap far above the real rate would bind nothing once halved
+            actual = max(own_keys_per_s, self.s.min_keys_per_s)
+            current = actual if self.allowed is None else min(self.allowed, actual)
             self.allowed = max(self.s.min_keys_per_s, current / 2)
             self.backoffs += 1
             return True

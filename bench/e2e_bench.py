@@ -56,7 +56,7 @@ def redis_cli_scan(port: int, work: Path) -> float | None:
     exe = shutil.which("redis-cli")
     if exe is None:
         return None
-    secs, _, _ = timed_cmd([exe, "-p", str(port), "--scan", "--count", "1000"], work, work / "scan.txt")
+    secs, _, _ = timed_cmd([exe, "-p", str(port), "--scan"], work, work / "scan.txt")
     return secs
 
 

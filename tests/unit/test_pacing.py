@@ -114,3 +114,9 @@ def test_bad_settings_are_refused() -> None:
         PaceSettings(max_keys_per_s=0)
     with pytest.raises(ValueError, match="min_batch_keys"):
         PaceSettings(min_batch_keys=0)
+
+
+def test_back_off_under_a_loose_cap_halves_the_actual_rate() -> None:
+    p, _ = pacer(max_keys_per_s=1_000_000, max_latency_ms=5.0)
+    assert p.observe(latency_ms=50.0, server_ops_per_s=None, own_ops_per_s=0, own_keys_per_s=80_000)
+    assert p.allowed == 40_000
