@@ -1,6 +1,6 @@
 """Snapshot throughput against a throwaway redis-server, next to baselines measured in the same run.
 
-    .venv/bin/python bench/snapshot_bench.py [--keys 1000000] [--quick] [--sides] [--profile]
+    .venv/bin/python bench/snapshot_bench.py [--keys 1000000] [--quick] [--sides] [--before REV] [--profile]
 
 Loads the mix of the end-to-end pair (bench/datasets.py: 70% strings of 16-200 bytes, the rest hashes,
 lists, sets and zsets of 5-50 elements, 20% with a TTL), then times on the same data: (a) bare SCAN,
@@ -8,7 +8,9 @@ lists, sets and zsets of 5-50 elements, 20% with a TTL), then times on the same 
 (type, TTL, length and digest per key; pacing's back-off off, no cap). For each: keys/s, the client's
 CPU, and redis-server's CPU (INFO cpu) per million keys, so a faster client that made the server pay
 would show. With --sides a replica is attached and both servers are snapshotted at once, one thread
-per side (how the pipeline did it) and one process per side (`snapshot_sides`). Prints peak RSS.
+per side (how the pipeline did it) and one process per side (`snapshot_sides`). With --before REV
+(e.g. de9fef6, the commit before issue 12) the snapshot_side of that revision runs too, from a detached
+git worktree in a subprocess against the same server: the "before" of the same run. Prints peak RSS.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import argparse
 import cProfile
 import os
 import pstats
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -32,6 +36,7 @@ from audit.sources.redis.sides import SideJob, snapshot_sides
 from audit.sources.redis.snapshot import KEYS_FILE, SnapshotOptions, snapshot_side
 
 TARGET, AIM = 150_000, 250_000
+ROOT = Path(__file__).resolve().parent.parent
 UNPACED = SnapshotOptions(max_latency_ms=None)
 
 
@@ -64,6 +69,43 @@ def replica_audit(client: redis.Redis, url: str, out: Path) -> int:
     if rows != ok:
         raise RuntimeError(f"snapshot wrote {rows} rows but counted {ok} ok keys")
     return int(meta["stats"]["keys_scanned"])
+
+
+OLD_SNAPSHOT = """
+import sys, time, json
+from pathlib import Path
+from audit.sources.redis.client import connect
+from audit.sources.redis.snapshot import SnapshotOptions, snapshot_side
+c = connect(sys.argv[1], role="before")
+o = SnapshotOptions(qps=10**9)
+m = snapshot_side(c, side="master", endpoint="before", dbs=[0], out_dir=Path(sys.argv[2]), options=o)
+print(json.dumps(m["stats"]["keys_scanned"]))
+"""
+
+
+def before_snapshot(rev: str, url: str, tmp: Path) -> Callable[[], int]:
+    """A callable running `rev`'s snapshot_side in a subprocess (its CPU counts as this process' children)."""
+    tree = tmp / "before-tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
+
+    def run() -> int:
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        out = subprocess.run(
+            [sys.executable, "-c", OLD_SNAPSHOT, url, str(tmp / "before-out")],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        return int(out.strip().splitlines()[-1])
+
+    return run
+
+
+def drop_before_tree(tmp: Path) -> None:
+    tree = tmp / "before-tree"
+    if tree.exists():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
 
 
 def both_sides(jobs: list[SideJob], processes: bool) -> int:
@@ -100,6 +142,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs of each method; the best is reported")
     ap.add_argument("--sides", action="store_true", help="also snapshot master+replica at once: threads vs processes")
     ap.add_argument("--profile", action="store_true", help="also run snapshot_side once under cProfile")
+    ap.add_argument("--before", metavar="REV", help="also run snapshot_side of git revision REV (same server)")
     args = ap.parse_args()
     if args.quick:
         args.keys, args.repeat = 100_000, 1
@@ -123,6 +166,9 @@ def main() -> None:
                     lambda: replica_audit(client, servers[0].url, Path(tmp) / "s"),
                 ),
             ]
+            if args.before:
+                old = before_snapshot(args.before, servers[0].url, Path(tmp))
+                methods.append((f"snapshot_side at {args.before} (before)", [client], old))
             if args.sides:
                 servers.append(
                     RedisServer(
@@ -153,6 +199,7 @@ def main() -> None:
         finally:
             for s in servers:
                 s.stop()
+            drop_before_tree(Path(tmp))
     print(f"\npeak RSS of this process {peak_rss_mb():.0f} MB, of its children {peak_rss_mb(children=True):.0f} MB")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end")
 
