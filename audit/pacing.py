@@ -13,12 +13,14 @@ Knobs (:class:`PaceSettings`; inventory settings of the same names):
   long. (Batches overlap, so the wait is the server time the client's own work did not hide.) The size
   stays between ``min_batch_keys`` (10) and ``max_batch_keys`` (the ``scan_count`` setting).
 - ``max_latency_ms`` (default 10) and ``max_other_ops_per_s`` (default None). Every ``sample_every_s``
-  (default 1 s) the snapshot samples the server cheaply: the least round trip of 3 PINGs on a separate
-  connection (the time the server's event loop takes to get to a new request, what every other
-  client feels) and INFO stats ``instantaneous_ops_per_sec`` less the auditor's own command rate (the
-  load from everyone else). Either one past its bound halves the allowed rate (multiplicative
-  decrease, down to ``min_keys_per_s``, 100); each sample within bounds raises it by a quarter
-  (until the cap, or unlimited). While backed off, the token bucket paces at the lowered rate.
+  (default 1 s) the snapshot samples the server cheaply on a separate connection: the least round
+  trip of 3 DBSIZE calls (O(1); a +@read ACL user may run it, not PING), which is how long the
+  server's event loop takes to get to a new request, what every other client feels; and INFO stats
+  ``instantaneous_ops_per_sec`` less the auditor's own command rate (the load from everyone else).
+  Either past its bound halves the rate actually read (multiplicative decrease, down to
+  ``min_keys_per_s``, 100); each sample within bounds raises it by a quarter, back to the cap (or to
+  no cap once past twice the rate before the first back-off). While backed off, the token bucket
+  paces at the lowered rate. A server that refuses INFO still gets the latency bound.
 
 Deprecated: ``qps`` counted commands per server (the old reader sent 4 per key plus SCAN). It maps to
 ``max_keys_per_s = qps / 4`` with :data:`QPS_DEPRECATION` as the warning text.

@@ -7,7 +7,7 @@ process (a steady loop of GET round trips, as an application would send) and mea
 the server's instantaneous_ops_per_sec (INFO stats, sampled every 0.25 s), the concurrent client's
 ops/s and its p50/p99 latency. Phases: idle (the baseline, same run), a snapshot with no pacing at
 all, one capped by `max_keys_per_s`, and one with only the adaptive back-off (a latency bound of 1 ms
-over the least of 3 PINGs). Prints the snapshot's keys/s and back-offs for each, and peak RSS.
+over the least of 3 DBSIZE round trips). Prints the snapshot's keys/s and back-offs for each, and peak RSS.
 """
 
 from __future__ import annotations
