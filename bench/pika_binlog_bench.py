@@ -128,6 +128,12 @@ def main() -> None:
     ap.add_argument("--regenerate", action="store_true", help="rewrite the cached files")
     ap.add_argument("--quick", action="store_true", help="64 MiB of log in 16 MiB files, one run each")
     ap.add_argument("--memory", action="store_true", help="also scan a 2 GiB log file by file: peak RSS")
+    ap.add_argument("--conf", action="append", default=[], metavar="K=V", help="extra Spark setting (repeatable)")
+    ap.add_argument(
+        "--preload-daemon",
+        action="store_true",
+        help="Spark workers forked from audit.sources.pika.spark_worker (modules imported once)",
+    )
     ap.add_argument(
         "--spark",
         action="store_true",
@@ -204,6 +210,12 @@ def main() -> None:
     task_cpu = results[4][2]
     print(f"one Spark task's work (parse + Parquet write): {mb / task_cpu:,.1f} MB per CPU second")
     if args.spark:
+        from audit.diff.spark import configure
+
+        conf = dict(c.split("=", 1) for c in args.conf)
+        if args.preload_daemon:
+            conf["spark.python.daemon.module"] = "audit.sources.pika.spark_worker"
+        configure(conf=conf)
         spark_scan(log_dir, mb, args.repeat)
     if args.memory:
         memory_scan(files, 2048)
@@ -240,6 +252,8 @@ def spark_scan(log_dir: Path, mb: float, repeat: int) -> None:
         runs.append((wall, tree_cpu_s() - cpu))
     wall, cpu = min(runs)
     rows = spark.read.parquet(out).count()
+    daemon = spark.conf.get("spark.python.daemon.module", "pyspark.daemon")
+    print(f"\nSpark Python daemon: {daemon}")
     print(
         f"\nSpark scan_logs ({len(logs[0].files)} files, local[{cores}], {rows:,} rows read back): {wall:.2f} s, "
         f"{mb / wall:,.1f} MB/s wall, {mb / wall / cores:,.1f} MB/s per core; {cpu:.2f} CPU s in the process "
