@@ -130,11 +130,6 @@ def main() -> None:
     ap.add_argument("--memory", action="store_true", help="also scan a 2 GiB log file by file: peak RSS")
     ap.add_argument("--conf", action="append", default=[], metavar="K=V", help="extra Spark setting (repeatable)")
     ap.add_argument(
-        "--preload-daemon",
-        action="store_true",
-        help="Spark workers forked from audit.sources.pika.spark_worker (modules imported once)",
-    )
-    ap.add_argument(
         "--spark",
         action="store_true",
         help="also parse through the audit's Spark job (one task per file) and print MB/s per core",
@@ -213,8 +208,6 @@ def main() -> None:
         from audit.diff.spark import configure
 
         conf = dict(c.split("=", 1) for c in args.conf)
-        if args.preload_daemon:
-            conf["spark.python.daemon.module"] = "audit.sources.pika.spark_worker"
         configure(conf=conf)
         spark_scan(log_dir, mb, args.repeat)
     if args.memory:
