@@ -89,6 +89,11 @@ def stage_split(run_dir: Path, started_ms: int, ended_ms: int) -> dict[str, floa
             split[stage] = (at[stage] - last) / 1000
             last = at[stage]
     split["gate + report"] = (ended_ms - last) / 1000
+    for side in ("master", "replica"):
+        meta_path = run_dir / "snapshots" / "e2e" / side / "snapshot.json"
+        if meta_path.exists():
+            pacing = json.loads(meta_path.read_text()).get("pacing", {})
+            split[f"  ({side} back-offs)"] = float(pacing.get("backoffs", 0))
     m = state.get("metrics", {})
     for k in ("master_snapshot_s", "replica_snapshot_s", "master_keys_per_s", "replica_keys_per_s", "diff_s"):
         if k in m:
