@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-QPS = 20000
-"""Commands per second the auditor may send to one server (token bucket, per connection)."""
-
 SCAN_COUNT = 1000
 """COUNT hint for SCAN; also the size of one pipelined batch of keys."""
 

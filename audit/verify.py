@@ -70,7 +70,7 @@ def verification_inventory(
 
     `source` and `target` are URLs of the kind's servers or `conn:<airflow_conn_id>`; `dbs`
     None or empty means every db either side has keys in (kinds with dbs); `tables` likewise for kinds
-    with tables (every base table outside the system schemas); `settings` are inventory settings (qps,
+    with tables (every base table outside the system schemas); `settings` are inventory settings (max_keys_per_s,
     recheck_rounds, ...). Raises ConfigError naming the bad argument.
     """
     if kind not in verifiable_kinds():

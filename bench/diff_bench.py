@@ -1,15 +1,19 @@
 """Spark keyspace diff throughput on two synthetic snapshots, next to a Spark baseline from the same run.
 
-    .venv/bin/python bench/diff_bench.py [--rows 10000000] [--conf spark.sql.shuffle.partitions=16 ...]
+    .venv/bin/python bench/diff_bench.py [--rows 10000000] [--quick] [--conf spark.sql.shuffle.partitions=16 ...]
 
 Generates master/replica `keys.parquet` files of N rows (SNAPSHOT_SCHEMA) with planted differences:
 0.1% changed digest, 0.05% missing on the replica, 0.05% extra on the replica, 0.05% TTL drift.
-Then runs the diff as `RedisSource.diff` does and checks the candidate count against the plant.
+Then runs, in the same process: Spark baselines (count, distinct keys), the previous diff job (every
+column through the join), the diff as `RedisSource.diff` runs it (diff_snapshots), and DuckDB's full
+outer join of the same files (`pip install duckdb` into the venv: a bench-only dependency; skipped
+with a note when absent). Checks the candidates against the plant; prints peak RSS (driver and JVM).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -20,11 +24,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from audit import defaults
-from audit.diff.keyspace import diff_snapshots
+from audit.diff.keyspace import diff_snapshots, diff_snapshots_wide
 from audit.diff.spark import configure, get_spark
 from audit.sources.redis.snapshot import SNAPSHOT_SCHEMA
 
-TARGET_S, TARGET_ROWS = 60.0, 10_000_000
+TARGET_S, TARGET_ROWS, DUCKDB_RATIO = 30.0, 10_000_000, 3.0
 T0 = 1_700_000_000_000
 TYPES = pa.array(["string"] * 14 + ["hash", "hash", "list", "list", "set", "zset"])
 HEX = np.array([b"%02x" % i for i in range(256)], dtype="S2")
@@ -95,7 +99,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=TARGET_ROWS)
     ap.add_argument("--conf", action="append", default=[], metavar="K=V", help="extra Spark setting (repeatable)")
+    ap.add_argument("--quick", action="store_true", help="1M rows per side")
+    ap.add_argument("--no-wide", action="store_true", help="skip the previous job (the slowest baseline)")
     args = ap.parse_args()
+    if args.quick:
+        args.rows = 1_000_000
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at start")
     configure(conf=dict(c.split("=", 1) for c in args.conf))
     with tempfile.TemporaryDirectory(prefix="diff-bench-") as tmp:
         m_path, r_path, out = Path(tmp) / "master.parquet", Path(tmp) / "replica.parquet", Path(tmp) / "cand"
@@ -117,9 +126,16 @@ def main() -> None:
         distinct = [spark.read.parquet(p).select("key").distinct().count() for p in paths]
         timings.append(("baseline: select(key).distinct.count x2", time.perf_counter() - t))
 
+        if not args.no_wide:
+            t = time.perf_counter()
+            diff_snapshots_wide(spark, *paths, str(out) + "-wide", defaults.TTL_TOLERANCE_MS)
+            timings.append(("previous diff job (every column joined)", time.perf_counter() - t))
         t = time.perf_counter()
         coverage = diff_snapshots(spark, *paths, str(out), defaults.TTL_TOLERANCE_MS)  # what RedisSource.diff runs
         timings.append(("replica-audit diff (total)", time.perf_counter() - t))
+        duck = duckdb_join(paths)
+        if duck is not None:
+            timings.append(("duckdb full outer join + classify", duck))
 
         base = timings[1][1]
         print(
@@ -139,12 +155,66 @@ def main() -> None:
         print(f"coverage: { {k: v for k, v in coverage.items() if k != 'candidates'} }")
         if got != want:
             print("MISMATCH: candidates differ from the planted differences")
-        total = timings[-1][1]
+        peak_rss_report(_jvm_pid(spark))
+        total = next(secs for name, secs in timings if name.startswith("replica-audit"))
+        if duck is not None:
+            print(f"replica-audit diff / duckdb: {total / duck:.2f}x (target <= {DUCKDB_RATIO:.0f}x)")
+        else:
+            print("duckdb not installed: `.venv/bin/pip install duckdb` for that baseline (bench only)")
         scaled = f" (at {args.rows:,} rows; scale before judging)" if args.rows != TARGET_ROWS else ""
         print(
             f"\ntarget: 10M keys per side diffed in < {TARGET_S:.0f} s: {total:.1f} s, "
             f"reached {'yes' if total < TARGET_S and args.rows >= TARGET_ROWS else 'no'}{scaled}"
         )
+
+
+def _jvm_pid(spark: object) -> int | None:
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        if "java" in child.name():
+            return int(child.pid)
+    return None
+
+
+def duckdb_join(paths: list[str]) -> float | None:
+    """Seconds for DuckDB to full-outer-join the two files by (db, key) and count each category."""
+    try:
+        import duckdb
+    except ImportError:
+        return None
+    con = duckdb.connect()
+    started = time.perf_counter()
+    con.execute(
+        f"""
+        WITH m AS (SELECT db, key, arg_max(struct_pack(type, digest, length, expire_at_ms, status), read_at_ms) v
+                   FROM read_parquet('{paths[0]}') GROUP BY db, key),
+             r AS (SELECT db, key, arg_max(struct_pack(type, digest, length, expire_at_ms, status), read_at_ms) v
+                   FROM read_parquet('{paths[1]}') GROUP BY db, key)
+        SELECT CASE WHEN r.key IS NULL THEN 'missing' WHEN m.key IS NULL THEN 'extra'
+                    WHEN m.v.type <> r.v.type THEN 'type' WHEN m.v.digest <> r.v.digest OR m.v.length <> r.v.length
+                    THEN 'value' WHEN abs(m.v.expire_at_ms - r.v.expire_at_ms) > 2000
+                    OR (m.v.expire_at_ms IS NULL) <> (r.v.expire_at_ms IS NULL) THEN 'ttl' END AS category,
+               count(*)
+        FROM m FULL OUTER JOIN r ON m.db = r.db AND m.key = r.key GROUP BY ALL
+        """
+    ).fetchall()
+    return time.perf_counter() - started
+
+
+def peak_rss_report(spark_pid: int | None) -> None:
+    import resource
+
+    import psutil
+
+    me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    jvm = ""
+    if spark_pid:
+        try:
+            jvm = f"; Spark JVM RSS now {psutil.Process(spark_pid).memory_info().rss / 2**20:,.0f} MB"
+        except psutil.NoSuchProcess:
+            pass
+    print(f"peak RSS of this process (driver, duckdb) {me:,.0f} MB{jvm}")
 
 
 if __name__ == "__main__":

@@ -1,18 +1,26 @@
 """Snapshot throughput against a throwaway redis-server, next to baselines measured in the same run.
 
-    .venv/bin/python bench/snapshot_bench.py [--keys 1000000] [--no-profile]
+    .venv/bin/python bench/snapshot_bench.py [--keys 1000000] [--quick] [--sides] [--before REV] [--profile]
 
-Loads a realistic mix (70% strings of 20-100 bytes, 30% hashes/lists/sets/zsets of 5-20 elements,
-20% with a TTL), then times on the same data: (a) bare SCAN, (b) what a naive tool does (SCAN + a
-redis-py pipeline of DUMP + PTTL per key), (c) `snapshot_side` (type, TTL, length and digest per key).
+Loads the mix of the end-to-end pair (bench/datasets.py: 70% strings of 16-200 bytes, the rest hashes,
+lists, sets and zsets of 5-50 elements, 20% with a TTL), then times on the same data: (a) bare SCAN,
+(b) what a naive tool does (SCAN + a redis-py pipeline of DUMP + PTTL per key), (c) `snapshot_side`
+(type, TTL, length and digest per key; pacing's back-off off, no cap). For each: keys/s, the client's
+CPU, and redis-server's CPU (INFO cpu) per million keys, so a faster client that made the server pay
+would show. With --sides a replica is attached and both servers are snapshotted at once, one thread
+per side (how the pipeline did it) and one process per side (`snapshot_sides`). With --before REV
+(e.g. de9fef6, the commit before issue 12) the snapshot_side of that revision runs too, from a detached
+git worktree in a subprocess against the same server: the "before" of the same run. Prints peak RSS.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
-import random
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -20,62 +28,16 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import redis
-from hiredis import ReplyError
+from datasets import load_mix, peak_rss_mb, wait_replica_synced
 
 from audit.local.redis_server import RedisServer, free_port
 from audit.sources.redis.client import connect
-from audit.sources.redis.resp import Command, RespPipe
+from audit.sources.redis.sides import SideJob, snapshot_sides
 from audit.sources.redis.snapshot import KEYS_FILE, SnapshotOptions, snapshot_side
 
-TARGET = 100_000
-
-
-def load(client: redis.Redis, n: int, seed: int = 1) -> float:
-    """Write `n` keys through pipelined batches; returns seconds."""
-    rnd = random.Random(seed)
-    blob = rnd.randbytes(1 << 20)
-
-    def val(lo: int, hi: int) -> bytes:
-        size = rnd.randint(lo, hi)
-        off = rnd.randrange(len(blob) - size)
-        return blob[off : off + size]
-
-    pipe, started = RespPipe(client), time.time()
-    cmds: list[Command] = []
-
-    def flush() -> None:
-        bad = [r for r in pipe.execute(cmds) if isinstance(r, ReplyError)]
-        if bad:
-            raise RuntimeError(f"load failed: {bad[0]}")
-        cmds.clear()
-
-    for i in range(n):
-        r = rnd.random()
-        ttl = [b"%d" % rnd.randint(3_600_000, 7_200_000)] if rnd.random() < 0.2 else []
-        elems = range(rnd.randint(5, 20))
-        if r < 0.7:
-            key = b"str:%d" % i
-            cmds.append((b"SET", key, val(20, 100), *([b"PX", *ttl] if ttl else [])))
-            ttl = []
-        elif r < 0.775:
-            key = b"hash:%d" % i
-            cmds.append((b"HSET", key, *[x for j in elems for x in (b"f%d" % j, val(5, 40))]))
-        elif r < 0.85:
-            key = b"list:%d" % i
-            cmds.append((b"RPUSH", key, *[val(5, 40) for _ in elems]))
-        elif r < 0.925:
-            key = b"set:%d" % i
-            cmds.append((b"SADD", key, *[b"m%d:%b" % (j, val(4, 20)) for j in elems]))
-        else:
-            key = b"zset:%d" % i
-            cmds.append((b"ZADD", key, *[x for j in elems for x in (b"%d" % rnd.randint(0, 10**6), b"m%d" % j)]))
-        if ttl:
-            cmds.append((b"PEXPIRE", key, ttl[0]))
-        if len(cmds) >= 20_000:
-            flush()
-    flush()
-    pipe.close()
-    return time.time() - started
+TARGET, AIM = 150_000, 250_000
+ROOT = Path(__file__).resolve().parent.parent
+UNPACED = SnapshotOptions(max_latency_ms=None)
 
 
 def raw_scan(client: redis.Redis) -> int:
@@ -101,7 +63,7 @@ def naive_dump(client: redis.Redis) -> int:
 
 
 def replica_audit(client: redis.Redis, url: str, out: Path) -> int:
-    meta = snapshot_side(client, side="master", endpoint=url, dbs=[0], out_dir=out, options=SnapshotOptions(qps=10**9))
+    meta = snapshot_side(client, side="master", endpoint=url, dbs=[0], out_dir=out, options=UNPACED)
     rows = pq.ParquetFile(out / KEYS_FILE).metadata.num_rows
     ok = meta["stats"]["keys_ok"]
     if rows != ok:
@@ -109,68 +71,156 @@ def replica_audit(client: redis.Redis, url: str, out: Path) -> int:
     return int(meta["stats"]["keys_scanned"])
 
 
-def server_cpu(client: redis.Redis) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+OLD_SNAPSHOT = """
+import sys, time, json
+from pathlib import Path
+from audit.sources.redis.client import connect
+from audit.sources.redis.snapshot import SnapshotOptions, snapshot_side
+c = connect(sys.argv[1], role="before")
+o = SnapshotOptions(qps=10**9)
+m = snapshot_side(c, side="master", endpoint="before", dbs=[0], out_dir=Path(sys.argv[2]), options=o)
+print(json.dumps(m["stats"]["keys_scanned"]))
+"""
 
 
-def timed(client: redis.Redis, fn: Callable[[], int]) -> tuple[float, int, float, float]:
-    """Wall seconds, keys, this process' CPU seconds, redis-server CPU seconds."""
-    cpu, srv, started = time.process_time(), server_cpu(client), time.perf_counter()
+def before_snapshot(rev: str, url: str, tmp: Path) -> Callable[[], int]:
+    """A callable running `rev`'s snapshot_side in a subprocess (its CPU counts as this process' children)."""
+    tree = tmp / "before-tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
+
+    def run() -> int:
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        out = subprocess.run(
+            [sys.executable, "-c", OLD_SNAPSHOT, url, str(tmp / "before-out")],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        return int(out.strip().splitlines()[-1])
+
+    return run
+
+
+def drop_before_tree(tmp: Path) -> None:
+    tree = tmp / "before-tree"
+    if tree.exists():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+
+
+def both_sides(jobs: list[SideJob], processes: bool) -> int:
+    metas = snapshot_sides(jobs, UNPACED, processes=processes)
+    return sum(int(m["stats"]["keys_scanned"]) for m in metas.values())
+
+
+def server_cpu(clients: list[redis.Redis]) -> float:
+    total = 0.0
+    for c in clients:
+        info = c.info("cpu")
+        total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return total
+
+
+def timed(clients: list[redis.Redis], fn: Callable[[], int]) -> tuple[float, int, float, float]:
+    """Wall seconds, keys, this process' (and its children's) CPU seconds, redis-servers' CPU seconds."""
+    t = os.times()
+    cpu, srv, started = (
+        t.user + t.system + t.children_user + t.children_system,
+        server_cpu(clients),
+        time.perf_counter(),
+    )
     n = fn()
     wall = time.perf_counter() - started
-    return wall, n, time.process_time() - cpu, server_cpu(client) - srv
+    t = os.times()
+    return wall, n, t.user + t.system + t.children_user + t.children_system - cpu, server_cpu(clients) - srv
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keys", type=int, default=1_000_000)
-    ap.add_argument(
-        "--profile",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="also run replica-audit's snapshot once under cProfile (default: yes)",
-    )
+    ap.add_argument("--quick", action="store_true", help="100k keys, one repeat")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of each method; the best is reported")
+    ap.add_argument("--sides", action="store_true", help="also snapshot master+replica at once: threads vs processes")
+    ap.add_argument("--profile", action="store_true", help="also run snapshot_side once under cProfile")
+    ap.add_argument("--before", metavar="REV", help="also run snapshot_side of git revision REV (same server)")
     args = ap.parse_args()
+    if args.quick:
+        args.keys, args.repeat = 100_000, 1
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at start")
     with tempfile.TemporaryDirectory(prefix="snapshot-bench-") as tmp:
-        server = RedisServer(free_port(), Path(tmp) / "redis").start()
+        servers = [RedisServer(free_port(), Path(tmp) / "redis").start()]
         try:
-            client = connect(server.url, role="bench")
-            load_s = load(client, args.keys)
+            client = connect(servers[0].url, role="bench")
+            load_s, _ = load_mix(client, args.keys)
             dbsize = client.dbsize()
             print(
-                f"loaded {dbsize:,} keys in {load_s:.1f} s ({dbsize / load_s:,.0f} keys/s); "
-                f"redis used_memory {client.info('memory')['used_memory_human']}"
+                f"loaded {dbsize:,} keys in {load_s:.1f} s; redis used_memory "
+                f"{client.info('memory')['used_memory_human']}; rss before snapshots {peak_rss_mb():.0f} MB"
             )
-            methods: list[tuple[str, Callable[[], int]]] = [
-                ("raw SCAN COUNT 1000 (baseline 1)", lambda: raw_scan(client)),
-                ("SCAN + redis-py DUMP/PTTL (baseline 2)", lambda: naive_dump(client)),
-                ("replica-audit snapshot_side", lambda: replica_audit(client, server.url, Path(tmp) / "snap")),
+            methods: list[tuple[str, list[redis.Redis], Callable[[], int]]] = [
+                ("raw SCAN COUNT 1000 (baseline 1)", [client], lambda: raw_scan(client)),
+                ("SCAN + redis-py DUMP/PTTL (baseline 2)", [client], lambda: naive_dump(client)),
+                (
+                    "replica-audit snapshot_side",
+                    [client],
+                    lambda: replica_audit(client, servers[0].url, Path(tmp) / "s"),
+                ),
             ]
-            results = [(name, *timed(client, fn)) for name, fn in methods]
-            base = results[0][2] / results[0][1]
-            print(
-                f"\n{'method':<40} {'seconds':>8} {'keys':>10} {'keys/s':>10} {'vs SCAN':>8} "
-                f"{'client CPU s':>12} {'redis CPU s':>11}"
-            )
-            for name, secs, n, cpu, srv in results:
-                print(
-                    f"{name:<40} {secs:>8.2f} {n:>10,} {n / secs:>10,.0f} {n / secs / base:>8.3f} "
-                    f"{cpu:>12.2f} {srv:>11.2f}"
+            if args.before:
+                old = before_snapshot(args.before, servers[0].url, Path(tmp))
+                methods.append((f"snapshot_side at {args.before} (before)", [client], old))
+            if args.sides:
+                servers.append(
+                    RedisServer(
+                        free_port(), Path(tmp) / "replica", ["--replicaof", "127.0.0.1", str(servers[0].port)]
+                    ).start()
                 )
-            rate = results[2][2] / results[2][1]
-            print(
-                f"\ntarget: >= {TARGET:,} keys/s (type, TTL and digest per key): "
-                f"{rate:,.0f} keys/s, reached {'yes' if rate >= TARGET else 'no'}"
-            )
-            print(f"snapshot_side vs naive DUMP: {rate / (results[1][2] / results[1][1]):.2f}x")
+                replica = connect(servers[1].url, role="bench replica")
+                wait_replica_synced(client, replica)
+                jobs = [
+                    SideJob(side, s.url, s.url, [0], Path(tmp) / f"sides-{side}")
+                    for side, s in zip(("master", "replica"), servers, strict=True)
+                ]
+                both = [client, replica]
+                methods += [
+                    ("both sides, a thread each", both, lambda: both_sides(jobs, processes=False)),
+                    ("both sides, a process each", both, lambda: both_sides(jobs, processes=True)),
+                ]
+            results = []
+            for name, clients, fn in methods:
+                runs = [timed(clients, fn) for _ in range(args.repeat)]
+                results.append((name, *min(runs)))
+            report(results)
             if args.profile:
                 prof = cProfile.Profile()
-                prof.runcall(replica_audit, client, server.url, Path(tmp) / "snap-prof")
+                prof.runcall(replica_audit, client, servers[0].url, Path(tmp) / "snap-prof")
                 print("\nsnapshot_side under cProfile, top 15 by tottime:")
                 pstats.Stats(prof).strip_dirs().sort_stats("tottime").print_stats(15)
         finally:
-            server.stop()
+            for s in servers:
+                s.stop()
+            drop_before_tree(Path(tmp))
+    print(f"\npeak RSS of this process {peak_rss_mb():.0f} MB, of its children {peak_rss_mb(children=True):.0f} MB")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end")
+
+
+def report(results: list[tuple[str, float, int, float, float]]) -> None:
+    base = results[0][2] / results[0][1]
+    print(
+        f"\n{'method':<40} {'seconds':>8} {'keys':>10} {'keys/s':>10} {'vs SCAN':>8} "
+        f"{'client CPU s':>12} {'us/key':>7} {'redis CPU s':>11} {'redis s/1M keys':>15}"
+    )
+    for name, secs, n, cpu, srv in results:
+        print(
+            f"{name:<40} {secs:>8.2f} {n:>10,} {n / secs:>10,.0f} {n / secs / base:>8.3f} "
+            f"{cpu:>12.2f} {cpu / n * 1e6:>7.2f} {srv:>11.2f} {srv / n * 1e6:>15.2f}"
+        )
+    rate = results[2][2] / results[2][1]
+    print(
+        f"\ntarget: >= {TARGET:,} keys/s (aim {AIM:,}) with type, TTL and digest per key: "
+        f"{rate:,.0f} keys/s, reached {'yes' if rate >= TARGET else 'no'}; "
+        f"{rate / (results[1][2] / results[1][1]):.2f}x the naive DUMP, {rate / base:.3f} of raw SCAN"
+    )
 
 
 if __name__ == "__main__":

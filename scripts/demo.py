@@ -66,7 +66,7 @@ def main() -> int:
         time.sleep(1)
         inventory = DEMO / "inventory.yaml"
         inventory.write_text(f"""# written by scripts/demo.py
-defaults: {{qps: 100000, recheck_rounds: 3, recheck_interval_s: 1}}
+defaults: {{recheck_rounds: 3, recheck_interval_s: 1}}
 pairs:
   - name: demo-cache
     kind: redis

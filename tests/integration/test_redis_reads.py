@@ -1,4 +1,4 @@
-"""The snapshot's key reader on a real server: big keys in bounded pages, keys changing under it, the qps cap."""
+"""The snapshot's key reader on a real server: big keys in bounded pages, keys changing under it, the keys/s cap."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from audit.local.redis_server import RedisServer
-from audit.ratelimit import RateLimiter
 from audit.sources.redis.client import connect
 from audit.sources.redis.keys import OK, UNSTABLE, VANISHED, KeyReader
-from audit.sources.redis.resp import Command, RespPipe
+from audit.sources.redis.resp import RespPipe
+from audit.sources.redis.snapshot import SnapshotOptions, snapshot_side
 
 pytestmark = pytest.mark.integration
 
@@ -25,8 +25,8 @@ def server(redis_pair):  # type: ignore[no-untyped-def]
     c.flushdb()
 
 
-def reader(server: RedisServer, page: int, limiter: RateLimiter | None = None) -> KeyReader:
-    pipe = RespPipe(connect(server.url, role="test"), limiter)
+def reader(server: RedisServer, page: int) -> KeyReader:
+    pipe = RespPipe(connect(server.url, role="test"))
     pipe.execute([(b"SELECT", b"9")])
     return KeyReader(pipe, page, window_bytes=64)
 
@@ -55,8 +55,8 @@ class InterferingPipe(RespPipe):
         super().__init__(*a)
         self.actions, self.calls = actions, 0
 
-    def execute(self, commands: list[Command]) -> list[Any]:  # type: ignore[override]
-        replies = super().execute(commands)
+    def recv(self, ticket: int) -> list[Any]:
+        replies = super().recv(ticket)
         self.calls += 1
         if self.calls in self.actions:
             self.actions[self.calls]()
@@ -87,13 +87,54 @@ def test_keys_that_vanish_or_change_type_mid_read_are_handled(server) -> None:  
     assert KeyReader(pipe, 10, 64).read([b"gone"])[0].status == VANISHED
 
 
-def test_qps_cap_bounds_the_command_rate(server) -> None:  # type: ignore[no-untyped-def]
+def test_max_keys_per_s_caps_the_snapshot_rate(server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     c = server.client(9)
-    c.mset({f"k{i}": i for i in range(1000)})
-    r = reader(server, page=100, limiter=RateLimiter(2000))
+    c.mset({f"k{i}": i for i in range(2000)})
+    options = SnapshotOptions(max_keys_per_s=2000, scan_count=100)
     started = time.monotonic()
-    for i in range(0, 1000, 100):
-        r.read([b"k%d" % j for j in range(i, i + 100)])
+    meta = snapshot_side(c, side="master", endpoint="test", dbs=[9], out_dir=tmp_path, options=options)
     elapsed = time.monotonic() - started
-    # 4001 commands at 2000/s, less a one-second burst of 2000: at least 1 s (unlimited: ~10 ms)
-    assert r.pipe.commands_sent == 4001 and elapsed >= 0.95
+    # 2000 keys at 2000 keys/s, less a burst of a tenth of a second: at least 0.9 s (uncapped: ~30 ms)
+    assert meta["stats"]["keys_ok"] == 2000 and elapsed >= 0.85
+    assert meta["pacing"]["pacing_wait_s"] > 0  # the pacer, not a slow client, held it back
+
+
+def test_sides_in_processes_read_what_threads_read(redis_pair, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pyarrow.parquet as pq
+
+    from audit.errors import SourceConnectError
+    from audit.sources.redis.sides import SideJob, snapshot_sides
+
+    master, replica = redis_pair
+    c = master.client(8)
+    c.flushdb()
+    c.mset({f"s{i}": i for i in range(300)})
+    c.hset("h", mapping={f"f{i}": i for i in range(50)})
+    c.rpush(b"\x00bin", *range(20))
+    deadline = time.monotonic() + 10
+    while replica.client(8).dbsize() < 302 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    seen: dict[str, int] = {}
+
+    def jobs(tag: str) -> list[SideJob]:
+        return [
+            SideJob(s, srv.url, f"{s}-endpoint", [8], tmp_path / tag / s)
+            for s, srv in (("master", master), ("replica", replica))
+        ]
+
+    def rows(tag: str, side: str) -> list[tuple[object, ...]]:
+        t = pq.read_table(tmp_path / tag / side / "keys.parquet", columns=["key", "type", "length", "digest", "status"])
+        return sorted(zip(*[t.column(n).to_pylist() for n in t.column_names], strict=True))
+
+    on_keys = lambda side, n: seen.__setitem__(side, seen.get(side, 0) + n)  # noqa: E731
+    metas = snapshot_sides(jobs("p"), SnapshotOptions(), processes=True, on_keys=on_keys)
+    snapshot_sides(jobs("t"), SnapshotOptions(), processes=False)
+    assert metas["master"]["endpoint"] == "master-endpoint" and metas["replica"]["stats"]["keys_ok"] == 302
+    assert seen == {"master": 302, "replica": 302}
+    for side in ("master", "replica"):
+        assert rows("p", side) == rows("t", side) and len(rows("p", side)) == 302
+    assert rows("p", "master") == rows("p", "replica")
+    c.flushdb()
+    bad = SideJob("replica", "redis://127.0.0.1:1", "127.0.0.1:1", [0], tmp_path / "bad")
+    with pytest.raises(SourceConnectError, match=r"127\.0\.0\.1:1"):
+        snapshot_sides([bad], SnapshotOptions(), processes=True)

@@ -42,3 +42,25 @@ def test_type_is_part_of_the_digest() -> None:
     s, z = UnorderedDigest("set"), UnorderedDigest("zset")
     assert s.hexdigest() != z.hexdigest()
     assert digest_string(b"x") != digest_string(b"y")
+
+
+def test_digests_are_the_ones_snapshots_have_always_had() -> None:
+    """Values computed by the reader before issue 12: snapshots taken before and after stay comparable."""
+    from audit.sources.redis.digest import (
+        digest_strings,
+        hash_hexdigest,
+        list_hexdigest,
+        set_hexdigest,
+        zset_hexdigest,
+    )
+
+    assert digest_string(b"hello") == "13ab22b618d93ce1cd3a3fa1c698151b"
+    assert digest_strings([b"hello", b""]) == ["13ab22b618d93ce1cd3a3fa1c698151b", "3be84d23fb1096447c64fce6e12d003c"]
+    assert _hash([[b"f1", b"v1", b"f2", b"v2"]]) == "4ba2587bb236045c2046dd7ea1e49812"
+    assert hash_hexdigest([b"f2", b"v2", b"f1", b"v1"]) == "4ba2587bb236045c2046dd7ea1e49812"
+    assert set_hexdigest([b"\x00", b"b", b"a"]) == "81c2429ed08477536ed735303f251980"
+    assert zset_hexdigest([b"n", b"-inf", b"m", b"1.50"]) == "d7e471d836dad79261e5bf3f6fbe8adb"
+    lst = OrderedDigest("list")
+    lst.add_elements([b"x"])
+    lst.add_elements([b"", b"yz"])
+    assert lst.hexdigest() == list_hexdigest([b"x", b"", b"yz"]) == "879b77dc2c82057a840dea90c952887e"

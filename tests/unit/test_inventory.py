@@ -8,7 +8,7 @@ from audit.errors import ConfigError
 from audit.inventory import endpoint_url, env_conn_resolver, parse_inventory, redact_url
 
 GOOD = """
-defaults: {qps: 500, recheck_rounds: 2, gate: {max_missing: 3}}
+defaults: {max_keys_per_s: 500, recheck_rounds: 2, gate: {max_missing: 3}}
 pairs:
   - name: cache-main
     kind: redis
@@ -20,16 +20,16 @@ pairs:
     kind: redis
     master: conn:redis_master
     replica: redis://127.0.0.1:6382
-    qps: 50
+    max_keys_per_s: 50
 """
 
 
 def test_defaults_merge_and_pair_overrides() -> None:
     inv = parse_inventory(GOOD)
     a, b = inv.pairs
-    assert (a.settings.qps, a.settings.recheck_rounds, a.dbs) == (500, 2, [0, 2])
+    assert (a.settings.max_keys_per_s, a.settings.recheck_rounds, a.dbs) == (500, 2, [0, 2])
     assert (a.gate.max_missing, a.gate.max_value_mismatch, a.gate.max_type_mismatch) == (3, 5, 0)
-    assert b.settings.qps == 50
+    assert b.settings.max_keys_per_s == 50
     assert a.gate.category_limits()["missing_on_replica"] == 3
     assert len(inv.digest) == 64
 
@@ -116,3 +116,11 @@ def test_json_connection_with_reserved_characters_and_ssl(monkeypatch: pytest.Mo
     assert "p@ss" not in redact_url(url)
     monkeypatch.setenv("AIRFLOW_CONN_DB", '{"conn_type": "mysql", "host": "::1", "login": "u", "password": "x"}')
     assert env_conn_resolver("db") == "mysql://u:x@[::1]:3306"
+
+
+def test_the_deprecated_qps_is_still_read_as_a_keys_per_second_cap(caplog: pytest.LogCaptureFixture) -> None:
+    text = "pairs: [{name: a, kind: redis, master: 'redis://h:1', replica: 'redis://h:2', qps: 20000}]"
+    settings = parse_inventory(text).pairs[0].settings
+    assert settings.qps == 20000 and settings.max_keys_per_s is None
+    assert settings.snapshot_options().pace_settings().max_keys_per_s == 5000  # qps counted ~4 commands a key
+    assert "setting `qps` is deprecated" in caplog.text and "max_keys_per_s=5000" in caplog.text

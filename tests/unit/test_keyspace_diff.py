@@ -83,3 +83,60 @@ def test_unstable_read_is_a_candidate_for_recheck(spark) -> None:  # type: ignor
         2000,
     )
     assert [r.category for r in candidates(classified).collect()] == ["value_mismatch"]
+
+
+def test_the_narrow_job_writes_what_classifying_every_column_gives(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pyarrow.parquet as pq
+
+    from audit.diff.keyspace import diff_snapshots, diff_snapshots_wide
+
+    def write(name: str, rows: list[dict[str, object]]) -> str:
+        cols = {n: [r.get(n) for r in rows] for n in SNAPSHOT_SCHEMA.names}
+        pq.write_table(pa.Table.from_pydict(cols, schema=SNAPSHOT_SCHEMA), tmp_path / name)
+        return str(tmp_path / name)
+
+    master = write(
+        "m.parquet",
+        [
+            row(b"same"),
+            row(b"gone", ttl_ms=5, expire_at_ms=1005),
+            row(b"val", digest="a"),
+            row(b"len", length=2),
+            row(b"typ"),
+            row(b"ttl", ttl_ms=60_000, expire_at_ms=61_000),
+            row(b"bad", status="error", error="NOPERM", digest=None),
+            row(b"dup", digest="old", read_at_ms=1),
+            row(b"dup", digest="new", read_at_ms=2),
+            row(b"uns", status="unstable", digest=None),
+            row(b"\x00\xffbin", digest="x"),
+        ],
+    )
+    replica = write(
+        "r.parquet",
+        [
+            row(b"same"),
+            row(b"val", digest="b"),
+            row(b"len"),
+            row(b"typ", type="list"),
+            row(b"extra"),
+            row(b"ttl", ttl_ms=660_000, expire_at_ms=661_000),
+            row(b"bad", digest="zzz"),
+            row(b"dup", digest="new"),
+            row(b"uns"),
+            row(b"\x00\xffbin", digest="y"),
+        ],
+    )
+    outs = {}
+    for name, job in (("narrow", diff_snapshots), ("wide", diff_snapshots_wide)):
+        coverage = job(spark, master, replica, str(tmp_path / name), 2000)
+        rows = spark.read.parquet(str(tmp_path / name)).collect()
+        outs[name] = (coverage, sorted((tuple(r.asDict().items()) for r in rows), key=repr))
+    assert outs["narrow"] == outs["wide"]
+    assert {dict(r)["category"] for r in outs["narrow"][1]} == {
+        "missing_on_replica",
+        "extra_on_replica",
+        "value_mismatch",
+        "type_mismatch",
+        "ttl_mismatch",
+    }
+    assert outs["narrow"][0]["candidates"] == 8 and outs["narrow"][0]["master_scan_duplicates"] == 1

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
 
-from audit.ratelimit import RateLimiter
+from audit.pacing import Pacer, PaceSettings
 from audit.sources.mysql.client import Row, Server, TableGone
 from audit.sources.mysql.endpoint import MySQLSettings
 from audit.sources.mysql.model import Side, TablePlan
@@ -238,7 +238,7 @@ class TableWork:
         self.sides, self.plan, self.index = sides, plan, index
         self.settings, self.check_replication = settings, check_replication
         self.sql = {s: TableSql(plan, s, settings.hash_function) for s in ("master", "replica")}
-        self.pacer = RateLimiter(settings.max_rows_per_s) if settings.max_rows_per_s else None
+        self.pacer = Pacer(PaceSettings(max_keys_per_s=settings.max_rows_per_s)) if settings.max_rows_per_s else None
         self._behind = False
 
     def checksums(self, lower: Bound, upper: Bound) -> tuple[Digest, Digest]:
@@ -316,7 +316,7 @@ class TableWork:
             self.close_snapshots()
             raise
         if self.pacer is not None:
-            self.pacer.acquire(max(m.count, r.count))
+            self.pacer.before_batch(max(m.count, r.count))
 
     # --- narrowing ---------------------------------------------------------------------------------------
     def narrow(self, lower: Bound, upper: Bound, m: Digest, r: Digest) -> Iterator[RowDiff]:

@@ -32,6 +32,7 @@ _LEN = struct.Struct("<I")  # element length prefix for ordered types
 _F64 = struct.Struct("<d")  # zset score, canonical binary form: "1", "1.0" and "1e0" read equal
 _h64 = xxhash.xxh3_64_intdigest
 _h128 = xxhash.xxh3_128_intdigest
+_h128_hex = xxhash.xxh3_128_hexdigest
 
 
 class OrderedDigest:
@@ -46,13 +47,15 @@ class OrderedDigest:
     def add_bytes(self, chunk: bytes) -> None:
         self._h.update(chunk)
 
-    def add_elements(self, elements: Iterable[bytes]) -> None:
-        h = self._h
-        n = 0
-        for e in elements:
-            h.update(_LEN.pack(len(e)))
-            h.update(e)
-            n += 1
+    def add_elements(self, elements: Sequence[bytes]) -> None:
+        """List elements, each behind its u32 length: one hash update per page, no Python loop."""
+        n = len(elements)
+        if not n:
+            return
+        parts: list[bytes] = [b""] * (2 * n)
+        parts[0::2] = list(map(_LEN.pack, map(len, elements)))
+        parts[1::2] = elements
+        self._h.update(b"".join(parts))
         self.count += n
 
     def add_stream_entries(self, entries: Sequence[Sequence[object]]) -> None:
@@ -82,33 +85,60 @@ class UnorderedDigest:
         self.count = 0
 
     def add_hash_page(self, flat: Sequence[bytes]) -> None:
-        """HSCAN/HGETALL reply: field, value, field, value, ..."""
-        s = self._sum
-        for i in range(0, len(flat), 2):
-            s += _h128(flat[i + 1], _h64(flat[i]))
-        self._sum = s & _MASK128
+        """HSCAN/HGETALL reply: field, value, field, value, ... (C-level maps: no Python loop per field)."""
+        self._sum = (self._sum + sum(map(_h128, flat[1::2], map(_h64, flat[0::2])))) & _MASK128
         self.count += len(flat) // 2
 
     def add_set_page(self, members: Sequence[bytes]) -> None:
-        s = self._sum
-        for m in members:
-            s += _h128(m)
-        self._sum = s & _MASK128
+        self._sum = (self._sum + sum(map(_h128, members))) & _MASK128
         self.count += len(members)
 
     def add_zset_page(self, flat: Sequence[bytes]) -> None:
         """ZSCAN / ZRANGE WITHSCORES reply: member, score, member, score, ..."""
-        s = self._sum
-        for i in range(0, len(flat), 2):
-            s += _h128(_F64.pack(float(flat[i + 1])), _h64(flat[i]))
-        self._sum = s & _MASK128
+        scores = map(_F64.pack, map(float, flat[1::2]))
+        self._sum = (self._sum + sum(map(_h128, scores, map(_h64, flat[0::2])))) & _MASK128
         self.count += len(flat) // 2
 
     def hexdigest(self) -> str:
-        return f"{_h128(self._tag + self._sum.to_bytes(16, 'little') + self.count.to_bytes(8, 'little')):032x}"
+        return _unordered_hex(self._tag, self._sum, self.count)
+
+
+def _unordered_hex(tag: bytes, total: int, count: int) -> str:
+    return f"{_h128(tag + (total & _MASK128).to_bytes(16, 'little') + count.to_bytes(8, 'little')):032x}"
+
+
+# One-shot digests of a value read in one page: what the classes above give for a single page, without
+# building a digest object per key (the snapshot's hot path).
+
+
+def hash_hexdigest(flat: Sequence[bytes]) -> str:
+    return _unordered_hex(b"hash", sum(map(_h128, flat[1::2], map(_h64, flat[0::2]))), len(flat) // 2)
+
+
+def set_hexdigest(members: Sequence[bytes]) -> str:
+    return _unordered_hex(b"set", sum(map(_h128, members)), len(members))
+
+
+def zset_hexdigest(flat: Sequence[bytes]) -> str:
+    scores = map(_F64.pack, map(float, flat[1::2]))
+    return _unordered_hex(b"zset", sum(map(_h128, scores, map(_h64, flat[0::2]))), len(flat) // 2)
+
+
+def list_hexdigest(elements: Sequence[bytes]) -> str:
+    parts: list[bytes] = [b"list", *elements, *elements]
+    parts[1::2] = list(map(_LEN.pack, map(len, elements)))
+    parts[2::2] = elements
+    return str(_h128_hex(b"".join(parts)))
+
+
+_STRING_TAG = b"string"
 
 
 def digest_string(value: bytes) -> str:
-    d = OrderedDigest("string")
-    d.add_bytes(value)
-    return d.hexdigest()
+    """OrderedDigest("string") fed `value` in one piece: xxh3 streamed or one-shot is the same hash."""
+    return str(_h128_hex(_STRING_TAG + value))
+
+
+def digest_strings(values: Iterable[bytes]) -> list[str]:
+    """digest_string of each value, mapped in C."""
+    return list(map(_h128_hex, map(_STRING_TAG.__add__, values)))

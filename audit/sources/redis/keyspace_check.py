@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +28,7 @@ from audit.sources.redis.client import connect
 from audit.sources.redis.info import keyspace_dbs
 from audit.sources.redis.model import KeyspaceSettings
 from audit.sources.redis.resp import RespPipe
-from audit.sources.redis.snapshot import KEYS_FILE, SnapshotOptions, capture_state, snapshot_side
+from audit.sources.redis.snapshot import KEYS_FILE, capture_state
 
 SIDES = ("master", "replica")
 Annotate = Callable[[StageContext, "DataFrame"], "DataFrame"]
@@ -94,27 +93,22 @@ class KeyspaceCheck(Check):
             }
             dbs = self.dbs or sorted(set(listed["master"]) | set(listed["replica"])) or [0]
             totals = {side: sum(found.get(d, 0) for d in dbs) for side, found in listed.items()}
+        from audit.sources.redis.sides import SideJob, snapshot_sides
+
         s = self.settings
-        options = SnapshotOptions(qps=s.qps, scan_count=s.scan_count, page=s.big_key_elements)
-
-        def one(side: str) -> dict[str, Any]:
-            label = f"{ctx.pair.name} {side}"
-            progress = ctx.progress
-            hook = (lambda n: progress(label, n, totals[side])) if progress else None
-            return snapshot_side(
-                clients[side],
-                side=side,
-                endpoint=redact_url(ctx.url(side)),
-                dbs=dbs,
-                out_dir=ctx.snapshot_dir(side),
-                options=options,
-                on_keys=hook,
-            )
-
-        # Both sides at once: the reads of one key on the two sides are close in time, so fewer
-        # in-flight writes show up as differences, and the wall time halves.
-        with ThreadPoolExecutor(2) as pool:
-            metas = dict(zip(SIDES, pool.map(one, SIDES), strict=True))
+        jobs = [
+            SideJob(side, str(ctx.url(side)), redact_url(ctx.url(side)), dbs, ctx.snapshot_dir(side)) for side in SIDES
+        ]
+        progress = ctx.progress
+        label = ctx.pair.name
+        # Both sides at once (a process each): the reads of one key on the two sides are close in time,
+        # so fewer in-flight writes show up as differences, and the wall time halves.
+        metas = snapshot_sides(
+            jobs,
+            s.snapshot_options(),
+            processes=s.snapshot_processes,
+            on_keys=(lambda side, n: progress(f"{label} {side}", n, totals[side])) if progress else None,
+        )
         for side, meta in metas.items():
             st = meta["stats"]
             ctx.metrics[f"{side}_keys_scanned"] = st["keys_scanned"]

@@ -1,21 +1,27 @@
 """Pipelined RESP2 over a connection redis-py has already set up (auth, TLS, SELECT).
 
 The snapshot sends thousands of commands per batch; redis-py's pipeline spends several microseconds of
-Python per command, which alone would cap a snapshot near 60k keys/s. Here commands are packed with
-one ``bytes.join`` each and replies come straight out of hiredis' C reader, which returns error
-replies as values instead of raising, so one bad key never desynchronises the stream.
+Python per command, which alone would cap a snapshot near 60k keys/s. Here commands are packed as
+bytes (one ``bytes.join`` per batch, the key's bulk string built once and reused by every command on
+it) and replies come straight out of hiredis' C reader, which returns error replies as values instead
+of raising, so one bad key never desynchronises the stream.
+
+Requests can overlap: :meth:`RespPipe.send` returns a ticket at once and :meth:`RespPipe.recv` waits
+for that ticket's replies, buffering the replies of earlier tickets it has to read past. The snapshot
+keeps the next batch in flight while it digests the last one, so the server and the client work at
+the same time; a big key's extra pages (:meth:`RespPipe.call`) can be read while a batch is in flight.
 """
 
 from __future__ import annotations
 
 import socket
+import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 import hiredis
 import redis
-
-from audit.ratelimit import RateLimiter
 
 Command = Sequence[bytes]
 
@@ -28,10 +34,21 @@ def pack(commands: Sequence[Command]) -> bytes:
     return b"".join([hiredis.pack_command(tuple(cmd)) for cmd in commands])  # type: ignore[arg-type]
 
 
-class RespPipe:
-    """Send a batch of commands, get a list of replies (``hiredis.ReplyError`` for error replies)."""
+def bulk(arg: bytes) -> bytes:
+    """One RESP bulk string: ``$<len>\\r\\n<arg>\\r\\n``."""
+    return b"$%d\r\n%b\r\n" % (len(arg), arg)
 
-    def __init__(self, client: redis.Redis, limiter: RateLimiter | None = None) -> None:
+
+def command_prefix(name: bytes, argc: int) -> bytes:
+    """The array header and command name of a command of `argc` words in all (name included)."""
+    return b"*%d\r\n%b" % (argc, bulk(name))
+
+
+class RespPipe:
+    """Send batches of commands, get lists of replies (``hiredis.ReplyError`` for error replies)."""
+
+    def __init__(self, client: redis.Redis, limiter: Any = None) -> None:
+        """`limiter` is accepted for callers of the old signature; pacing is the snapshot's job now."""
         self._conn = client.connection_pool.make_connection()
         self._conn.connect()
         sock = getattr(self._conn, "_sock", None)
@@ -40,26 +57,81 @@ class RespPipe:
         self._sock: socket.socket = sock
         self._reader = hiredis.Reader()
         self._limiter = limiter
+        self._next_ticket = 0
+        self._in_flight: deque[tuple[int, int]] = deque()  # (ticket, reply count), in send order
+        self._done: dict[int, list[Any]] = {}  # replies read past while waiting for a later ticket
         self.commands_sent = 0
+        self.wait_s = 0.0  # time spent blocked in recv: the server (or the network) was the bottleneck
+
+    # -- overlapped use -------------------------------------------------------------------------------
+
+    def send_packed(self, payload: bytes, n_replies: int) -> int:
+        """Send already packed commands that produce `n_replies` replies; returns their ticket."""
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        if n_replies:
+            self._sock.sendall(payload)
+            self._in_flight.append((ticket, n_replies))
+            self.commands_sent += n_replies
+        else:
+            self._done[ticket] = []
+        return ticket
+
+    def send_parts(self, parts: Sequence[tuple[bytes, int]]) -> list[int]:
+        """Several packed requests, (payload, reply count) each, in one write; a ticket for each."""
+        tickets = []
+        for _payload, n in parts:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            tickets.append(ticket)
+            if n:
+                self._in_flight.append((ticket, n))
+                self.commands_sent += n
+            else:
+                self._done[ticket] = []
+        data = b"".join([p for p, n in parts if n])
+        if data:
+            self._sock.sendall(data)
+        return tickets
+
+    def send(self, commands: Sequence[Command]) -> int:
+        if self._limiter is not None and commands:
+            self._limiter.acquire(len(commands))
+        return self.send_packed(pack(commands) if commands else b"", len(commands))
+
+    def recv(self, ticket: int) -> list[Any]:
+        """The replies of `ticket`, reading (and keeping) those of earlier tickets first."""
+        while ticket not in self._done:
+            head, n = self._in_flight.popleft()
+            self._done[head] = self._read(n)
+        return self._done.pop(ticket)
+
+    def call(self, command: Command) -> Any:
+        """One command, its reply (a ReplyError is returned, not raised); other tickets stay pending."""
+        return self.recv(self.send([command]))[0]
+
+    # -- one batch at a time --------------------------------------------------------------------------
 
     def execute(self, commands: Sequence[Command]) -> list[Any]:
         if not commands:
             return []
-        if self._limiter is not None:
-            self._limiter.acquire(len(commands))
-        self._sock.sendall(pack(commands))
-        self.commands_sent += len(commands)
+        return self.recv(self.send(commands))
+
+    def _read(self, want: int) -> list[Any]:
         replies: list[Any] = []
-        want = len(commands)
+        append = replies.append
         reader = self._reader
+        gets = reader.gets
         while True:
-            reply = reader.gets()
+            reply = gets()
             while reply is not False:
-                replies.append(reply)
+                append(reply)
                 if len(replies) == want:
                     return replies
-                reply = reader.gets()
+                reply = gets()
+            started = time.perf_counter()
             data = self._sock.recv(_READ_SIZE)
+            self.wait_s += time.perf_counter() - started
             if not data:
                 raise ConnectionError("server closed the connection")
             reader.feed(data)

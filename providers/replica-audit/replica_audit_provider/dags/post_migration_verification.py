@@ -90,7 +90,7 @@ def _params() -> dict[str, Param]:
             {},
             type="object",
             title="Settings",
-            description='inventory settings, e.g. {"qps": 5000, "recheck_rounds": 3}',
+            description='inventory settings, e.g. {"max_keys_per_s": 5000, "recheck_rounds": 3}',
         ),
     }
 

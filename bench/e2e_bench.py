@@ -1,0 +1,219 @@
+"""End to end: a 1M-key master/replica pair with 10 planted differences through `replica-audit run`.
+
+    .venv/bin/python bench/e2e_bench.py [--keys 1000000] [--quick] [--keep]
+
+Builds the pair (a real redis-server master and a `replicaof` replica; bench/datasets.py's mix: 70%
+strings of 16-200 bytes, the rest hashes, lists, sets and zsets of 5-50 elements, 20% with TTLs),
+plants 10 differences on the replica (a missing key, an extra key, two string values, a hash field, a
+list element, a set member, a zset score, a type, a TTL), then runs in the same process run:
+
+- `redis-cli --scan` of the master (a floor: listing the keys, nothing read);
+- `replica-audit run` as a subprocess, with the per-stage split from the run's state (snapshot, diff
+  including Spark's start, recheck, gate and report) and which of the 10 it found;
+- `../shared/peers/redis-full-check` (one compare round) on the same pair when that binary is there,
+  and which of the 10 it found (it scans the source only and does not compare TTLs).
+
+The inventory sets `qps` high so the deprecated command cap (qps/4 keys/s) does not bind; pacing's
+other defaults apply. Prints peak RSS of this process and of the audit subprocess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from datasets import load_mix, peak_rss_mb, plant_differences, wait_replica_synced
+
+from audit.local.redis_server import RedisServer, free_port
+from audit.sources.redis.client import connect
+
+ROOT = Path(__file__).resolve().parent.parent
+PEER = ROOT.parent / "shared" / "peers" / "redis-full-check"
+if not PEER.exists():
+    PEER = Path("/work/shared/peers/redis-full-check")
+TARGETS = {"total": 25.0, "snapshot": 10.0, "diff": 5.0, "recheck": 2.0, "gate": 1.0}
+
+
+def timed_cmd(cmd: list[str], cwd: Path, log: Path) -> tuple[float, int, float]:
+    """Wall seconds, exit code, and the child's peak RSS in MB (its own, from wait4)."""
+    started = time.perf_counter()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    return time.perf_counter() - started, os.waitstatus_to_exitcode(status), usage.ru_maxrss / 1024
+
+
+def redis_cli_scan(port: int, work: Path) -> float | None:
+    exe = shutil.which("redis-cli")
+    if exe is None:
+        return None
+    secs, _, _ = timed_cmd([exe, "-p", str(port), "--scan"], work, work / "scan.txt")
+    return secs
+
+
+def run_audit(m: RedisServer, r: RedisServer, work: Path) -> tuple[float, int, float, Path]:
+    inv = work / "inventory.yaml"
+    inv.write_text(
+        "defaults: {qps: 1000000000}\n"
+        "pairs:\n"
+        "  - name: e2e\n"
+        "    kind: redis\n"
+        f"    master: {m.url}\n"
+        f"    replica: {r.url}\n"
+        "    dbs: [0]\n"
+    )
+    out = work / "out"
+    exe = str(Path(sys.executable).with_name("replica-audit"))
+    secs, code, rss = timed_cmd([exe, "run", "--inventory", str(inv), "--out", str(out)], work, work / "audit.log")
+    runs = [p for p in out.iterdir() if p.is_dir()] if out.exists() else []
+    if not runs:
+        raise RuntimeError(f"replica-audit run wrote no run directory (exit {code}); see {work / 'audit.log'}")
+    return secs, code, rss, runs[0]
+
+
+def stage_split(run_dir: Path, started_ms: int, ended_ms: int) -> dict[str, float]:
+    state = json.loads((run_dir / "work" / "e2e" / "state.json").read_text())
+    at = {k: v["at_ms"] for k, v in state.get("stages", {}).items()}
+    split, last = {}, started_ms
+    for stage in ("snapshot", "diff", "recheck"):
+        if stage in at:
+            split[stage] = (at[stage] - last) / 1000
+            last = at[stage]
+    split["gate + report"] = (ended_ms - last) / 1000
+    for side in ("master", "replica"):
+        meta_path = run_dir / "snapshots" / "e2e" / side / "snapshot.json"
+        if meta_path.exists():
+            pacing = json.loads(meta_path.read_text()).get("pacing", {})
+            split[f"  ({side} back-offs)"] = float(pacing.get("backoffs", 0))
+    m = state.get("metrics", {})
+    for k in ("master_snapshot_s", "replica_snapshot_s", "master_keys_per_s", "replica_keys_per_s", "diff_s"):
+        if k in m:
+            split[f"  ({k})"] = m[k]
+    return split
+
+
+def found_by_audit(run_dir: Path, planted: list[tuple[str, bytes]]) -> set[bytes]:
+    path = run_dir / "findings.parquet" / "e2e.parquet"
+    if not path.exists():
+        return set()
+    keys = {bytes(k) for k in pq.read_table(path, columns=["key"]).column("key").to_pylist() if k is not None}
+    return {k for _, k in planted if k in keys}
+
+
+def run_peer(m: RedisServer, r: RedisServer, work: Path) -> tuple[float, set[bytes], int] | None:
+    if not PEER.exists():
+        return None
+    peer_dir = work / "rfc"
+    peer_dir.mkdir()
+    cmd = [
+        str(PEER),
+        "-s",
+        f"127.0.0.1:{m.port}",
+        "-t",
+        f"127.0.0.1:{r.port}",
+        "-m",
+        "1",
+        "--comparetimes",
+        "1",
+        "-d",
+        "result.db",
+        "--result",
+        "result.txt",
+        "--log",
+        "rfc.log",
+    ]
+    secs, code, _ = timed_cmd(cmd, peer_dir, peer_dir / "stdout.log")
+    result = peer_dir / "result.txt"
+    text = result.read_bytes() if result.exists() else b""
+    return secs, {line.split(b"\t")[2] for line in text.splitlines() if line.count(b"\t") >= 2}, code
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--quick", action="store_true", help="100k keys")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (printed)")
+    args = ap.parse_args()
+    if args.quick:
+        args.keys = 100_000
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at start")
+    work = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
+    m = RedisServer(free_port(), work / "master").start()
+    r = RedisServer(free_port(), work / "replica", ["--replicaof", "127.0.0.1", str(m.port)]).start()
+    try:
+        master, replica = connect(m.url, role="master"), connect(r.url, role="replica")
+        load_s, _ = load_mix(master, args.keys)
+        wait_replica_synced(master, replica)
+        planted = plant_differences(replica, args.keys)
+        print(
+            f"pair: {master.dbsize():,} keys on the master, {replica.dbsize():,} on the replica (loaded in "
+            f"{load_s:.1f} s); planted: {', '.join(what for what, _ in planted)}"
+        )
+        scan_s = redis_cli_scan(m.port, work)
+        started_ms = int(time.time() * 1000)
+        audit_s, code, audit_rss, run_dir = run_audit(m, r, work)
+        ended_ms = int(time.time() * 1000)
+        split = stage_split(run_dir, started_ms, ended_ms)
+        found = found_by_audit(run_dir, planted)
+        peer = run_peer(m, r, work)
+        report(args.keys, scan_s, audit_s, code, split, found, planted, peer, audit_rss)
+    finally:
+        m.stop()
+        r.stop()
+        if args.keep:
+            print(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+def report(
+    keys: int,
+    scan_s: float | None,
+    audit_s: float,
+    code: int,
+    split: dict[str, float],
+    found: set[bytes],
+    planted: list[tuple[str, bytes]],
+    peer: tuple[float, set[bytes], int] | None,
+    audit_rss: float,
+) -> None:
+    print(f"\n{'tool':<44} {'wall s':>8} {'found':>7}")
+    if scan_s is not None:
+        print(f"{'redis-cli --scan of the master (floor)':<44} {scan_s:>8.2f} {'':>7}")
+    print(f"{'replica-audit run (exit ' + str(code) + ')':<44} {audit_s:>8.2f} {len(found):>4}/10")
+    for stage, secs in split.items():
+        target = TARGETS.get(stage.split()[0].strip("( "))
+        print(f"  {stage:<42} {secs:>8.2f}" + (f"   target < {target:g} s" if target and stage[0] != " " else ""))
+    if peer is not None:
+        secs, keys_found, peer_code = peer
+        hit = {k for _, k in planted if k in keys_found}
+        print(f"{'redis-full-check 1 round (exit ' + str(peer_code) + ')':<44} {secs:>8.2f} {len(hit):>4}/10")
+        print(f"\nreplica-audit / redis-full-check: {audit_s / secs:.2f}x (target <= 2x; aim < 1x)")
+    else:
+        print(f"\n{PEER} not found: no redis-full-check baseline")
+    missed = [what for what, k in planted if k not in found]
+    print(f"replica-audit missed: {', '.join(missed) or 'nothing'}")
+    reached = audit_s < TARGETS["total"] and keys >= 1_000_000
+    print(
+        f"target: the 1M-key pair in < {TARGETS['total']:g} s: {audit_s:.1f} s at {keys:,} keys, reached "
+        f"{'yes' if reached else 'no'}"
+    )
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"peak RSS: this process {own:,.0f} MB, replica-audit run {audit_rss:,.0f} MB "
+        f"(its Spark JVM is a grandchild: {peak_rss_mb(children=True):,.0f} MB is the largest waited-for child)"
+    )
+
+
+if __name__ == "__main__":
+    main()
