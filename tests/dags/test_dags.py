@@ -113,7 +113,7 @@ print(json.dumps({{
     assert verify["tasks"] == ["certificate", "diff", "gate", "recheck", "snapshot"]
     p = verify["params"]
     assert p["source"]["default"] is None and p["target"]["default"] is None  # required in the trigger form
-    assert p["kind"]["default"] == "redis" and p["kind"]["schema"]["enum"] == ["redis", "pika"]
+    assert p["kind"]["default"] == "redis" and p["kind"]["schema"]["enum"] == ["redis", "pika", "mysql"]
     assert p["strictness"]["default"] == "zero_tolerance"
     assert set(p["strictness"]["schema"]["enum"]) == {"zero_tolerance", "allow_ttl_drift", "allow_extra_on_target"}
     assert p["dbs"]["default"] == []
