@@ -1,20 +1,22 @@
 """
 ### post_migration_verification
 
-Verifies a migrated keyspace: the **target** must hold what the **source** holds. Trigger it with
-the form (Params below, validated before the run starts). The two servers are audited as one pair,
-**snapshot → diff → recheck → gate**, without a replication check (the target is not a replica),
-over every db either side has keys in (or the `dbs` given), then **certificate** writes
-`out/<run_id>/certificate.json` and `certificate.html`: key counts per side and db, the content
-digests of both snapshots, tool and server versions, the gate's verdict and failed expectations.
+Verifies a migration: the **target** must hold what the **source** holds (a Redis or Pika keyspace,
+MySQL/MariaDB tables). Trigger it with the form (Params below, validated before the run starts). The
+two servers are audited as one pair, **snapshot → diff → recheck → gate**, without a replication
+check (the target is not a replica), over every db either side has keys in (or the `dbs` given; for
+MySQL every base table outside the system schemas, or the `tables` given), then **certificate** writes
+`out/<run_id>/certificate.json` and `certificate.html`: what each side holds (keys per db, or rows per
+table), the content digests of both sides, tool and server versions, the gate's verdict.
 
 Strictness: `zero_tolerance` (default: every threshold 0, unreadable keys included, and the two
 content digests must be equal), `allow_ttl_drift` (expiry differences reported, not failing),
 `allow_extra_on_target` (keys only on the target reported, not failing). The run fails unless the
 certificate's verdict is `passed`.
 
-`source` / `target`: `redis://[user:password@]host:port` (Pika too), or `conn:<airflow_conn_id>`,
-which keeps the password in an Airflow connection (type `replica_audit_redis` or `replica_audit_pika`).
+`source` / `target`: `redis://[user:password@]host:port` (Pika too), `mysql://user:password@host:port`,
+or `conn:<airflow_conn_id>`, which keeps the password in an Airflow connection (type
+`replica_audit_redis`, `replica_audit_pika` or `replica_audit_mysql`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from airflow.sdk import DAG, Param, TriggerRule
 from audit.verify import DEFAULT_NAME, DEFAULT_STRICTNESS, STRICTNESS, verifiable_kinds
 from replica_audit_provider.operators import SOURCE_RETRY_ARGS, AuditStageOperator, VerificationCertificateOperator
 
-ENDPOINT = r"^(conn:[A-Za-z0-9_.-]+|rediss?://\S+)$"
+ENDPOINT = r"^(conn:[A-Za-z0-9_.-]+|rediss?://\S+|(mysql|mariadb)://\S+)$"
 OUT = "{{ params.out }}"
 RUN_ID = "{{ run_id }}"
 VERIFICATION = {  # the arguments of audit.verify.verification_inventory, rendered from the Params
@@ -36,6 +38,7 @@ VERIFICATION = {  # the arguments of audit.verify.verification_inventory, render
     "kind": "{{ params.kind }}",
     "strictness": "{{ params.strictness }}",
     "dbs": "{{ params.dbs }}",
+    "tables": "{{ params.tables }}",
     "name": "{{ params.name }}",
     "settings": "{{ params.settings }}",
 }
@@ -47,13 +50,13 @@ def _params() -> dict[str, Param]:
             type="string",
             pattern=ENDPOINT,
             title="Source",
-            description="where the data came from: redis://host:port or conn:<airflow_conn_id>",
+            description="where the data came from: redis://host:port, mysql://user@host:port or conn:<airflow_conn_id>",
         ),
         "target": Param(
             type="string",
             pattern=ENDPOINT,
             title="Target",
-            description="where it was migrated to: redis://host:port or conn:<airflow_conn_id>",
+            description="where it was migrated to: redis://host:port, mysql://user@host:port or conn:<airflow_conn_id>",
         ),
         "kind": Param("redis", type="string", enum=verifiable_kinds(), title="Kind"),
         "strictness": Param(
@@ -69,6 +72,13 @@ def _params() -> dict[str, Param]:
             items={"type": "integer", "minimum": 0, "maximum": 65535},
             title="Databases",
             description="db indexes to verify; empty: every db either side has keys in",
+        ),
+        "tables": Param(
+            [],
+            type="array",
+            items={"type": "string"},
+            title="Tables",
+            description="MySQL: schema.table or schema.* to verify; empty: every base table outside the system schemas",
         ),
         "name": Param(
             DEFAULT_NAME,
