@@ -1,0 +1,166 @@
+"""Read keys of a Redis Cluster by slot, following MOVED and ASK (resharding during the audit).
+
+A key's slot is CRC16-XMODEM of the key (or of its `{hash tag}`: the bytes between the first `{` and
+the next `}`, when not empty) mod 16384. :class:`ClusterKeyReader` sends each key to the node that
+owns its slot, reads it with the snapshot's :class:`~audit.sources.redis.keys.KeyReader`, and re-reads
+the keys a node redirected:
+
+- `MOVED <slot> <host:port>`: the slot has a new owner; the map is updated and the key read there;
+- `ASK <slot> <host:port>`: the slot is being migrated and this key is already on the target; it is read
+  there on a connection that sends `ASKING` before every command (so a key of a migrating slot is read
+  on both nodes and never reported missing because it sat on the other one).
+
+A key still redirected after `max_redirects` hops keeps the error (status error: unreadable, counted as
+uncovered); a CLUSTERDOWN reply likewise. Neither raises.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from audit.ratelimit import RateLimiter
+from audit.sources.redis.client import connect
+from audit.sources.redis.endpoints import node_url
+from audit.sources.redis.keys import ERROR, KeyReader, KeyState
+from audit.sources.redis.resp import Command, RespPipe
+from audit.sources.redis.topology import SLOTS, Topology
+
+
+def _crc16_table() -> list[int]:
+    table = []
+    for i in range(256):
+        crc = i << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+        table.append(crc & 0xFFFF)
+    return table
+
+
+_TABLE = _crc16_table()
+
+
+def crc16(data: bytes) -> int:
+    crc = 0
+    for b in data:
+        crc = ((crc << 8) & 0xFFFF) ^ _TABLE[((crc >> 8) ^ b) & 0xFF]
+    return crc
+
+
+def key_slot(key: bytes) -> int:
+    """The cluster slot of `key` (what CLUSTER KEYSLOT answers)."""
+    start = key.find(b"{")
+    if start >= 0:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    return crc16(key) % SLOTS
+
+
+def parse_redirect(error: str | None) -> tuple[str, int, str] | None:
+    """`MOVED 3999 127.0.0.1:6381` -> ("MOVED", 3999, "127.0.0.1:6381"); None for any other error."""
+    if not error:
+        return None
+    parts = error.split()
+    if len(parts) == 3 and parts[0] in ("MOVED", "ASK") and parts[1].isdigit():
+        return parts[0], int(parts[1]), parts[2]
+    return None
+
+
+class _AskingPipe:
+    """A pipe that precedes every command with ASKING (valid for one command) and drops its replies."""
+
+    def __init__(self, pipe: RespPipe) -> None:
+        self.pipe = pipe
+
+    @property
+    def commands_sent(self) -> int:
+        return self.pipe.commands_sent
+
+    def execute(self, commands: Sequence[Command]) -> list[Any]:
+        interleaved: list[Command] = []
+        for c in commands:
+            interleaved += [(b"ASKING",), c]
+        return self.pipe.execute(interleaved)[1::2]
+
+
+class ClusterKeyReader:
+    """`read(keys)` like KeyReader's, for keys spread over a cluster's shards (db 0)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        page: int,
+        window_bytes: int,
+        qps: int | None = None,
+        replicas: bool = False,
+        max_redirects: int = 5,
+    ) -> None:
+        """`replicas`: read from each shard's first replica (READONLY) instead of its master."""
+        self._seed_url = topology.shards[0].master.url if topology.shards else ""
+        self._owner: list[str | None] = [None] * SLOTS
+        self._urls: dict[str, str] = {}
+        for shard in topology.shards:
+            node = shard.replicas[0] if replicas and shard.replicas else shard.master
+            self._urls[node.addr] = node.url
+            for a, b in shard.slots:
+                self._owner[a : b + 1] = [node.addr] * (b - a + 1)
+        self._page, self._window = page, window_bytes
+        self._qps = qps
+        self._readonly = replicas
+        self._max_redirects = max_redirects
+        self._pipes: dict[str, RespPipe] = {}
+        self.redirects = {"MOVED": 0, "ASK": 0}
+
+    def _pipe(self, addr: str) -> RespPipe:
+        if addr not in self._pipes:
+            host, _, port = addr.rpartition(":")
+            url = self._urls.get(addr) or node_url(self._seed_url, host.strip("[]"), int(port))
+            client = connect(url, role="cluster node", readonly=self._readonly)
+            limiter = RateLimiter(self._qps) if self._qps else None
+            self._pipes[addr] = RespPipe(client, limiter)
+        return self._pipes[addr]
+
+    def owner(self, key: bytes) -> str | None:
+        return self._owner[key_slot(key)]
+
+    def read(self, keys: Sequence[bytes]) -> list[KeyState]:
+        out: list[KeyState] = []
+        pending: dict[tuple[str, bool], list[bytes]] = defaultdict(list)
+        for k in keys:
+            addr = self.owner(k)
+            if addr is None:
+                out.append(KeyState(k, "", None, None, 0, None, ERROR, f"slot {key_slot(k)} has no owner", 0))
+            else:
+                pending[(addr, False)].append(k)
+        for _ in range(self._max_redirects + 1):
+            if not pending:
+                break
+            nxt: dict[tuple[str, bool], list[bytes]] = defaultdict(list)
+            for (addr, asking), batch in pending.items():
+                for state in self._read_on(addr, asking, batch):
+                    redirect = parse_redirect(state.error) if state.status == ERROR else None
+                    if redirect is None:
+                        out.append(state)
+                        continue
+                    kind, slot, target = redirect
+                    self.redirects[kind] += 1
+                    if kind == "MOVED":
+                        self._owner[slot] = target
+                    nxt[(target, kind == "ASK")].append(state.key)
+            pending = nxt
+        for (_, _), batch in pending.items():  # still redirected after max_redirects hops
+            out += [KeyState(k, "", None, None, 0, None, ERROR, "too many cluster redirects", 0) for k in batch]
+        return out
+
+    def _read_on(self, addr: str, asking: bool, keys: list[bytes]) -> list[KeyState]:
+        pipe = self._pipe(addr)
+        reader = KeyReader(_AskingPipe(pipe) if asking else pipe, self._page, self._window)  # type: ignore[arg-type]
+        return reader.read(keys)
+
+    def close(self) -> None:
+        for p in self._pipes.values():
+            p.close()
+        self._pipes.clear()
