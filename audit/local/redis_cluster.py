@@ -69,7 +69,7 @@ class LocalCluster:
         return redis.RedisCluster(host="127.0.0.1", port=self.masters[0].port, password=self.password)
 
     def node_id(self, server: RedisServer) -> str:
-        return str(self.node(server).execute_command("CLUSTER", "MYID").decode())
+        return str(self.node(server).execute_command("CLUSTER", "MYID").decode())  # type: ignore[no-untyped-call]
 
     def server_at(self, port: int) -> RedisServer:
         return next(s for s in self.nodes if s.port == port)
@@ -116,7 +116,7 @@ class LocalCluster:
 
 def _cluster_ok(client: redis.Redis, nodes: int) -> bool:
     try:
-        info = client.execute_command("CLUSTER", "INFO")
+        info = client.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call]
     except redis.RedisError:
         return False
     text = info.decode() if isinstance(info, bytes) else str(info)
@@ -155,7 +155,7 @@ def _assignment(cluster: LocalCluster, servers: list[RedisServer], masters: int,
 
 
 def _read_assignment(cluster: LocalCluster, servers: list[RedisServer]) -> None:
-    lines = cluster.node(servers[0]).execute_command("CLUSTER", "NODES").decode().splitlines()
+    lines = cluster.node(servers[0]).execute_command("CLUSTER", "NODES").decode().splitlines()  # type: ignore[no-untyped-call]
     by_id: dict[str, tuple[int, str, str, int]] = {}  # id -> (port, role, master id, first slot)
     for line in lines:
         parts = line.split()

@@ -77,7 +77,7 @@ class SentinelServer:
         deadline = time.time() + timeout_s
         c = self.client()
         while time.time() < deadline:
-            replicas = c.execute_command("SENTINEL", "REPLICAS", service)
+            replicas = c.execute_command("SENTINEL", "REPLICAS", service)  # type: ignore[no-untyped-call]
             flags = [dict(zip(r[::2], r[1::2], strict=True)).get("flags", "") for r in replicas]
             if sum(1 for f in flags if "disconnected" not in f and "s_down" not in f) >= count:
                 return

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
@@ -37,12 +37,22 @@ class RecheckStats:
     per_round_remaining: list[int] = field(default_factory=list)
 
 
-def read_keys(reader: KeyReader, keys: Iterable[tuple[int, bytes]]) -> list[tuple[int, KeyState]]:
+class DbReader(Protocol):
+    """Reads keys of one db wherever they live (a cluster: `audit.sources.redis.routing.ClusterKeyReader`)."""
+
+    def read_db(self, db: int, keys: Sequence[bytes]) -> list[KeyState]: ...
+
+
+def read_keys(reader: KeyReader | DbReader, keys: Iterable[tuple[int, bytes]]) -> list[tuple[int, KeyState]]:
     by_db: dict[int, list[bytes]] = defaultdict(list)
     for db, key in keys:
         by_db[db].append(key)
     out: list[tuple[int, KeyState]] = []
     for db, db_keys in sorted(by_db.items()):
+        if not isinstance(reader, KeyReader):
+            for i in range(0, len(db_keys), 1000):
+                out.extend((db, s) for s in reader.read_db(db, db_keys[i : i + 1000]))
+            continue
         reader.pipe.execute([(b"SELECT", b"%d" % db)])
         for i in range(0, len(db_keys), 1000):
             out.extend((db, s) for s in reader.read(db_keys[i : i + 1000]))
@@ -70,8 +80,8 @@ def _master_changed(before: tuple[Any, ...], now: tuple[Any, ...], tolerance_ms:
 def recheck(
     spark: SparkSession,
     candidates: DataFrame,
-    master: RespPipe,
-    replica: RespPipe,
+    master: RespPipe | DbReader,
+    replica: RespPipe | DbReader,
     *,
     rounds: int,
     interval_s: float,
@@ -79,13 +89,18 @@ def recheck(
     page: int,
     window_bytes: int,
 ) -> tuple[DataFrame, RecheckStats]:
-    """Return the persisting divergences (same columns as the diff's candidates) and what happened."""
+    """Return the persisting divergences (same columns as the diff's candidates) and what happened.
+
+    `master`/`replica`: a pipe to one server (keys read there, db by db), or a DbReader (a fleet side).
+    """
     stats = RecheckStats()
     rows = candidates.select("db", "key", *MASTER_FIELDS).collect()
     stats.candidates = len(rows)
     master_before = {(r["db"], bytes(r["key"])): tuple(r[f] for f in MASTER_FIELDS) for r in rows}
     current = candidates
-    m_reader, r_reader = KeyReader(master, page, window_bytes), KeyReader(replica, page, window_bytes)
+    m_reader, r_reader = (
+        KeyReader(side, page, window_bytes) if isinstance(side, RespPipe) else side for side in (master, replica)
+    )
     for _ in range(rounds):
         if not master_before:
             break

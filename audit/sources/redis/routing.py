@@ -96,15 +96,20 @@ class ClusterKeyReader:
         window_bytes: int,
         qps: int | None = None,
         replicas: bool = False,
+        shard_as_db: bool = False,
         max_redirects: int = 5,
     ) -> None:
-        """`replicas`: read from each shard's first replica (READONLY) instead of its master."""
+        """`replicas`: read from each shard's first replica (READONLY) instead of its master.
+        `shard_as_db`: :meth:`read_db`'s db is the shard's ordinal in the topology."""
         self._seed_url = topology.shards[0].master.url if topology.shards else ""
         self._owner: list[str | None] = [None] * SLOTS
         self._urls: dict[str, str] = {}
+        self._shard_nodes: list[str] = []
         for shard in topology.shards:
             node = shard.replicas[0] if replicas and shard.replicas else shard.master
             self._urls[node.addr] = node.url
+            if shard_as_db:
+                self._shard_nodes.append(node.addr)
             for a, b in shard.slots:
                 self._owner[a : b + 1] = [node.addr] * (b - a + 1)
         self._page, self._window = page, window_bytes
@@ -126,11 +131,24 @@ class ClusterKeyReader:
     def owner(self, key: bytes) -> str | None:
         return self._owner[key_slot(key)]
 
-    def read(self, keys: Sequence[bytes]) -> list[KeyState]:
+    def read_db(self, db: int, keys: Sequence[bytes]) -> list[KeyState]:
+        """The recheck's entry point (`audit.sources.redis.recheck.read_keys`). With `shard_as_db` the db
+        is a shard ordinal (fleet_snapshot's `shard_as_db`): keys are read on that shard's node first;
+        otherwise a cluster has db 0 only."""
+        if self._shard_nodes:
+            if not 0 <= db < len(self._shard_nodes):
+                raise ValueError(f"db {db} is no shard ordinal (0..{len(self._shard_nodes) - 1})")
+            return self.read(keys, start_at=self._shard_nodes[db])
+        if db != 0:
+            raise ValueError(f"a cluster has db 0 only (asked for db {db})")
+        return self.read(keys)
+
+    def read(self, keys: Sequence[bytes], start_at: str | None = None) -> list[KeyState]:
+        """Each key's state, read on its slot's owner (or first on `start_at`), redirects followed."""
         out: list[KeyState] = []
         pending: dict[tuple[str, bool], list[bytes]] = defaultdict(list)
         for k in keys:
-            addr = self.owner(k)
+            addr = start_at or self.owner(k)
             if addr is None:
                 out.append(KeyState(k, "", None, None, 0, None, ERROR, f"slot {key_slot(k)} has no owner", 0))
             else:

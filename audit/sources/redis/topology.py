@@ -281,7 +281,8 @@ def discover_standalone(url: str, *, role: str = "") -> Topology:
     return Topology("standalone", redact_url(url), (Shard(master, replicas, ((0, SLOTS - 1),)),), source="INFO")
 
 
-def discover_cluster(url: str, *, role: str = "") -> Topology:
+def discover_cluster(url: str, *, role: str = "", use_shards: bool = True) -> Topology:
+    """`use_shards=False` goes straight to the CLUSTER SLOTS path (what a server before 7.0 gets)."""
     label = role or "cluster"
     seed = connect(url, role=label)
     fallback = host_port(url).rpartition(":")[0]
@@ -291,14 +292,14 @@ def discover_cluster(url: str, *, role: str = "") -> Topology:
             f"{label} {redact_url(url)}: topology: cluster, but the server is not in cluster mode "
             "(INFO cluster: cluster_enabled:0); use topology: standalone"
         )
-    reply = _raw(seed, b"CLUSTER", b"SHARDS")
+    reply = _raw(seed, b"CLUSTER", b"SHARDS") if use_shards else ReplyError("not asked")
     if isinstance(reply, ReplyError):
         source = "CLUSTER SLOTS"
         raw = parse_cluster_slots(_raw(seed, b"CLUSTER", b"SLOTS"), fallback)
         listed = {n.node_id for s in raw for n in s.nodes}
         nodes_text = _s(_raw(seed, b"CLUSTER", b"NODES"))
-        raw += [s for s in shards_from_nodes(parse_cluster_nodes(nodes_text, fallback)) if not s.slots]
-        raw = [s for s in raw if s.slots or s.nodes[0].node_id not in listed]
+        slotless = shards_from_nodes(parse_cluster_nodes(nodes_text, fallback))
+        raw += [s for s in slotless if not s.slots and s.nodes[0].node_id not in listed]
     else:
         source = "CLUSTER SHARDS"
         raw = parse_cluster_shards(reply, fallback)
