@@ -76,7 +76,7 @@ class NodeEndpoint(_Strict):
 class SentinelEndpoint(_Strict):
     """A Sentinel-managed group: the sentinels are asked, in order, for `service`'s master and replicas."""
 
-    sentinels: list[str] = Field(min_length=1, description="host:port, or redis://[user:pw@]host:port")
+    sentinels: list[SecretStr] = Field(min_length=1, description="host:port, or redis://[user:pw@]host:port")
     service: str = Field(min_length=1)
     username: str | None = Field(None, description="the data nodes' user (the sentinels' go in their URLs)")
     password: SecretStr | None = None
@@ -85,10 +85,14 @@ class SentinelEndpoint(_Strict):
 
     @field_validator("sentinels")
     @classmethod
-    def _addresses(cls, sentinels: list[str]) -> list[str]:
+    def _addresses(cls, sentinels: list[SecretStr]) -> list[SecretStr]:
         for s in sentinels:
-            sentinel_url(s)  # raises ValueError naming the entry
+            sentinel_url(s.get_secret_value())  # raises ValueError naming the entry (without credentials)
         return sentinels
+
+    def sentinel_urls(self) -> list[str]:
+        """The sentinels' real URLs (credentials included): for connecting only."""
+        return [sentinel_url(s.get_secret_value()) for s in self.sentinels]
 
     def node_url(self, host: str, port: int) -> str:
         """The URL of a data node the sentinels named, with this endpoint's credentials."""

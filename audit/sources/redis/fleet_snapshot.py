@@ -53,7 +53,7 @@ from audit.sources.redis.snapshot import KEYS_FILE, META_FILE, SNAPSHOT_SCHEMA, 
 from audit.sources.redis.topology import Topology
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 SHARDS_DIR = "shards"
 
@@ -284,6 +284,13 @@ def snapshot_fleet(
     return FleetSnapshot(results, by_db)
 
 
+def tasks_frame(spark: SparkSession, tasks: Sequence[SnapshotTask]) -> DataFrame:
+    """One row and one partition per task; addresses only (the URLs go in a broadcast, by task index)."""
+    rows = [(i, t.side, t.ordinal, t.shard, t.node, list(t.dbs), t.readonly) for i, t in enumerate(tasks)]
+    ddl = "task int, side string, ordinal int, shard string, node string, dbs array<int>, readonly boolean"
+    return spark.createDataFrame(spark.sparkContext.parallelize(rows, len(rows)), ddl)
+
+
 def _run_spark(
     spark: SparkSession,
     tasks: Sequence[SnapshotTask],
@@ -294,11 +301,8 @@ def _run_spark(
 ) -> list[TaskResult]:
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    sc = spark.sparkContext
-    urls = sc.broadcast({i: t.url for i, t in enumerate(tasks)})
-    rows = [(i, t.side, t.ordinal, t.shard, t.node, list(t.dbs), t.readonly) for i, t in enumerate(tasks)]
-    ddl = "task int, side string, ordinal int, shard string, node string, dbs array<int>, readonly boolean"
-    df = spark.createDataFrame(sc.parallelize(rows, len(rows)), ddl)
+    urls = spark.sparkContext.broadcast({i: t.url for i, t in enumerate(tasks)})
+    df = tasks_frame(spark, tasks)
     body = functools.partial(_spark_partition, urls, str(out_root), options, key_filter, shard_as_db)
     try:
         collected = df.mapInArrow(body, from_arrow_schema(_RESULT_SCHEMA)).collect()

@@ -25,7 +25,7 @@ from hiredis import ReplyError
 from audit.errors import ConfigError, SourceConnectError
 from audit.inventory import ConnResolver, redact_url
 from audit.sources.redis.client import connect, host_port, info_text
-from audit.sources.redis.endpoints import NodeEndpoint, RedisEndpoint, SentinelEndpoint, node_url, sentinel_url
+from audit.sources.redis.endpoints import NodeEndpoint, RedisEndpoint, SentinelEndpoint, node_url
 from audit.sources.redis.info import parse_info, replicas_listed
 from audit.sources.redis.resp import RespPipe
 
@@ -358,8 +358,7 @@ def discover_sentinel(endpoint: SentinelEndpoint, *, role: str = "") -> Topology
     label = role or "sentinel"
     problems: list[str] = []
     unknown: list[str] = []
-    for entry in endpoint.sentinels:
-        url = sentinel_url(entry)
+    for url in endpoint.sentinel_urls():
         where = host_port(url)
         try:
             client = connect(url, role=f"{label} sentinel")
@@ -394,7 +393,8 @@ def discover_sentinel(endpoint: SentinelEndpoint, *, role: str = "") -> Topology
             + (f"; {'; '.join(problems)}" if problems else ""),
             where=unknown[0],
         )
-    raise SourceConnectError(f"{label}: no sentinel answered: {'; '.join(problems)}", where=endpoint.sentinels[0])
+    first = host_port(endpoint.sentinel_urls()[0])
+    raise SourceConnectError(f"{label}: no sentinel answered: {'; '.join(problems)}", where=first)
 
 
 def describe(topology: Topology) -> dict[str, Any]:
