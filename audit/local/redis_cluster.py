@@ -74,6 +74,14 @@ class LocalCluster:
     def server_at(self, port: int) -> RedisServer:
         return next(s for s in self.nodes if s.port == port)
 
+    def restart(self, server: RedisServer) -> None:
+        """Start a stopped node again: it rejoins from its nodes.conf (empty: nothing is persisted)."""
+        server.start()
+        if self.password:
+            c = server.client()
+            c.config_set("masterauth", self.password)
+            c.config_set("requirepass", self.password)
+
     def stop(self) -> None:
         """SIGTERM every node first, then wait for each: stopping them one by one takes seconds."""
         for s in self.nodes:
@@ -86,8 +94,9 @@ class LocalCluster:
         """Until every node reports cluster_state:ok and knows all nodes, and every replica is in sync."""
         deadline = time.time() + timeout_s
         want = len(self.nodes)
+        replicas = sum(map(len, self.replicas))
         while time.time() < deadline:
-            if all(_cluster_ok(self.node(s), want) for s in self.nodes):
+            if all(_cluster_ok(self.node(s), want, replicas) for s in self.nodes):
                 break
             time.sleep(0.05)
         else:
@@ -114,14 +123,20 @@ class LocalCluster:
                 self.wait_in_sync(master, r, timeout_s)
 
 
-def _cluster_ok(client: redis.Redis, nodes: int) -> bool:
+def _cluster_ok(client: redis.Redis, nodes: int, replicas: int) -> bool:
+    """This node says the cluster is ok, knows every node, and has learned every replica's role
+    (roles travel by gossip after `redis-cli --cluster create` returns, node by node)."""
     try:
         info = client.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call]
+        view = client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
     except redis.RedisError:
         return False
     text = info.decode() if isinstance(info, bytes) else str(info)
     fields = dict(line.split(":", 1) for line in text.split() if ":" in line)
-    return fields.get("cluster_state") == "ok" and int(fields.get("cluster_known_nodes", 0)) >= nodes
+    lines = (view.decode() if isinstance(view, bytes) else str(view)).splitlines()
+    known_replicas = sum(1 for line in lines if "slave" in line.split()[2].split(","))
+    ok = fields.get("cluster_state") == "ok" and int(fields.get("cluster_known_nodes", 0)) >= nodes
+    return ok and known_replicas == replicas
 
 
 def _create(servers: list[RedisServer], replicas_per_master: int) -> None:

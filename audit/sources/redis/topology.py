@@ -234,6 +234,21 @@ def shards_from_nodes(lines: Sequence[NodeLine]) -> list[RawShard]:
     return out
 
 
+def with_replicas_from_nodes(shards: Sequence[RawShard], lines: Sequence[NodeLine]) -> list[RawShard]:
+    """CLUSTER SLOTS shards completed from CLUSTER NODES: CLUSTER SLOTS leaves out masters without slots
+    and replicas that have not received data yet (replication offset 0) or are failing."""
+    from_nodes = {s.nodes[0].node_id: s for s in shards_from_nodes(lines)}
+    out = []
+    for s in shards:
+        master = s.nodes[0]
+        listed = {n.node_id for n in s.nodes}
+        extra = [n for n in from_nodes.get(master.node_id, RawShard((), ())).nodes[1:] if n.node_id not in listed]
+        out.append(RawShard(s.slots, (*s.nodes, *extra)))
+    masters = {s.nodes[0].node_id for s in shards}
+    out += [s for node_id, s in from_nodes.items() if node_id not in masters and not s.slots]
+    return out
+
+
 def uncovered_slots(ranges: Sequence[SlotRange]) -> list[SlotRange]:
     """The slot ranges of 0..16383 that no range covers."""
     out, nxt = [], 0
@@ -295,11 +310,10 @@ def discover_cluster(url: str, *, role: str = "", use_shards: bool = True) -> To
     reply = _raw(seed, b"CLUSTER", b"SHARDS") if use_shards else ReplyError("not asked")
     if isinstance(reply, ReplyError):
         source = "CLUSTER SLOTS"
-        raw = parse_cluster_slots(_raw(seed, b"CLUSTER", b"SLOTS"), fallback)
-        listed = {n.node_id for s in raw for n in s.nodes}
         nodes_text = _s(_raw(seed, b"CLUSTER", b"NODES"))
-        slotless = shards_from_nodes(parse_cluster_nodes(nodes_text, fallback))
-        raw += [s for s in slotless if not s.slots and s.nodes[0].node_id not in listed]
+        raw = with_replicas_from_nodes(
+            parse_cluster_slots(_raw(seed, b"CLUSTER", b"SLOTS"), fallback), parse_cluster_nodes(nodes_text, fallback)
+        )
     else:
         source = "CLUSTER SHARDS"
         raw = parse_cluster_shards(reply, fallback)
