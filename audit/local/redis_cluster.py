@@ -94,9 +94,9 @@ class LocalCluster:
         """Until every node reports cluster_state:ok and knows all nodes, and every replica is in sync."""
         deadline = time.time() + timeout_s
         want = len(self.nodes)
-        replicas = sum(map(len, self.replicas))
+        replica_count = sum(map(len, self.replicas))
         while time.time() < deadline:
-            if all(_cluster_ok(self.node(s), want, replicas) for s in self.nodes):
+            if all(_cluster_ok(self.node(s), want, replica_count) for s in self.nodes):
                 break
             time.sleep(0.05)
         else:
