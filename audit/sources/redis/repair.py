@@ -58,9 +58,11 @@ class PlanCounts:
     delete: int
 
 
-def _fields(finding: Finding | Mapping[str, Any]) -> tuple[str | None, int | None, bytes | None]:
+def _fields(finding: Finding | Mapping[str, Any] | Any) -> tuple[str | None, int | None, bytes | None]:
     if isinstance(finding, Finding):
         return finding.category, finding.db, finding.key
+    if hasattr(finding, "asDict"):  # a Spark Row (findings-schema or diff-candidate columns)
+        finding = finding.asDict()
     key = finding.get("key")
     return finding.get("category"), finding.get("db"), bytes(key) if key is not None else None
 
@@ -92,7 +94,7 @@ def _header(pair: str, run_id: str, master: str, replica: str, extra: Mapping[st
 
 
 def write_plan(
-    findings: Iterable[Finding | Mapping[str, Any]],
+    findings: Iterable[Finding | Mapping[str, Any] | Any],
     out_dir: Path,
     *,
     pair: str,
@@ -101,7 +103,8 @@ def write_plan(
     replica: str,
     extra: Mapping[str, Any] | None = None,
 ) -> PlanCounts:
-    """Write `out_dir/repair/<pair>.txt` from keyspace findings (Finding values or findings-schema rows).
+    """Write `out_dir/repair/<pair>.txt` from keyspace findings (Finding values, findings-schema rows as
+    mappings or Spark Rows; diff candidates work too: they have category, db and key).
 
     `master`/`replica` are shown in the header: pass them redacted. Findings of other categories (and
     keyspace findings without a key) are ignored. Streams: DELETE lines are spooled to a temporary file

@@ -131,6 +131,13 @@ class ClusterKeyReader:
     def owner(self, key: bytes) -> str | None:
         return self._owner[key_slot(key)]
 
+    def pipe_for(self, key: bytes) -> RespPipe:
+        """The pipe to the node serving `key`'s slot (for field-level reads of one key)."""
+        addr = self.owner(key)
+        if addr is None:
+            raise ValueError(f"slot {key_slot(key)} has no owner")
+        return self._pipe(addr)
+
     def read_db(self, db: int, keys: Sequence[bytes]) -> list[KeyState]:
         """The recheck's entry point (`audit.sources.redis.recheck.read_keys`). With `shard_as_db` the db
         is a shard ordinal (fleet_snapshot's `shard_as_db`): keys are read on that shard's node first;
