@@ -4,6 +4,7 @@ repair plan that redis-cli itself can apply between two standalones."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,6 +83,9 @@ def test_standalone_into_cluster(spark: Any, standalone: RedisServer, target: Lo
     assert fleet.errors == []
     assert sum(r.filtered_out for r in fleet.side("master")) == 100
     assert sum(r.filtered_out for r in fleet.side("replica")) == 100
+    side = json.loads((tmp_path / "replica" / "snapshot.json").read_text())
+    assert [s["status"] for s in side["shards"]] == ["ok"] * 3 and side["stats"]["filtered_out"] == 100
+    assert len(list((tmp_path / "replica" / "keys.parquet").glob("shard-*.parquet"))) == 3
     coverage, cands = _diff(spark, tmp_path)
     assert (coverage["master_keys"], coverage["replica_keys"]) == (800, 800)
 

@@ -12,7 +12,7 @@ from audit.diff.compare_modes import COMPARE_MODES, apply_mode, mode_category
 from audit.errors import ConfigError
 from audit.findings import Finding
 from audit.sources.redis.display import quote, short_value, unquote
-from audit.sources.redis.endpoints import NodeEndpoint, SentinelEndpoint, node_url, parse_endpoint
+from audit.sources.redis.endpoints import NodeEndpoint, SentinelEndpoint, display, node_url, parse_endpoint
 from audit.sources.redis.fleet_health import (
     NodeState,
     shard_replication_findings,
@@ -51,6 +51,10 @@ def test_endpoint_forms_and_secrets() -> None:
     for model in (plain, cluster, sentinel):
         assert "s3cret" not in repr(model) and "pw@" not in repr(model) and "spw" not in repr(model)
     assert parse_endpoint(None, "x") is None
+    assert display(plain) == "redis://auditor:***@10.0.0.5:6379"
+    assert display(cluster) == "redis://:***@10.0.0.5:7000 (cluster)"
+    assert display(sentinel) == "sentinel 10.0.0.1:26379,10.0.0.2:26379 service mymaster"
+    assert display(parse_endpoint({"url": "conn:cache", "topology": "cluster"}, "x")) == "conn:cache (cluster)"  # type: ignore[arg-type]
     assert node_url("rediss://u:p%40w@seed:7000/3", "10.0.0.1", 7001) == "rediss://u:p%40w@10.0.0.1:7001"
     assert node_url("redis://seed:7000", "::1", 7001) == "redis://[::1]:7001"
 

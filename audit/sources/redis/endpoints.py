@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from audit.errors import ConfigError
-from audit.inventory import ConnResolver, endpoint_url
+from audit.inventory import ConnResolver, endpoint_url, redact_url
 
 TopologyKind = Literal["standalone", "cluster", "sentinel"]
 SCHEMES = ("redis", "rediss", "unix")
@@ -135,6 +135,15 @@ def node_url(seed_url: str, host: str, port: int) -> str:
     return urlunsplit((parts.scheme, netloc, "", "", ""))
 
 
+def display(endpoint: RedisEndpoint) -> str:
+    """How the summary and the report show an endpoint: addresses and users, never a password."""
+    if isinstance(endpoint, SentinelEndpoint):
+        hosts = ",".join(urlsplit(u).netloc.rpartition("@")[2] for u in endpoint.sentinel_urls())
+        return f"sentinel {hosts} service {endpoint.service}"
+    shown = redact_url(endpoint.url.get_secret_value())
+    return shown if endpoint.topology == "standalone" else f"{shown} (cluster)"
+
+
 def parse_endpoint(value: SecretStr | str | dict[str, Any] | None, where: str) -> RedisEndpoint | None:
     """An inventory endpoint (as `Pair.master`/`Pair.replica` hold it) as a model; None stays None.
 
@@ -167,6 +176,7 @@ __all__ = [
     "RedisEndpoint",
     "SentinelEndpoint",
     "TopologyKind",
+    "display",
     "node_url",
     "parse_endpoint",
     "sentinel_url",

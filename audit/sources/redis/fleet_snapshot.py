@@ -285,10 +285,14 @@ def snapshot_fleet(
 
 
 def tasks_frame(spark: SparkSession, tasks: Sequence[SnapshotTask]) -> DataFrame:
-    """One row and one partition per task; addresses only (the URLs go in a broadcast, by task index)."""
+    """One row and one partition per task; addresses only (the URLs go in a broadcast, by task index).
+
+    The rows start as a local relation in the JVM and are dealt round-robin into one partition each: a
+    Python RDD (`parallelize`) would cost a Python stage of its own before the snapshot tasks start.
+    """
     rows = [(i, t.side, t.ordinal, t.shard, t.node, list(t.dbs), t.readonly) for i, t in enumerate(tasks)]
     ddl = "task int, side string, ordinal int, shard string, node string, dbs array<int>, readonly boolean"
-    return spark.createDataFrame(spark.sparkContext.parallelize(rows, len(rows)), ddl)
+    return spark.createDataFrame(rows, ddl).repartition(len(rows))
 
 
 def _run_spark(

@@ -381,6 +381,8 @@ def discover_sentinel(endpoint: SentinelEndpoint, *, role: str = "") -> Topology
                 unknown.append(where)
                 continue
             replicas = _raw(client, b"SENTINEL", b"REPLICAS", endpoint.service.encode())
+            if isinstance(replicas, ReplyError):  # before Redis 5: SENTINEL SLAVES
+                replicas = _raw(client, b"SENTINEL", b"SLAVES", endpoint.service.encode())
         except SourceConnectError as e:
             problems.append(str(e))
             continue
