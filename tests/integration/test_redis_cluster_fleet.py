@@ -367,6 +367,11 @@ def test_unreachable_nodes_named_others_still_read(spark: Any, cluster: LocalClu
         assert failed == {("master", topo.shards[1].master.addr), ("replica", topo.shards[2].replicas[0].addr)}
         assert all(PASSWORD not in (r.error or "") for r in fleet.errors)
         assert len([r for r in fleet.results if r.status == "ok" and r.rows > 0]) == 4  # the others were read
+        # the one shard both sides read is still audited; the two broken shards are left out, not "missing"
+        m_path, r_path = fleet.comparable_paths(tmp_path)
+        coverage = diff_snapshots(spark, m_path, r_path, str(tmp_path / "cands"), 2000)
+        (good,) = [r for r in fleet.side("master") if r.status == "ok" and r.ordinal == 0]
+        assert coverage["candidates"] == 0 and coverage["master_keys"] == coverage["replica_keys"] == good.rows > 0
     finally:
         cluster.restart(master)
         cluster.restart(replica)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -359,3 +360,34 @@ def test_repair_plan_from_a_findings_dataset(tmp_path) -> None:  # type: ignore[
     pq.write_table(findings_table(rows), tmp_path / "findings.parquet" / "p.parquet")
     got = list(findings_rows(tmp_path / "findings.parquet", "p1"))
     assert got == [{"category": "missing_on_replica", "db": 0, "key": b"a"}]
+
+
+# --- fleet snapshot layout ----------------------------------------------------------------------------------
+
+
+def test_comparable_paths_leave_out_shards_a_side_could_not_read(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from audit.sources.redis.fleet_snapshot import FleetSnapshot, TaskResult
+    from audit.sources.redis.snapshot import SNAPSHOT_SCHEMA
+
+    results = []
+    for side in ("master", "replica"):
+        (tmp_path / side / "keys.parquet").mkdir(parents=True)
+        for i in range(3):
+            failed = side == "replica" and i == 1
+            path = tmp_path / side / "keys.parquet" / f"shard-{i:03d}-h-{i}.parquet"
+            if not failed:
+                row = {n: [None] for n in SNAPSHOT_SCHEMA.names} | {"db": [i], "key": [b"k%d" % i]}
+                pq.write_table(pa.Table.from_pydict(row, schema=SNAPSHOT_SCHEMA), path)
+            status, err = ("error", "unreachable") if failed else ("ok", None)
+            results.append(
+                TaskResult(side, i, f"s{i}", f"h:{i}", status, err, None if failed else str(path), 1, 0, None)
+            )
+    whole = FleetSnapshot([r for r in results if r.ordinal != 1], {})  # every task read its shard
+    assert whole.comparable_paths(tmp_path) == (
+        str(tmp_path / "master/keys.parquet"),
+        str(tmp_path / "replica/keys.parquet"),
+    )
+    m, r = FleetSnapshot(results, {}).comparable_paths(tmp_path)
+    assert m.endswith("keys.parquet/{shard-000-h-0.parquet,shard-002-h-2.parquet}")
+    for path in (m, r):
+        assert sorted(x["db"] for x in spark.read.parquet(path).select("db").collect()) == [0, 2]

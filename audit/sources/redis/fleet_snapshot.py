@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 from audit.errors import AuditError
 from audit.inventory import redact_url
 from audit.sources.redis.keyfilter import KeyFilter
-from audit.sources.redis.snapshot import KEYS_FILE, META_FILE, SNAPSHOT_SCHEMA, SnapshotOptions
+from audit.sources.redis.snapshot import KEYS_FILE, META_FILE, SnapshotOptions
 from audit.sources.redis.topology import Topology
 
 if TYPE_CHECKING:
@@ -132,6 +132,26 @@ class FleetSnapshot:
     def side(self, side: str) -> list[TaskResult]:
         return [r for r in self.results if r.side == side]
 
+    def comparable_paths(self, out_root: Path, sides: tuple[str, str] = ("master", "replica")) -> tuple[str, str]:
+        """Paths (Hadoop globs) of each side's files for the shards both sides read: what a replication
+        audit diffs when some shard could not be read (with `shard_as_db`, shard i pairs with shard i).
+
+        Without failures these are the plain dataset directories. A shard whose master or replica
+        failed is left out on both sides, so its keys are neither missing nor extra: the caller
+        reports the shard as not audited (exit 3) instead.
+        """
+        ok = [{r.ordinal: r for r in self.side(s) if r.status == "ok"} for s in sides]
+        every = [{r.ordinal for r in self.side(s)} for s in sides]
+        both = sorted(set(ok[0]) & set(ok[1]))
+        if all(set(o) == e for o, e in zip(ok, every, strict=True)) and every[0] == every[1]:
+            return str(out_root / sides[0] / KEYS_FILE), str(out_root / sides[1] / KEYS_FILE)
+        paths = []
+        for side, results in zip(sides, ok, strict=True):
+            names = [Path(results[i].keys_file or "").name for i in both]
+            pattern = names[0] if len(names) == 1 else "{" + ",".join(names) + "}"
+            paths.append(str(out_root / side / KEYS_FILE / pattern) if names else "")
+        return paths[0], paths[1]
+
 
 _RESULT_SCHEMA = pa.schema(
     [
@@ -158,15 +178,18 @@ def _rewrite(src: Path, dst: Path, key_filter: KeyFilter | None, db: int | None)
         os.replace(src, dst)
         return pq.ParquetFile(dst).metadata.num_rows, 0
     rows = dropped = 0
-    with pq.ParquetWriter(dst, SNAPSHOT_SCHEMA, compression="zstd") as writer:
-        for batch in pq.ParquetFile(src).iter_batches():
-            table = pa.Table.from_batches([batch], schema=SNAPSHOT_SCHEMA)
+    source = pq.ParquetFile(src)
+    schema = source.schema_arrow  # the snapshot's own schema (SNAPSHOT_SCHEMA), whatever its encoding
+    db_at = schema.get_field_index("db")
+    with pq.ParquetWriter(dst, schema, compression="zstd") as writer:
+        for batch in source.iter_batches():
+            table = pa.Table.from_batches([batch], schema=schema)
             if key_filter is not None:
                 keep = pa.array([key_filter.matches(k) for k in table.column("key").to_pylist()], pa.bool_())
                 dropped += table.num_rows - int(pc.sum(keep).as_py() or 0)
                 table = table.filter(keep)
             if db is not None:
-                table = table.set_column(0, "db", pa.array([db] * table.num_rows, pa.int32()))
+                table = table.set_column(db_at, "db", pa.array([db] * table.num_rows, schema.field("db").type))
             rows += table.num_rows
             writer.write_table(table)
     src.unlink()
