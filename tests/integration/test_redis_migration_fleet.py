@@ -85,6 +85,7 @@ def test_standalone_into_cluster(spark: Any, standalone: RedisServer, target: Lo
     assert sum(r.filtered_out for r in fleet.side("replica")) == 100
     side = json.loads((tmp_path / "replica" / "snapshot.json").read_text())
     assert [s["status"] for s in side["shards"]] == ["ok"] * 3 and side["stats"]["filtered_out"] == 100
+    assert side["start"]["info_keyspace"] == {"db0": {"keys": "900"}}  # what the three masters hold
     assert len(list((tmp_path / "replica" / "keys.parquet").glob("shard-*.parquet"))) == 3
     coverage, cands = _diff(spark, tmp_path)
     assert (coverage["master_keys"], coverage["replica_keys"]) == (800, 800)

@@ -350,6 +350,11 @@ def write_side_meta(side_dir: Path, results: Sequence[TaskResult]) -> dict[str, 
         for db, n in stats.get("per_db", {}).items():
             per_db[str(db)] = per_db.get(str(db), 0) + int(n)
     metas = [r.meta for r in results if r.meta]
+    keyspace: dict[str, int] = {}
+    for m in metas:
+        for db, v in ((m.get("start") or {}).get("info_keyspace") or {}).items():
+            if isinstance(v, dict) and str(v.get("keys", "")).isdigit():
+                keyspace[db] = keyspace.get(db, 0) + int(v["keys"])
     meta = {
         "side": results[0].side if results else side_dir.name,
         "shards": [
@@ -366,6 +371,11 @@ def write_side_meta(side_dir: Path, results: Sequence[TaskResult]) -> dict[str, 
             for r in results
         ],
         "stats": {**totals, "per_db": per_db, "filtered_out": sum(r.filtered_out for r in results)},
+        # what audit/verify.py reads of a side: a server's INFO server, and the keys the servers report
+        "start": {
+            "info_server": ((metas[0].get("start") or {}).get("info_server") if metas else None) or {},
+            "info_keyspace": {db: {"keys": str(n)} for db, n in sorted(keyspace.items())},
+        },
         "started_at_ms": min((m["started_at_ms"] for m in metas), default=None),
         "ended_at_ms": max((m["ended_at_ms"] for m in metas), default=None),
         "written_at_ms": int(time.time() * 1000),
