@@ -69,6 +69,10 @@ class SnapshotOptions:
     max_latency_ms: float | None = 10.0
     max_other_ops_per_s: float | None = None
     sample_every_s: float = 1.0
+    match: bytes | None = None
+    """SCAN MATCH pattern: the server skips keys that do not match (one include glob of a key filter)."""
+    key_filter: Callable[[list[bytes]], list[bytes]] | None = None
+    """Keeps the keys to read of each SCAN page (a pair's `keys:` filter); the others are not read."""
 
     def pace_settings(self) -> PaceSettings:
         cap = self.max_keys_per_s
@@ -93,6 +97,9 @@ class SnapshotStats:
     keys_unstable: int = 0
     keys_vanished: int = 0
     keys_error: int = 0
+    keys_filtered_out: int = 0
+    """Keys SCAN returned that the key filter dropped (with MATCH, the server drops more: see
+    :func:`filtered_by_match`)."""
     commands: int = 0
     server_wait_s: float = 0.0
     errors_sample: list[str] = field(default_factory=list)
@@ -203,7 +210,7 @@ def snapshot_side(
     sampler = _Sampler(client, pipe, stats)
     try:
         for db in dbs:
-            _Scan(pipe, reader, db, pacer, sampler, sink, stats, on_keys).run()
+            _Scan(pipe, reader, db, pacer, sampler, sink, stats, on_keys, options).run()
     except (OSError, ConnectionError, redis.RedisError) as e:
         raise SnapshotError(f"{side} {endpoint}: snapshot interrupted: {e}", where=endpoint) from None
     finally:
@@ -224,11 +231,44 @@ def snapshot_side(
         "rate_limit_wait_s": round(pacer.waited_s, 3),
         "pacing": pacer.report(),
         "stats": asdict(stats),
+        "key_filter": _filter_meta(options, stats, start_state, dbs),
         "start": start_state,
         "end": end_state,
     }
     (out_dir / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
     return meta
+
+
+def filtered_by_match(info_keyspace: dict[str, Any], dbs: list[int], per_db: dict[int, int]) -> int:
+    """Keys SCAN MATCH left out, estimated as the server's key count (INFO keyspace at the start) minus
+    the keys SCAN returned: keys written or expired during the scan make it approximate."""
+    total = 0
+    for db in dbs:
+        listed = info_keyspace.get(f"db{db}")
+        keys = listed.get("keys") if isinstance(listed, dict) else None
+        if isinstance(keys, int) or (isinstance(keys, str) and keys.isdigit()):
+            total += max(0, int(keys) - per_db.get(db, 0))
+    return total
+
+
+def _filter_meta(
+    options: SnapshotOptions, stats: SnapshotStats, start: dict[str, Any], dbs: list[int]
+) -> dict[str, Any] | None:
+    """How many keys the key filter left out: by the reader (exact) and by SCAN MATCH (estimated)."""
+    if options.match is None and options.key_filter is None:
+        return None
+    info = start.get("info_keyspace") or {}
+    by_match = filtered_by_match(info, dbs, stats.per_db) if options.match is not None else 0
+    by_reader = stats.keys_filtered_out
+    if options.match is not None:  # per_db counts kept keys only; the reader's drops were scanned too
+        by_match = max(0, by_match - by_reader)
+    return {
+        "match": options.match.decode("utf-8", "replace") if options.match is not None else None,
+        "filtered_by_reader": by_reader,
+        "filtered_by_match": by_match,
+        "filtered_out": by_reader + by_match,
+        "match_is_estimate": options.match is not None,
+    }
 
 
 class _Sampler:
@@ -275,14 +315,19 @@ class _Scan:
         sink: _ParquetSink,
         stats: SnapshotStats,
         on_keys: Callable[[int], None] | None,
+        options: SnapshotOptions,
     ) -> None:
         self.pipe, self.reader, self.db, self.pacer, self.sampler = pipe, reader, db, pacer, sampler
         self.sink, self.stats, self.on_keys = sink, stats, on_keys
-        self._scan_prefix = command_prefix(b"SCAN", 4)
+        match = options.match
+        self._scan_prefix = command_prefix(b"SCAN", 4 if match is None else 6)
+        self._match = b"" if match is None else bulk(b"MATCH") + bulk(match)
+        self._keep = options.key_filter
         self._head_wait = 0.0
 
     def _scan_cmd(self, cursor: bytes) -> bytes:
-        return self._scan_prefix + bulk(cursor) + bulk(b"COUNT") + bulk(b"%d" % self.pacer.batch_keys)
+        count = bulk(b"COUNT") + bulk(b"%d" % self.pacer.batch_keys)
+        return self._scan_prefix + bulk(cursor) + self._match + count
 
     def run(self) -> None:
         pipe, reader, pacer = self.pipe, self.reader, self.pacer
@@ -338,6 +383,10 @@ class _Scan:
         if isinstance(reply, Exception):
             raise SnapshotError(f"SCAN in db {self.db} failed: {reply}")
         cursor, keys = reply
+        if self._keep is not None and keys:
+            kept = self._keep(keys)
+            self.stats.keys_filtered_out += len(keys) - len(kept)
+            return cursor, kept
         return cursor, keys
 
 
