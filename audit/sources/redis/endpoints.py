@@ -66,6 +66,10 @@ class NodeEndpoint(_Strict):
             raise ValueError("topology: cluster needs a TCP node (redis:// or rediss://): nodes announce host:port")
         return self
 
+    def display(self) -> str:
+        """What the summary shows (audit.kernel.pair.display_endpoint calls it): never a password."""
+        return display(self)
+
     def resolve(self, resolver: ConnResolver | None = None) -> str:
         """The real URL (secret included): hand it to a client, never print it."""
         url = endpoint_url(self.url, resolver)
@@ -89,6 +93,10 @@ class SentinelEndpoint(_Strict):
         for s in sentinels:
             sentinel_url(s.get_secret_value())  # raises ValueError naming the entry (without credentials)
         return sentinels
+
+    def display(self) -> str:
+        """What the summary shows (audit.kernel.pair.display_endpoint calls it): never a password."""
+        return display(self)
 
     def sentinel_urls(self) -> list[str]:
         """The sentinels' real URLs (credentials included): for connecting only."""
