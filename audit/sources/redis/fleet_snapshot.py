@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from audit.errors import AuditError
@@ -65,6 +66,7 @@ class SnapshotTask:
     url: str = field(repr=False)
     dbs: tuple[int, ...] = (0,)
     readonly: bool = False  # a cluster replica: READONLY on every connection
+    cluster: bool = False  # a cluster node: keys it holds but does not serve are resolved (see _settle)
 
     @property
     def file_stem(self) -> str:
@@ -96,6 +98,7 @@ def side_tasks(
                 url=node.url,
                 dbs=(0,) if cluster else tuple(dbs),
                 readonly=cluster and replica_index is not None,
+                cluster=cluster,
             )
         )
     return out
@@ -168,23 +171,61 @@ _RESULT_SCHEMA = pa.schema(
 # --- one task, wherever it runs (a Spark Python worker or a driver thread) -------------------------------
 
 
-def _rewrite(src: Path, dst: Path, db: int | None) -> int:
-    """Move a shard's keys file into the side's dataset, its db re-labelled batch by batch."""
-    if db is None:
+def _redirected(table: pa.Table) -> pa.Array:
+    """Rows of keys the node holds but does not serve: MOVED or ASK error replies (a slot being imported)."""
+    err = pc.fill_null(table.column("error"), "")
+    moved = pc.or_(pc.starts_with(err, "MOVED "), pc.starts_with(err, "ASK "))
+    return pc.and_(pc.equal(table.column("status"), "error"), moved)
+
+
+def _settle(src: Path, dst: Path, task: SnapshotTask, options: SnapshotOptions, db: int | None) -> tuple[int, int]:
+    """Move a node's keys file into the side's dataset, batch by batch: its db re-labelled (`db`), and,
+    on a cluster node, the keys of a slot it is importing (read there: MOVED or ASK) settled. A
+    replication audit (`db` set) leaves them out: the replica cannot serve them at all, so the shard
+    cannot be compared on them (the slot_migration finding says so); a migration re-reads them where the
+    cluster serves them, redirects followed. Returns (rows, keys left out)."""
+    if db is None and not task.cluster:
         os.replace(src, dst)
-        return int(pq.ParquetFile(dst).metadata.num_rows)
+        return int(pq.ParquetFile(dst).metadata.num_rows), 0
     rows = 0
+    redirected: list[bytes] = []
     source = pq.ParquetFile(src)
     schema = source.schema_arrow  # the snapshot's own schema (SNAPSHOT_SCHEMA), whatever its encoding
     db_at = schema.get_field_index("db")
     with pq.ParquetWriter(dst, schema, compression="zstd") as writer:
         for batch in source.iter_batches():
             table = pa.Table.from_batches([batch], schema=schema)
-            table = table.set_column(db_at, "db", pa.array([db] * table.num_rows, schema.field("db").type))
+            if task.cluster:
+                moved = _redirected(table)
+                redirected += table.filter(moved).column("key").to_pylist()
+                table = table.filter(pc.invert(moved))
+            if db is not None:
+                table = table.set_column(db_at, "db", pa.array([db] * table.num_rows, schema.field("db").type))
+            if db is None and redirected:
+                table = pa.concat_tables([table, _reread(task, options, redirected, schema)])
+                redirected = []
             rows += table.num_rows
             writer.write_table(table)
     src.unlink()
-    return rows
+    return rows, len(redirected)
+
+
+def _reread(task: SnapshotTask, options: SnapshotOptions, keys: list[bytes], schema: pa.Schema) -> pa.Table:
+    """`keys` read where the cluster serves them (MOVED and ASK followed from this node), as snapshot rows."""
+    from audit.sources.redis.routing import ClusterKeyReader
+    from audit.sources.redis.topology import Node, Shard
+
+    host, _, port = task.node.rpartition(":")
+    seed = Topology("cluster", task.node, (Shard(Node(host.strip("[]"), int(port), task.url)),))
+    reader = ClusterKeyReader(seed, page=options.page, window_bytes=options.window_bytes)
+    try:
+        states = [s for s in reader.read(keys, start_at=task.node) if s.status != "vanished"]
+    finally:
+        reader.close()
+    columns: dict[str, list[Any]] = {"db": [0] * len(states)}
+    for name in schema.names[1:]:
+        columns[name] = [getattr(s, name) for s in states]
+    return pa.Table.from_pydict(columns, schema=schema)
 
 
 def run_task(
@@ -213,8 +254,9 @@ def run_task(
         )
         db = task.ordinal if shard_as_db else None
         target = dataset / f"{task.file_stem}.parquet"
-        rows = _rewrite(stage / KEYS_FILE, target, db)
+        rows, moving = _settle(stage / KEYS_FILE, target, task, options, db)
         dropped = int((meta.get("key_filter") or {}).get("filtered_out") or 0)
+        meta["keys_in_moving_slots"] = moving
     except AuditError as e:
         return TaskResult(task.side, task.ordinal, task.shard, task.node, "error", str(e), None, 0, 0, None)
     except Exception as e:  # a task must report, not kill the job: the other shards still count
@@ -244,6 +286,7 @@ def _spark_partition(
                 url=secret[row["task"]],
                 dbs=tuple(row["dbs"]),
                 readonly=row["readonly"],
+                cluster=row["cluster"],
             )
             r = run_task(task, Path(out_root), options, shard_as_db)
             yield pa.RecordBatch.from_pylist([_result_row(r)], schema=_RESULT_SCHEMA)
@@ -305,8 +348,11 @@ def tasks_frame(spark: SparkSession, tasks: Sequence[SnapshotTask]) -> DataFrame
     The rows start as a local relation in the JVM and are dealt round-robin into one partition each: a
     Python RDD (`parallelize`) would cost a Python stage of its own before the snapshot tasks start.
     """
-    rows = [(i, t.side, t.ordinal, t.shard, t.node, list(t.dbs), t.readonly) for i, t in enumerate(tasks)]
-    ddl = "task int, side string, ordinal int, shard string, node string, dbs array<int>, readonly boolean"
+    rows = [(i, t.side, t.ordinal, t.shard, t.node, list(t.dbs), t.readonly, t.cluster) for i, t in enumerate(tasks)]
+    ddl = (
+        "task int, side string, ordinal int, shard string, node string, dbs array<int>, readonly boolean, "
+        "cluster boolean"
+    )
     return spark.createDataFrame(rows, ddl).repartition(len(rows))
 
 
