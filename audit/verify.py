@@ -56,8 +56,8 @@ def verifiable_kinds() -> list[str]:
 
 
 def verification_inventory(
-    source: str,
-    target: str,
+    source: str | dict[str, Any],
+    target: str | dict[str, Any],
     kind: str,
     strictness: str = DEFAULT_STRICTNESS,
     dbs: list[int] | None = None,
@@ -81,7 +81,7 @@ def verification_inventory(
     if strictness not in STRICTNESS:
         raise ConfigError(f"verification strictness {strictness!r}: expected one of {', '.join(STRICTNESS)}")
     for label, value in (("source", source), ("target", target)):
-        if not isinstance(value, str) or not value.strip():
+        if not isinstance(value, dict) and (not isinstance(value, str) or not value.strip()):
             raise ConfigError(f"verification {label}: give a server URL or conn:<airflow_conn_id>")
     gate: dict[str, int | None] = {f: 0 for f in gate_field_names()}
     gate.update(STRICTNESS[strictness][0])
@@ -108,8 +108,10 @@ def verification_inventory(
     return parse_inventory(json.dumps(raw), source="verification")  # JSON is YAML
 
 
-def _endpoint(value: str, label: str) -> Any:
-    """A URL as given, or an endpoint mapping written as YAML/JSON (`{...}`)."""
+def _endpoint(value: str | dict[str, Any], label: str) -> Any:
+    """A URL as given, or an endpoint mapping (given as one, or written as YAML/JSON: `{...}`)."""
+    if isinstance(value, dict):
+        return value
     text = value.strip()
     if not text.startswith("{"):
         return text

@@ -151,9 +151,9 @@ def test_diff_applies_the_compare_mode(spark, tmp_path) -> None:  # type: ignore
         return str(path)
 
     m = side(
-        [(b"same-len", "string", 3, "a", None), (b"longer", "string", 3, "a", None), (b"ttl", "string", 1, "x", 9e9)],
+        [(b"same-len", "string", 3, "a", None), (b"longer", "string", 3, "a", None), (b"ttl", "string", 1, "x", 9_000_000_000)],
         "m",
-    )  # type: ignore[list-item]
+    )
     r = side(
         [(b"same-len", "string", 3, "b", None), (b"longer", "string", 4, "b", None), (b"ttl", "string", 1, "x", None)],
         "r",
