@@ -178,13 +178,19 @@ def _redirected(table: pa.Table) -> pa.Array:
     return pc.and_(pc.equal(table.column("status"), "error"), moved)
 
 
+def _any_redirected(path: Path) -> bool:
+    """Whether a keys file holds a MOVED/ASK row (only its status and error columns are read)."""
+    table = pq.read_table(path, columns=["status", "error"])
+    return bool(pc.any(_redirected(table)).as_py())
+
+
 def _settle(src: Path, dst: Path, task: SnapshotTask, options: SnapshotOptions, db: int | None) -> tuple[int, int]:
     """Move a node's keys file into the side's dataset, batch by batch: its db re-labelled (`db`), and,
     on a cluster node, the keys of a slot it is importing (read there: MOVED or ASK) settled. A
     replication audit (`db` set) leaves them out: the replica cannot serve them at all, so the shard
     cannot be compared on them (the slot_migration finding says so); a migration re-reads them where the
     cluster serves them, redirects followed. Returns (rows, keys left out)."""
-    if db is None and not task.cluster:
+    if db is None and not (task.cluster and _any_redirected(src)):
         os.replace(src, dst)
         return int(pq.ParquetFile(dst).metadata.num_rows), 0
     rows = 0
