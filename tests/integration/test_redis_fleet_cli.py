@@ -386,3 +386,44 @@ def test_an_unreachable_node_is_named_and_the_other_shards_audited(
         c = cluster.cluster_client()
         c.set(healthy, b"x")
         c.delete(healthy)
+
+
+def test_migration_into_a_cluster_with_a_node_down_compares_the_other_shards(
+    empty: LocalCluster,
+    standalone: RedisServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cluster = empty
+    src, dst = standalone.client(), cluster.cluster_client()
+    for i in range(300):
+        src.set(f"k:{i}", i)
+        dst.set(f"k:{i}", i)
+    down = cluster.masters[1]
+    changed = next(f"k:{i}".encode() for i in range(300) if master_of(cluster, f"k:{i}".encode()) != down)
+    dst.set(changed, "other")
+    for node in cluster.nodes:  # the other shards keep serving while one master is away
+        cluster.node(node).config_set("cluster-require-full-coverage", "no")
+    down.stop()
+    pair = {
+        "name": "move-to-cluster",
+        "kind": "redis",
+        "master": standalone.url,
+        "replica": {"url": cluster.url(), "topology": "cluster"},
+        "check_replication": False,
+        "fleet_snapshot": "threads",
+    }
+    try:
+        code, run = audit(tmp_path, monkeypatch, [pair])
+        assert code == 3
+        assert addr(down) in capsys.readouterr().err
+        keyspace = [(bytes(r["key"]), r["category"]) for r in findings(run) if r["check"] == "keyspace"]
+        assert keyspace == [(changed, "value_mismatch")]  # the down shard's keys are not "missing"
+        s = summary(run)["pairs"][0]
+        assert s["metrics"]["keys_in_unread_shards"] > 0 and s["status"] == "error"
+    finally:
+        cluster.restart(down)
+        cluster.wait_healthy(60)
+        for node in cluster.nodes:
+            cluster.node(node).config_set("cluster-require-full-coverage", "yes")

@@ -73,7 +73,13 @@ def _result(d: dict[str, Any]) -> TaskResult:
 
 class FleetKeyspaceCheck(Check):
     name = "keyspace"
-    coverage = (*KeyspaceCheck.coverage, "shards_read", "shards_unread", "keys_in_moving_slots")
+    coverage = (
+        *KeyspaceCheck.coverage,
+        "shards_read",
+        "shards_unread",
+        "keys_in_moving_slots",
+        "keys_in_unread_shards",
+    )
 
     def __init__(self, pair: RedisPair, extras: KeyspaceExtras) -> None:
         self.pair = pair
@@ -232,7 +238,7 @@ class FleetKeyspaceCheck(Check):
                 if self.replication_audit:
                     frames += self._recheck_shards(ctx, rside, cands, stats, budget)
                 else:
-                    frames += self._recheck_migration(ctx, cands, stats, budget)
+                    frames += self._recheck_migration(ctx, self._outside_unread(ctx, cands), stats, budget)
         except (OSError, ConnectionError, redis.RedisError) as e:
             raise SourceError(f"pair {self.pair.name}: recheck failed: {e}") from None
         found = _union(ctx, frames)
@@ -314,6 +320,36 @@ class FleetKeyspaceCheck(Check):
             extra = {"shard": F.lit(shard.name), "replica": F.lit(replica.addr)}
             frames.append(with_fields(keyspace_findings(survivors, rounds, extra), evidence))
         return frames
+
+    def _outside_unread(self, ctx: StageContext, cands: DataFrame) -> DataFrame:
+        """A migration's candidates without the keys of a cluster shard a side could not read: their
+        absence there says nothing (the pair fails with exit 3 naming the node instead)."""
+        unread = self._unread_slots(ctx)
+        if not unread:
+            return cands
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import BooleanType
+
+        from audit.sources.redis.routing import key_slot
+
+        outside = F.udf(lambda key: key_slot(bytes(key)) not in unread, BooleanType())
+        kept = cands.where(outside(F.col("key")))
+        ctx.metrics["keys_in_unread_shards"] = cands.count() - kept.count()
+        return kept
+
+    def _unread_slots(self, ctx: StageContext) -> set[int]:
+        """Slots of the cluster shards (either side) whose master was not read."""
+        failed = {(r.side, r.ordinal) for r in self._fleet(ctx).errors}
+        skip = excluded_nodes(ctx)
+        slots: set[int] = set()
+        for side in ("master", "replica"):
+            topo = side_topology(ctx, side)
+            if topo is None or topo.kind != "cluster":
+                continue
+            for ordinal, shard in enumerate(topo.shards):
+                if shard.master.addr in skip or (side, ordinal) in failed:
+                    slots.update(n for a, b in shard.slots for n in range(a, b + 1))
+        return slots
 
     def _recheck_migration(
         self, ctx: StageContext, cands: DataFrame, stats: RecheckStats, budget: list[int]
