@@ -243,12 +243,14 @@ def test_standalone_to_cluster_migration(
         "keys": {"include": ["user:*", "cart:*"], "exclude": ["tmp:*"]},
         "compare": compare,
         "fleet_snapshot": "threads",
+        "recheck_max_keys": 1 if compare == "keys" else 100,  # over it: reported without a recheck
     }
     code, run = audit(tmp_path, monkeypatch, [pair])
     assert code == 1
     got = {bytes(r["key"]).decode(): r["category"] for r in findings(run) if r["check"] == "keyspace"}
     assert got == expected
     s = summary(run)["pairs"][0]
+    assert s["metrics"]["recheck_unrechecked"] == (1 if compare == "keys" else 0)
     assert any(n.startswith(f"compare: {compare}") for n in s["notes"])
     assert any("db 0 by default" in n for n in s["notes"])
     # 800 source keys: tmp:* and other:* (400) left out; the target leaves out its tmp:/other: keys too

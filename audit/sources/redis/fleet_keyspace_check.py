@@ -229,6 +229,7 @@ class FleetKeyspaceCheck(Check):
 
     # --- recheck ------------------------------------------------------------------------------------
     def recheck(self, ctx: StageContext) -> None:
+        ctx.metrics["recheck_unrechecked"] = 0
         frames: list[DataFrame] = []
         stats = RecheckStats()
         budget = [self.extras.field_diff_keys]
@@ -243,14 +244,14 @@ class FleetKeyspaceCheck(Check):
             raise SourceError(f"pair {self.pair.name}: recheck failed: {e}") from None
         found = _union(ctx, frames)
         ctx.add_findings_frame(found)
-        write_repair(ctx, found, extra={"topology": self._topology_words(ctx)})
+        if stats.candidates:  # no candidate, no finding: nothing to repair
+            write_repair(ctx, found, extra={"topology": self._topology_words(ctx)})
         ctx.metrics.update(
             recheck_candidates=stats.candidates,
             recheck_converged=stats.converged,
             recheck_in_flight=stats.in_flight,
             recheck_confirmed_live=stats.confirmed,
             recheck_rounds=stats.rounds_run,
-            recheck_unrechecked=0,
         )
         if ctx.data.get("unread"):
             ctx.fail_after(SnapshotError(f"pair {self.pair.name}: nodes not read: " + "; ".join(ctx.data["unread"])))
@@ -261,17 +262,27 @@ class FleetKeyspaceCheck(Check):
         )
 
     def _run_recheck(
-        self, ctx: StageContext, cands: DataFrame, master: Any, replica: Any, stats: RecheckStats, ack: bool
-    ) -> tuple[DataFrame, int]:
+        self,
+        ctx: StageContext,
+        cands: DataFrame,
+        sides: tuple[Any, Any],
+        stats: RecheckStats,
+        ack: bool,
+        extra: Mapping[str, Any] | None = None,
+    ) -> tuple[DataFrame, DataFrame]:
+        """(survivors, findings): candidates over `recheck_max_keys` become findings without a recheck,
+        counted as `recheck_unrechecked`, as for a standalone pair."""
+        from audit.diff.findings import keyspace_findings
         from audit.sources.redis.ack import RedisOffsetAck
         from audit.sources.redis.recheck import recheck
 
         s = self.settings
+        total = cands.count()
+        to_check = cands.limit(s.recheck_max_keys) if total > s.recheck_max_keys else cands
         survivors, st = recheck(
             ctx.spark(),
-            cands.limit(s.recheck_max_keys),
-            master,
-            replica,
+            to_check,
+            *sides,
             rounds=s.recheck_rounds,
             interval_s=s.recheck_interval_s,
             tolerance_ms=s.ttl_tolerance_ms,
@@ -285,15 +296,19 @@ class FleetKeyspaceCheck(Check):
         for name in ("candidates", "converged", "in_flight", "confirmed"):
             setattr(stats, name, getattr(stats, name) + getattr(st, name))
         stats.rounds_run = max(stats.rounds_run, st.rounds_run)
-        return survivors, st.rounds_run
+        found = keyspace_findings(survivors, st.rounds_run, extra)
+        if total > s.recheck_max_keys:
+            rest = cands.join(to_check.select("db", "key"), on=["db", "key"], how="left_anti")
+            found = found.unionByName(keyspace_findings(rest, 0, extra))
+            unrechecked = int(ctx.metrics.get("recheck_unrechecked") or 0) + total - s.recheck_max_keys
+            ctx.metrics["recheck_unrechecked"] = unrechecked
+        return survivors, found
 
     def _recheck_shards(
         self, ctx: StageContext, rside: str, cands: DataFrame, stats: RecheckStats, budget: list[int]
     ) -> list[DataFrame]:
         """Shard by shard on its own two nodes, judged by the replication stream."""
         from pyspark.sql import functions as F
-
-        from audit.diff.findings import keyspace_findings
 
         topo = side_topology(ctx, "master")
         assert topo is not None
@@ -312,13 +327,13 @@ class FleetKeyspaceCheck(Check):
                 RespPipe(connect(replica.url, role=f"{role} replica", readonly=topo.kind == "cluster")),
             ]
             try:
-                survivors, rounds = self._run_recheck(ctx, part, pipes[0], pipes[1], stats, ack=True)
+                extra = {"shard": F.lit(shard.name), "replica": F.lit(replica.addr)}
+                survivors, found = self._run_recheck(ctx, part, (pipes[0], pipes[1]), stats, True, extra)
                 evidence = self._fields(survivors, selecting(*pipes), budget)
             finally:
                 for p in pipes:
                     p.close()
-            extra = {"shard": F.lit(shard.name), "replica": F.lit(replica.addr)}
-            frames.append(with_fields(keyspace_findings(survivors, rounds, extra), evidence))
+            frames.append(with_fields(found, evidence))
         return frames
 
     def _outside_unread(self, ctx: StageContext, cands: DataFrame) -> DataFrame:
@@ -355,17 +370,16 @@ class FleetKeyspaceCheck(Check):
         self, ctx: StageContext, cands: DataFrame, stats: RecheckStats, budget: list[int]
     ) -> list[DataFrame]:
         """Two independent systems: rounds apart, a cluster side read by slot (MOVED and ASK followed)."""
-        from audit.diff.findings import keyspace_findings
 
         readers = [_side_reader(ctx, side) for side in ("master", "replica")]
         try:
             sides = [r.pipe if isinstance(r, _SingleServer) else r for r in readers]
-            survivors, rounds = self._run_recheck(ctx, cands, sides[0], sides[1], stats, ack=False)
+            survivors, found = self._run_recheck(ctx, cands, (sides[0], sides[1]), stats, False)
             evidence = self._fields(survivors, _pipes_for(*readers), budget)
         finally:
             for r in readers:
                 r.close()
-        return [with_fields(keyspace_findings(survivors, rounds), evidence)]
+        return [with_fields(found, evidence)]
 
     def _fields(self, survivors: DataFrame, pipes_for: Any, budget: list[int]) -> list[tuple[int, bytes, str]]:
         rows = first_value_mismatches(survivors, budget[0])

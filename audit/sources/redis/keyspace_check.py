@@ -215,7 +215,7 @@ class KeyspaceCheck(Check):
                 judge_hot_keys=self.judge_hot_keys,
                 mode=self.extras.compare,
             )
-            rows = first_value_mismatches(survivors, self.extras.field_diff_keys)
+            rows = first_value_mismatches(survivors, self.extras.field_diff_keys if total else 0)
             evidence = field_evidence(
                 rows, selecting(*pipes), show_values=self.extras.show_values, page=s.big_key_elements
             )
@@ -231,7 +231,7 @@ class KeyspaceCheck(Check):
         if self.annotate is not None:
             found = self.annotate(ctx, found)
         ctx.add_findings_frame(found)
-        if self.extras.repair_plan:
+        if self.extras.repair_plan and total:  # no candidate, no finding: nothing to repair
             write_repair(ctx, found)
         ctx.metrics.update(
             recheck_candidates=stats.candidates,
