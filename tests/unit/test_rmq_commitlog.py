@@ -323,3 +323,19 @@ def test_copies_bytes_like_ha_including_a_cut_record(tmp_path: Path) -> None:
 def test_properties_string_round_trip() -> None:
     props = {"UNIQ_KEY": "A1", "KEYS": "k1 k2", "TAGS": "t"}
     assert parse_properties(properties_string(props)) == props
+
+
+def test_a_slave_cut_mid_record_with_ipv4_and_ipv6_producers(tmp_path: Path) -> None:
+    # The normal state of a live slave: HA chunks cut its last record, and the producers connect over
+    # both IPv4 and IPv6. The cut record is dropped from the batch; its IPv6 host must go with it.
+    hosts = ["10.0.0.7:50123", "[2001:db8::7]:50123"]
+    messages = [msg(i, born_host=hosts[i % 2], store_host=hosts[(i // 2) % 2]) for i in range(12)]
+    offsets = write_store(tmp_path / "m", messages, file_size=64 * 1024)
+    for cut_in in (len(messages) - 1, len(messages) - 2):  # the cut record is IPv6, then IPv4 born
+        slave = tmp_path / f"s{cut_in}"
+        replicate(tmp_path / "m", slave, start=0, upto=offsets[cut_in] + 60)
+        got = _scan_all(slave)
+        assert [r["row_kind"] for r in got] == ["record"] * cut_in + ["torn_tail"]
+        assert [r["born_host"] for r in got[:cut_in]] == [m.born_host for m in messages[:cut_in]]
+        assert [r["store_host"] for r in got[:cut_in]] == [m.store_host for m in messages[:cut_in]]
+        assert got[-1]["phys_offset"] == offsets[cut_in]

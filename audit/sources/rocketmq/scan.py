@@ -107,16 +107,18 @@ def _walk(mv: memoryview, pos: int, end: int, budget_end: int) -> tuple[list[int
     return starts, pos
 
 
-def _hosts(ip: npt.NDArray[Any], port: npt.NDArray[Any], v6: npt.NDArray[np.bool_], raw6: dict[int, bytes]) -> pa.Array:
-    """``ip:port`` per row, formatted once per distinct host (IPv6 rows come pre-sliced in `raw6`)."""
+def _hosts(
+    ip: npt.NDArray[Any], port: npt.NDArray[Any], v6: npt.NDArray[np.bool_], raw6: npt.NDArray[Any] | None
+) -> pa.Array:
+    """``ip:port`` per row, formatted once per distinct host; IPv6 rows from their 20 raw bytes in `raw6`."""
     key = (ip.astype(np.uint64) << np.uint64(32)) | port.astype(np.uint32).astype(np.uint64)
     enc = pc.dictionary_encode(pa.array(key, pa.uint64()))
     labels = [format_host(int(k).to_bytes(8, "big")) for k in enc.dictionary.to_pylist()]
     hosts = pa.array(labels, pa.string()).take(enc.indices)
-    if v6.any():
+    if raw6 is not None and v6.any():
         rows = hosts.to_pylist()
-        for i, raw in raw6.items():
-            rows[i] = format_host(raw)
+        for i in np.flatnonzero(v6).tolist():
+            rows[i] = format_host(bytes(raw6[i]))
         hosts = pa.array(rows, pa.string())
     return hosts
 
@@ -146,22 +148,27 @@ class _Columns:
 
 def _middle(
     buf: U8Array, at: I64Array, born_v6: npt.NDArray[np.bool_], store_v6: npt.NDArray[np.bool_]
-) -> tuple[dict[str, npt.NDArray[Any]], dict[str, dict[int, bytes]]]:
-    """BORNHOST .. BODYLEN per row when some host is IPv6; IPv6 host bytes are returned per row."""
+) -> dict[str, npt.NDArray[Any]]:
+    """BORNHOST .. BODYLEN per row when some host is IPv6.
+
+    An IPv6 host is kept as its 20 raw bytes (address, port) in a ``V20`` column, ``born_raw6`` or
+    ``store_raw6``, row-aligned like every other column so that cutting the batch cuts it too.
+    """
     mid_at = at + OFF_BORN_HOST
     n = len(at)
     cols: dict[str, npt.NDArray[Any]] = {
         "born_ip": np.zeros(n, np.uint32),
         "born_port": np.zeros(n, np.int32),
+        "born_raw6": np.zeros(n, "V20"),
         "store_ts": np.zeros(n, np.int64),
         "store_ip": np.zeros(n, np.uint32),
         "store_port": np.zeros(n, np.int32),
+        "store_raw6": np.zeros(n, "V20"),
         "reconsume_times": np.zeros(n, np.int32),
         "prepared_tx_offset": np.zeros(n, np.int64),
         "body_len": np.zeros(n, np.int32),
         "middle_size": np.zeros(n, np.int64),
     }
-    raw6: dict[str, dict[int, bytes]] = {"born": {}, "store": {}}
     for (b6, s6), dtype in _MIDDLE.items():
         rows = np.flatnonzero((born_v6 == b6) & (store_v6 == s6))
         if not len(rows):
@@ -171,13 +178,13 @@ def _middle(
             cols[name][rows] = _native(m[name])
         cols["middle_size"][rows] = dtype.itemsize
         for side, v6 in (("born", b6), ("store", s6)):
-            if v6:
-                ports = _native(m[f"{side}_port"]).tolist()
-                for i, ip, port in zip(rows.tolist(), m[f"{side}_ip"].tolist(), ports, strict=True):
-                    raw6[side][i] = bytes(ip) + port.to_bytes(4, "big", signed=True)
+            if v6:  # address then big-endian port: the field's bytes as they are on disk
+                ip = np.ascontiguousarray(m[f"{side}_ip"]).view(np.uint8).reshape(-1, 16)
+                port = np.ascontiguousarray(m[f"{side}_port"]).view(np.uint8).reshape(-1, 4)
+                cols[f"{side}_raw6"][rows] = np.ascontiguousarray(np.hstack((ip, port))).view("V20")[:, 0]
             else:
                 cols[f"{side}_ip"][rows] = _native(m[f"{side}_ip"])
-    return cols, raw6
+    return cols
 
 
 def _heads(data: pa.Buffer, at: I64Array, stop: int) -> npt.NDArray[Any]:
@@ -196,9 +203,7 @@ def _heads(data: pa.Buffer, at: I64Array, stop: int) -> npt.NDArray[Any]:
     return np.frombuffer(heads.buffers()[2], dtype=_V4V4, count=n, offset=start)
 
 
-def _fields(
-    data: pa.Buffer, buf: U8Array, starts: list[int], stop: int, file_start: int
-) -> tuple[_Columns, dict[str, dict[int, bytes]]]:
+def _fields(data: pa.Buffer, buf: U8Array, starts: list[int], stop: int, file_start: int) -> _Columns:
     """Every field of the walked records (which are contiguous and end at `stop`), and the checks."""
     at = np.asarray(starts, dtype=np.int64)
     h = _heads(data, at, stop) if len(at) else np.zeros(0, dtype=_V4V4)
@@ -206,11 +211,10 @@ def _fields(
     born_v6 = (a["sys_flag"] & BORNHOST_V6_FLAG) != 0
     store_v6 = (a["sys_flag"] & STOREHOST_V6_FLAG) != 0
     if born_v6.any() or store_v6.any():
-        mid, raw6 = _middle(buf, at, born_v6, store_v6)
+        mid = _middle(buf, at, born_v6, store_v6)
     else:
         mid = {name: _native(h[name]) for name in _MIDDLE[False, False].names or ()}
         mid["middle_size"] = np.full(len(at), _MIDDLE[False, False].itemsize, dtype=np.int64)
-        raw6 = {"born": {}, "store": {}}
     a.update(mid)
     body_len = a["body_len"].astype(np.int64)
     body_at = at + OFF_BORN_HOST + a["middle_size"]
@@ -243,7 +247,7 @@ def _fields(
         i = int(np.argmin(ok_phy))
         expected = file_start + int(at[i])
         cols.fail(i, {"reason": "phys_offset_mismatch", "stored": int(a["phys"][i]), "expected": expected})
-    return cols, raw6
+    return cols
 
 
 def _crc_and_digest(piece: Callable[[slice], Any], cols: _Columns) -> I64Array:
@@ -268,9 +272,7 @@ def _crc_and_digest(piece: Callable[[slice], Any], cols: _Columns) -> I64Array:
     return np.fromiter(map(xxhash.xxh3_64_intdigest, records), dtype=np.uint64, count=n).view(np.int64)
 
 
-def _record_batch(
-    data: pa.Buffer, buf: U8Array, cols: _Columns, raw6: dict[str, dict[int, bytes]], digests: I64Array, file_start: int
-) -> pa.RecordBatch:
+def _record_batch(data: pa.Buffer, buf: U8Array, cols: _Columns, digests: I64Array, file_start: int) -> pa.RecordBatch:
     a, n = cols.a, len(cols.at)
     base = int(cols.at[0]) if n else 0
     props = _properties(data, buf, a["props_at"], a["prop_len"], base)
@@ -286,9 +288,9 @@ def _record_batch(
         "queue_offset": pa.array(a["queue_offset"], pa.int64()),
         "sys_flag": pa.array(a["sys_flag"], pa.int32()),
         "born_ts": pa.array(a["born_ts"], pa.int64()),
-        "born_host": _hosts(a["born_ip"], a["born_port"], a["born_v6"], raw6["born"]),
+        "born_host": _hosts(a["born_ip"], a["born_port"], a["born_v6"], a.get("born_raw6")),
         "store_ts": pa.array(a["store_ts"], pa.int64()),
-        "store_host": _hosts(a["store_ip"], a["store_port"], a["store_v6"], raw6["store"]),
+        "store_host": _hosts(a["store_ip"], a["store_port"], a["store_v6"], a.get("store_raw6")),
         "reconsume_times": pa.array(a["reconsume_times"], pa.int32()),
         "prepared_tx_offset": pa.array(a["prepared_tx_offset"], pa.int64()),
         "body_len": pa.array(a["body_len"], pa.int32()),
@@ -408,13 +410,13 @@ def iter_batches(
     pos = 0
     while True:
         starts, stop = _walk(mv, pos, end, pos + batch_bytes)
-        cols, raw6 = _fields(whole, buf, starts, stop, file_start)
+        cols = _fields(whole, buf, starts, stop, file_start)
         more = bool(starts) and stop >= pos + batch_bytes
         if not more and starts and cols.first_bad is None:
             _check_last_record(buf, cols, stop)
         digests = _crc_and_digest(piece, cols)
         if len(digests):
-            yield _record_batch(whole, buf, cols.head(len(digests)), raw6, digests, file_start)
+            yield _record_batch(whole, buf, cols.head(len(digests)), digests, file_start)
         bad = cols.first_bad
         if bad is not None:
             bad_at, bad_size, bad_magic = starts[bad], int(cols.a["size"][bad]), int(cols.a["magic"][bad])
