@@ -339,3 +339,20 @@ def test_a_slave_cut_mid_record_with_ipv4_and_ipv6_producers(tmp_path: Path) -> 
         assert [r["born_host"] for r in got[:cut_in]] == [m.born_host for m in messages[:cut_in]]
         assert [r["store_host"] for r in got[:cut_in]] == [m.store_host for m in messages[:cut_in]]
         assert got[-1]["phys_offset"] == offsets[cut_in]
+
+
+def test_a_record_without_properties_cut_in_its_topic_is_a_torn_tail(tmp_path: Path) -> None:
+    # Found by tests/unit/test_rmq_fuzz.py: with no properties the record ends with its topic, and a cut
+    # inside the topic left zeros that passed every check: a record with topic "Topic\0\0" was accepted.
+    messages = [msg(0), msg(1, topic="TopicTest", properties={})]
+    offsets = write_store(tmp_path / "m", messages, file_size=4096)
+    topic_at = offsets[1] + len(encode(messages[1], offsets[1])) - 2 - len("TopicTest")
+    for cut in (topic_at, topic_at + 1, topic_at + 8):
+        slave = tmp_path / f"s{cut}"
+        replicate(tmp_path / "m", slave, start=0, upto=cut)
+        got = _scan_all(slave)
+        assert [(r["row_kind"], r["phys_offset"]) for r in got] == [("record", 0), ("torn_tail", offsets[1])]
+        assert '"topic_cut"' in str(got[-1]["detail"])
+    whole = tmp_path / "whole"
+    replicate(tmp_path / "m", whole, start=0, upto=topic_at + 9)  # the topic whole, PROPLEN 0 is the zeros
+    assert [r["topic"] for r in _scan_all(whole)] == ["TopicTest", "TopicTest"]
