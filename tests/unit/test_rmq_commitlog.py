@@ -356,3 +356,49 @@ def test_a_record_without_properties_cut_in_its_topic_is_a_torn_tail(tmp_path: P
     whole = tmp_path / "whole"
     replicate(tmp_path / "m", whole, start=0, upto=topic_at + 9)  # the topic whole, PROPLEN 0 is the zeros
     assert [r["topic"] for r in _scan_all(whole)] == ["TopicTest", "TopicTest"]
+
+
+def test_a_bad_crc_in_a_last_record_without_properties_is_corrupt_not_torn() -> None:
+    # Found by tests/unit/test_rmq_fuzz.py: such a record ends with PROPLEN 0, so "zeros from its last
+    # byte on" held for a whole record and a body CRC failure was reported as a cut (info, not critical).
+    first = encode(msg(0), 0)
+    second = bytearray(encode(msg(1, properties={}), len(first)))
+    second[11] ^= 1  # BODYCRC
+    for tail in (b"", bytes(500)):
+        got = rows(scan_commitlog(first + bytes(second) + tail, file_start=0))
+        assert [(r["row_kind"], r["phys_offset"]) for r in got] == [("record", 0), ("corrupt_record", len(first))]
+        assert '"body_crc"' in str(got[-1]["detail"])
+
+
+def test_a_slave_cut_inside_a_blank_is_a_torn_tail(tmp_path: Path) -> None:
+    # HA copies the BLANK at a file's end like any bytes: a chunk may end inside its magic.
+    offsets, messages = _store(tmp_path / "m")
+    last = max(k for k, o in enumerate(offsets) if o < 2048)
+    blank_at = offsets[last] + len(encode(messages[last], offsets[last]))
+    frame = blank_record(2048 - blank_at)
+    for cut in range(blank_at + 1, blank_at + 9):
+        slave = tmp_path / f"s{cut}"
+        replicate(tmp_path / "m", slave, start=0, upto=cut)
+        got = _scan_all(slave)
+        if cut == blank_at + 8:
+            assert got[-1]["row_kind"] == "blank"
+        elif any(frame[: cut - blank_at]):
+            assert (got[-1]["row_kind"], got[-1]["phys_offset"]) == ("torn_tail", blank_at), cut
+        else:
+            assert got[-1]["row_kind"] == "record" and got[-1]["phys_offset"] == offsets[last]
+        assert "corrupt_record" not in [r["row_kind"] for r in got]
+
+
+def test_a_totalsize_past_the_end_is_corrupt_when_the_record_lengths_disagree() -> None:
+    # A damaged TOTALSIZE that ran past the end of the data was taken for a cut record (torn_tail), and
+    # the whole records after it were silently not read.
+    a, b = encode(msg(0), 0), encode(msg(1), 0)
+    data = bytearray(a + encode(msg(1), len(a)) + encode(msg(2), len(a) + len(b)))
+    data[len(a) : len(a) + 4] = (len(data)).to_bytes(4, "big")
+    got = rows(scan_commitlog(bytes(data), file_start=0))
+    assert [(r["row_kind"], r["phys_offset"]) for r in got] == [("record", 0), ("corrupt_record", len(a))]
+    assert '"length_mismatch"' in str(got[-1]["detail"])
+    whole = a + encode(msg(1), len(a))
+    for end in (len(a) + 4, len(a) + 50, len(a) + 90, len(whole) - 3, len(whole) - 1):  # real cuts stay torn
+        got = rows(scan_commitlog(whole[:end], file_start=0))
+        assert [r["row_kind"] for r in got] == ["record", "torn_tail"], end
