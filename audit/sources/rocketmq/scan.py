@@ -94,19 +94,25 @@ _V4V4 = np.dtype(_HEAD_DTYPE.descr + _MIDDLE[False, False].descr)
 assert _HEAD_DTYPE.itemsize == HEAD.size and _V4V4.itemsize == 88
 
 
-def _walk(mv: memoryview, pos: int, end: int, budget_end: int) -> tuple[list[int], int]:
-    """Record starts from `pos` while each frame is a v1/v2 magic with a size that fits; stop past budget_end."""
+def _walk(mv: memoryview, pos: int, end: int, budget_end: int) -> tuple[list[int], int, bool]:
+    """Record starts from `pos` while each frame is a v1/v2 magic with a size that fits; stop past budget_end.
+
+    Also says whether another such frame follows (the walk stopped for the budget, not at the data's end),
+    so that the last record of the data is known as such whatever the batch size.
+    """
     starts: list[int] = []
     append = starts.append
     unpack = FRAME.unpack_from
     last = end - FRAME.size
-    while pos <= last and pos < budget_end:
+    while pos <= last:
         size, magic = unpack(mv, pos)
         if (magic != MAGIC_V1 and magic != MAGIC_V2) or size < BASE_LENGTH or size > end - pos:
-            break
+            return starts, pos, False
+        if pos >= budget_end:
+            return starts, pos, True
         append(pos)
         pos += size
-    return starts, pos
+    return starts, pos, False
 
 
 def _hosts(
@@ -468,10 +474,10 @@ def iter_batches(
     piece: Callable[[slice], Any] = data.__getitem__ if isinstance(data, bytes | mmap.mmap) else mv.__getitem__
     end = len(buf)
     pos = 0
+    batch_bytes = max(1, batch_bytes)
     while True:
-        starts, stop = _walk(mv, pos, end, pos + batch_bytes)
+        starts, stop, more = _walk(mv, pos, end, pos + batch_bytes)
         cols = _fields(whole, buf, starts, stop, file_start)
-        more = bool(starts) and stop >= pos + batch_bytes
         if not more and starts and cols.first_bad is None:
             _check_last_record(buf, cols, stop)
         digests = _crc_and_digest(piece, cols)
