@@ -24,6 +24,7 @@ import xxhash
 
 from audit.sources.rocketmq.columns import (
     I64Array,
+    NotUtf8,
     U8Array,
     _as_text,
     _gather,
@@ -283,7 +284,9 @@ def _crc_and_digest(piece: Callable[[slice], Any], cols: _Columns) -> I64Array:
 def _record_batch(data: pa.Buffer, buf: U8Array, cols: _Columns, digests: I64Array, file_start: int) -> pa.RecordBatch:
     a, n = cols.a, len(cols.at)
     base = int(cols.at[0]) if n else 0
-    props = _properties(data, buf, a["props_at"], a["prop_len"], base)
+    not_utf8: NotUtf8 = {}
+    topic = _as_text(_views(data, buf, a["topic_at"], a["topic_len"], base=base), "topic", not_utf8)
+    props = _properties(data, buf, a["props_at"], a["prop_len"], base, not_utf8)
     columns: dict[str, Any] = {
         "row_kind": _repeat("record", n),
         "phys_offset": pa.array(cols.at + file_start, pa.int64()),
@@ -303,12 +306,23 @@ def _record_batch(data: pa.Buffer, buf: U8Array, cols: _Columns, digests: I64Arr
         "prepared_tx_offset": pa.array(a["prepared_tx_offset"], pa.int64()),
         "body_len": pa.array(a["body_len"], pa.int32()),
         "crc_ok": pa.array(np.ones(n, dtype=bool), pa.bool_()),
-        "topic": _as_text(_views(data, buf, a["topic_at"], a["topic_len"], base=base)),
+        "topic": topic,
         **props,
         "digest": pa.array(digests, pa.int64()),
-        "detail": pa.nulls(n, pa.string()),
+        "detail": _not_utf8_detail(not_utf8, n),
     }
     return pa.RecordBatch.from_pydict(columns, schema=RECORD_SCHEMA)
+
+
+def _not_utf8_detail(not_utf8: NotUtf8, n: int) -> pa.Array:
+    """A record's detail is null, unless a text field is not UTF-8: ``{"not_utf8": {column: hex}}``, so
+    the row is still a record and the exact bytes are not lost to the replacement characters."""
+    if not not_utf8:
+        return pa.nulls(n, pa.string())
+    return pa.array(
+        [json.dumps({"not_utf8": not_utf8[i]}, sort_keys=True) if i in not_utf8 else None for i in range(n)],
+        pa.string(),
+    )
 
 
 def _special_row(
