@@ -24,7 +24,7 @@ bench: setup
 # The binary log readers' property tests with FUZZ_SCALE (default 40) times the CI examples, random seeds,
 # and the tests marked `fuzz`; failing inputs land in tests/fuzz_corpus/found/ (tests/fuzz_budget.py).
 fuzz: setup
-	@HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -ra -p no:cacheprovider tests/unit/test_rmq_fuzz.py \
+	@HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -ra -p no:cacheprovider --timeout 0 tests/unit/test_rmq_fuzz.py \
 		tests/unit/test_pika_fuzz.py tests/unit/test_fuzz_corpus.py
 
 clean:

@@ -112,9 +112,9 @@ def _record_row(n: int, start: int, end: int, item: bytes) -> dict[str, Any]:
         "end": end,
         "exec_time": exec_time,
         "term": term,
-        "logic_id": logic_id,
+        "logic_id": signed(logic_id),  # u64 on disk; the int64 columns hold the same 64 bits
         "prev_filenum": pf,
-        "prev_offset": po,
+        "prev_offset": signed(po),
         "content_len": clen,
         "digest": signed(xxhash.xxh3_64_intdigest(content)),
         "command": command_name(args[0]),
