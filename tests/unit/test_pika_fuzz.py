@@ -21,6 +21,7 @@ import tarfile
 from collections.abc import Iterable
 from typing import Any
 
+import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
@@ -253,3 +254,33 @@ def test_the_live_binlog_cut_anywhere_ends_in_at_most_a_torn_tail(data: st.DataO
     inside = [r for r in rows if r["start"] < cut < r["end"]]
     assert got[: len(whole)] == whole
     assert [(g["row_kind"], g["start"]) for g in got[len(whole) :]] == [("torn_tail", r["start"]) for r in inside]
+
+
+# -- exhaustive runs: `make fuzz` only --------------------------------------------------------------------
+
+
+@pytest.mark.fuzz
+def test_every_bit_flip_of_the_first_live_blocks() -> None:
+    original, rows = live_binlog()
+    prefix = original[:B]  # a block: about 800 records
+    head = [r for r in rows if r["end"] <= B]
+    for at in range(len(prefix)):
+        for bit in range(8):
+            mutated = prefix[:at] + bytes([prefix[at] ^ (1 << bit)]) + prefix[at + 1 :]
+            with keep_on_failure("pika_live_bit_flip", mutated):
+                got = scan(mutated)
+                check_rows(got, len(mutated))
+                unchanged = {r["start"]: r for r in head}
+                for g in got:
+                    if g["row_kind"] == "record" and g != unchanged.get(g["start"]):
+                        assert g == slow_row(mutated, g["start"]), (at, bit, g)
+
+
+@pytest.mark.fuzz
+def test_every_cut_of_the_live_binlog() -> None:
+    original, rows = live_binlog("slave/log_db0")
+    end = rows[-1]["end"]
+    for cut in [*range(1, B + 1), *range(B, 4 * B, 7), *range(end - 500, end + 1)]:
+        for zero_fill in (False, True):
+            got = scan(original[:cut] + (bytes(B) if zero_fill else b""))
+            assert "corrupt_record" not in {g["row_kind"] for g in got}, (cut, zero_fill)

@@ -275,3 +275,41 @@ def test_a_corrupt_record_error_of_the_oracle_is_a_row_of_the_scanner(fixture_by
     assert isinstance(seen.error, CorruptRecordError) and seen.error.offset == 172 * 3
     got = scan_file(bytes(mutated), 0, True, 1000)
     assert got[-1]["row_kind"] == "corrupt_record" and got[-1]["phys_offset"] == 172 * 3
+
+
+# -- exhaustive runs: `make fuzz` only --------------------------------------------------------------------
+
+
+@pytest.mark.fuzz
+def test_every_bit_flip_of_the_broker_written_file(fixture_bytes: bytes) -> None:
+    for at in range(len(fixture_bytes)):
+        for bit in range(8):
+            mutated = _mutate(fixture_bytes, at, bytes([fixture_bytes[at] ^ (1 << bit)]))
+            with keep_on_failure("rmq_fixture_bit_flip", mutated):
+                _check_mutated(fixture_bytes, mutated, 0, "any", at, 1, True)
+
+
+@pytest.mark.fuzz
+def test_every_cut_of_a_mixed_store() -> None:
+    hosts = ["10.0.0.7:50123", "[2001:db8::7]:50123", "[::1]:1"]
+    msgs = [
+        Message(
+            topic="T" * (1 + i % 3) if i % 5 else "L" * 140,
+            body=bytes(range(i % 7)) * 40,
+            properties={} if i % 4 == 0 else {"UNIQ_KEY": f"U{i}", "KEYS": "k" * (i % 3), "TAGS": "t"},
+            born_host=hosts[i % 3],
+            store_host=hosts[(i // 3) % 3],
+        )
+        for i in range(24)
+    ]
+    with scratch() as root:
+        store = write(root / "m", msgs, 2048, True)
+        for cut in range(1, max(store.offsets) + store.size_of(len(msgs) - 1) + 1):
+            for prealloc in (True, False):
+                slave = slave_of(store, root / f"s{cut}{prealloc}", cut, prealloc)
+                starts = sorted(slave)
+                for start in starts:
+                    got = scan_file(slave[start], start, start == starts[-1], 1 << 20)
+                    with keep_on_failure("rmq_every_cut", slave[start]):
+                        check_rows(got, start, len(slave[start]))
+                        assert "corrupt_record" not in [r["row_kind"] for r in got], (cut, prealloc, got[-1])
