@@ -153,11 +153,11 @@ def write_log(root: Path, spec: tuple[Any, ...]) -> Log:
     )
     if sync is not None:
         w.set_producer_status(*sync)
-        if w.pro_offset:
-            ends = [*range(B, w.pro_offset, B), w.pro_offset]
+        if w.size:  # an offset under 8 writes no padding (and leaves pro_offset past the file's end, as Pika)
+            ends = [*range(B, w.size, B), w.size]
             pieces = list(zip([0, *ends[:-1]], ends, strict=True))
-            row = {"row_kind": "padding", "filenum": w.pro_num, "start": 0, "end": w.pro_offset, "detail": None}
-            log.append(Written(w.pro_num, 0, w.pro_offset, row, pieces))
+            row = {"row_kind": "padding", "filenum": w.pro_num, "start": 0, "end": w.size, "detail": None}
+            log.append(Written(w.pro_num, 0, w.size, row, pieces))
     for kind, arg in steps:
         if kind == "cmd":
             _append(w, arg, log)
