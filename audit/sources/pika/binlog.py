@@ -60,7 +60,10 @@ record with command "padding" and no key.
 
 While Pika runs a binlog file is longer than its log: the writer mmaps and fallocates it in 4 MiB steps
 (src/pstd/src/env.cc L68, L342-420) and trims the zero tail only on Close. The scan stops at the first
-all-zero header, or at `logical_end` (the manifest's pro_offset, for the file being written).
+all-zero header with only zeros after it, or at `logical_end` (the manifest's pro_offset, for the file
+being written). A crash leaves a record cut anywhere with zeros after it: a header whose type byte is
+still 0, or a last fragment ending in 0 (RESP ends in LF, padding in '*'), followed by nothing but
+zeros, is a torn tail. An all-zero header with data somewhere after it is damage, not the end.
 
 One row per thing found in a file (RECORD_SCHEMA):
 
@@ -69,15 +72,21 @@ One row per thing found in a file (RECORD_SCHEMA):
 | record         | one item                                                                      |
 | padding        | one contiguous run of type-6 records                                          |
 | corrupt_record | structural damage (see below); `detail` says what                             |
-| torn_tail      | a record cut by the end of the data, or still open where the zero tail starts |
+| torn_tail      | a record cut by the end of the data, or cut where only zeros follow           |
 
-Structural damage is a fragment length over 65528 or past its block, an unknown record type, a broken
-fragment sequence (Middle or Last without First, First or Full while a record is open), or an item whose
-34-byte header does not decode (too short, type != 1, content_len != the bytes left). It becomes one
-`corrupt_record` row from where the damaged record (or fragment) begins to where reading resumes: the
-next 64 KiB block boundary, after any Middle/Last fragments there that continue the broken record. An
-item with a sound frame and header whose content is not RESP is a `corrupt_record` row too, but with its
-header fields and digest filled in, and reading goes on right after it since its frame is trustworthy.
+Structural damage is an all-zero header before more data, a fragment length over 65528 or past its
+block, an unknown record type, a broken fragment sequence (Middle or Last without First, First or Full
+while a record is open), or an item whose 34-byte header does not decode (too short, type != 1,
+content_len != the bytes left). It becomes one `corrupt_record` row from where the damaged record (or
+fragment) begins to where reading resumes: the next 64 KiB block boundary, after any Middle/Last
+fragments there that continue the broken record. An item with a sound frame and header whose content is
+not RESP (every argument's length and CRLF, and the argument count, are checked) is a `corrupt_record`
+row too, but with its header fields and digest filled in, and reading goes on right after it since its
+frame is trustworthy.
+
+There is no checksum: a value's bytes, the fragment timestamps and the item's exec_time, term, logic_id
+and producer position can change undetected (the row shows what the bytes say; the master/slave diff
+compares content digests).
 """
 
 from __future__ import annotations
