@@ -88,7 +88,7 @@ def _cut_in(w: Written, data: bytes, draw: st.DrawFn) -> int:
 
 
 @given(data=st.data(), spec=log_specs, zero_fill=st.booleans())
-@examples(60)
+@examples(100)
 def test_a_log_cut_anywhere_ends_in_at_most_a_torn_tail(
     data: st.DataObject, spec: tuple[Any, ...], zero_fill: bool
 ) -> None:
@@ -165,7 +165,7 @@ def mutations(draw: st.DrawFn, log: Log, n: int) -> tuple[str, int, bytes]:
 
 
 @given(data=st.data(), spec=log_specs)
-@examples(120)
+@examples(200)
 def test_a_mutated_log_never_raises_and_accepts_only_sound_records(data: st.DataObject, spec: tuple[Any, ...]) -> None:
     with scratch() as root:
         log = write_log(root, spec)

@@ -90,7 +90,7 @@ def cut_points(draw: st.DrawFn, store: Store) -> int:
 
 
 @given(data=st.data(), spec=store_specs(max_messages=20), slave_prealloc=st.booleans(), batch_bytes=batch_sizes)
-@examples(80)
+@examples(120)
 def test_a_slave_cut_anywhere_ends_in_at_most_a_torn_tail(
     data: st.DataObject, spec: tuple[list[Message], int, bool], slave_prealloc: bool, batch_bytes: int
 ) -> None:
