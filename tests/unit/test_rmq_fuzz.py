@@ -9,6 +9,7 @@ holds exactly the bytes on disk. The budget is tests/fuzz_budget.py's.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -20,6 +21,7 @@ from audit.errors import CorruptRecordError
 from audit.local.rocketmq_commitlog import Message
 from audit.sources.rocketmq.format import MAGIC_BLANK
 from tests.commitlog_gen import (
+    OracleScan,
     Store,
     check_rows,
     expected_healthy,
@@ -177,12 +179,17 @@ def mutations(draw: st.DrawFn, data: bytes, file_start: int) -> tuple[str, int, 
     return how, at, new
 
 
+@functools.lru_cache(maxsize=8)
+def _oracle_of(original: bytes, file_start: int) -> OracleScan:
+    return oracle_scan(original, file_start)
+
+
 def _check_mutated(
     original: bytes, mutated: bytes, file_start: int, how: str, at: int, width: int, last_file: bool
 ) -> None:
     got = scan_file(mutated, file_start, last_file, 1000)
     check_rows(got, file_start, len(mutated))
-    before = oracle_scan(original, file_start)
+    before = _oracle_of(original, file_start)
     damage = [r for r in got if r["row_kind"] in ("corrupt_record", "torn_tail")]
     for r in got:
         if r["row_kind"] != "record":
