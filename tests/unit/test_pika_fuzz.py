@@ -262,9 +262,9 @@ def test_the_live_binlog_cut_anywhere_ends_in_at_most_a_torn_tail(data: st.DataO
 @pytest.mark.fuzz
 def test_every_bit_flip_of_the_first_live_blocks() -> None:
     original, rows = live_binlog()
-    prefix = original[:B]  # a block: about 800 records
-    head = [r for r in rows if r["end"] <= B]
-    for at in range(len(prefix)):
+    prefix = original[: 16 << 10]  # about 200 records, the last one cut
+    head = [r for r in rows if r["end"] <= len(prefix)]
+    for at in range(len(prefix) // 2):
         for bit in range(8):
             mutated = prefix[:at] + bytes([prefix[at] ^ (1 << bit)]) + prefix[at + 1 :]
             with keep_on_failure("pika_live_bit_flip", mutated):
