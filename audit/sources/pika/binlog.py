@@ -60,7 +60,10 @@ record with command "padding" and no key.
 
 While Pika runs a binlog file is longer than its log: the writer mmaps and fallocates it in 4 MiB steps
 (src/pstd/src/env.cc L68, L342-420) and trims the zero tail only on Close. The scan stops at the first
-all-zero header, or at `logical_end` (the manifest's pro_offset, for the file being written).
+all-zero header with only zeros after it, or at `logical_end` (the manifest's pro_offset, for the file
+being written). A crash leaves a record cut anywhere with zeros after it: a header whose type byte is
+still 0, or a last fragment ending in 0 (RESP ends in LF, padding in '*'), followed by nothing but
+zeros, is a torn tail. An all-zero header with data somewhere after it is damage, not the end.
 
 One row per thing found in a file (RECORD_SCHEMA):
 
@@ -69,15 +72,21 @@ One row per thing found in a file (RECORD_SCHEMA):
 | record         | one item                                                                      |
 | padding        | one contiguous run of type-6 records                                          |
 | corrupt_record | structural damage (see below); `detail` says what                             |
-| torn_tail      | a record cut by the end of the data, or still open where the zero tail starts |
+| torn_tail      | a record cut by the end of the data, or cut where only zeros follow           |
 
-Structural damage is a fragment length over 65528 or past its block, an unknown record type, a broken
-fragment sequence (Middle or Last without First, First or Full while a record is open), or an item whose
-34-byte header does not decode (too short, type != 1, content_len != the bytes left). It becomes one
-`corrupt_record` row from where the damaged record (or fragment) begins to where reading resumes: the
-next 64 KiB block boundary, after any Middle/Last fragments there that continue the broken record. An
-item with a sound frame and header whose content is not RESP is a `corrupt_record` row too, but with its
-header fields and digest filled in, and reading goes on right after it since its frame is trustworthy.
+Structural damage is an all-zero header before more data, a fragment length over 65528 or past its
+block, an unknown record type, a broken fragment sequence (Middle or Last without First, First or Full
+while a record is open), or an item whose 34-byte header does not decode (too short, type != 1,
+content_len != the bytes left). It becomes one `corrupt_record` row from where the damaged record (or
+fragment) begins to where reading resumes: the next 64 KiB block boundary, after any Middle/Last
+fragments there that continue the broken record. An item with a sound frame and header whose content is
+not RESP (every argument's length and CRLF, and the argument count, are checked) is a `corrupt_record`
+row too, but with its header fields and digest filled in, and reading goes on right after it since its
+frame is trustworthy.
+
+There is no checksum: a value's bytes, the fragment timestamps and the item's exec_time, term, logic_id
+and producer position can change undetected (the row shows what the bytes say; the master/slave diff
+compares content digests).
 """
 
 from __future__ import annotations
@@ -85,6 +94,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
@@ -206,10 +216,14 @@ _NO_HEADER = bytes(ITEM_HEADER_SIZE)
 # distinct prefix. Anything else (one argument, a CR in the command, ...) goes to `_resp_head`.
 _PREFIX = re.compile(rb"\*[0-9]{1,10}\r\n\$[0-9]{1,10}\r\n[^\r]*\r\n\$[0-9]{1,10}\r\n")
 _PREFIX_PARTS = re.compile(rb"\*([0-9]{1,10})\r\n\$([0-9]{1,10})\r\n([^\r]*)\r\n\$([0-9]{1,10})\r\n")
-_Head = tuple[str, bool, int, bool]  # command name, has a key, key length, exactly two arguments
-_BAD_HEAD: _Head = ("", False, 0, False)
+_Head = tuple[str, bool, int, int]  # command name, has a key, key length, arguments after the key
+_BAD_HEAD: _Head = ("", False, 0, 0)
+_ARG = re.compile(rb"\$([0-9]{1,10})\r\n")
 _KIND_CODE = {ROW_RECORD: 0, ROW_PADDING: 1, ROW_CORRUPT: 2, ROW_TORN: 3}
 _KIND_NAMES = pa.array(list(_KIND_CODE), pa.string())
+_CUT_BY_ZEROS = "record cut where the zero-filled tail starts"
+_ZERO_GAP = "zero-filled gap before more data"
+_NONZERO = re.compile(rb"[^\x00]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,13 +286,29 @@ class BinlogRecord:
     detail: str | None
 
 
+_PLAIN_NAME = re.compile(rb"[\x20-\x5b\x5d-\x7e]*")  # printable ASCII but the backslash
+
+
+def command_name(raw: bytes) -> str:
+    """The `command` column for a command's raw bytes: lower-cased, and reversible when it is not plain text.
+
+    Command names are ASCII and case-insensitive, so a real one reads as itself in lower case. Any other
+    byte (NUL, control, non-ASCII, invalid UTF-8) is written as a backslash, ``x`` and two hex digits, and
+    a backslash as two, so ``codecs.escape_decode(name.encode())[0]`` gives back the lower-cased bytes.
+    """
+    low = raw.lower()
+    if _PLAIN_NAME.fullmatch(low):
+        return low.decode("ascii")
+    return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x5C else "\\\\" if b == 0x5C else f"\\x{b:02x}" for b in low)
+
+
 def _resp_head(buf: bytes, c: int, e: int) -> tuple[bytes, int, int] | None:
     """Locate the first two arguments of the RESP array in buf[c:e].
 
     Returns (command bytes, key start, key length), key start -1 when there is one argument, or None
-    when the content is not a RESP array of bulk strings. Arguments after the second are not parsed
-    (the digest covers them); the content must still end with CRLF. Lengths are at most 10 digits
-    (Pika's padding command writes 5, zero-padded).
+    when the content is not a RESP array of bulk strings: the argument count, every length and every
+    CRLF must agree with the content's end (arguments after the second are checked, not kept: the digest
+    covers them). Lengths are at most 10 digits (Pika's padding command writes 5, zero-padded).
     """
     if c >= e or buf[c] != 42:  # '*'
         return None
@@ -312,11 +342,33 @@ def _resp_head(buf: bytes, c: int, e: int) -> tuple[bytes, int, int] | None:
     p = ks + kn + 2
     if p > e or not buf.startswith(_CRLF, p - 2):
         return None
-    if argc == 2:
-        return (buf[s:t], ks, kn) if p == e else None
-    if p >= e or not buf.endswith(_CRLF, p, e):
-        return None
-    return buf[s:t], ks, kn
+    return (buf[s:t], ks, kn) if _args_end(buf, p, e, argc - 2) == e else None
+
+
+_DIGIT_EDGES = [10**d + d + 5 for d in range(1, 10)]  # `$N\r\n...\r\n` of d-digit N is N + d + 5 bytes
+_LEAST = [0, 0, *(10**d for d in range(1, 10))]  # the least N of d digits, by d
+
+
+def _last_arg_header(size: int) -> bytes:
+    """The `$N\r\n` a last bulk string of `size` bytes in all must begin with (the hot loop's check of
+    the value of a three-argument command: cheaper than parsing its header)."""
+    digits = bisect_right(_DIGIT_EDGES, size) + 1
+    n = size - digits - 5
+    return b"$%d\r\n" % n if n >= _LEAST[digits] else b"$" * (size + 1)  # else no bulk string has that size
+
+
+def _args_end(buf: bytes, p: int, e: int, count: int) -> int:
+    """Where `count` RESP bulk strings starting at buf[p] end (-1 if they are not well-formed by buf[e])."""
+    arg = _ARG.match
+    for _ in range(count):
+        m = arg(buf, p, e)
+        if m is None:
+            return -1
+        p = m.end() + int(m.group(1))
+        if p + 2 > e or buf[p] != 13 or buf[p + 1] != 10:
+            return -1
+        p += 2
+    return p
 
 
 class _Scan:
@@ -343,6 +395,7 @@ class _Scan:
         self.special: list[tuple[int, int, str | None, bool]] = []  # (row, kind code, detail, has item fields)
         self.names: dict[bytes, tuple[str, bool]] = {}  # raw command -> (lower-cased name, has a key)
         self.heads: dict[bytes, _Head] = {}  # RESP prefix up to the key -> what it says (_BAD_HEAD if bad)
+        self.value_heads: dict[int, bytes] = {}  # size of a last bulk string -> the `$N\r\n` it starts with
         self.pad_start = -1  # file offset of an open padding run, carried across chunks
         self.bad_start = -1  # file offset of an open corrupt region (skipping continuations), carried
         self.bad_detail = ""
@@ -354,10 +407,14 @@ class _Scan:
     def _name(self, raw: bytes) -> tuple[str, bool]:
         got = self.names.get(raw)
         if got is None:
-            name = raw.decode("ascii", "backslashreplace").lower()
+            name = command_name(raw)
             got = (name, name not in _KEYLESS)
             if len(self.names) < 4096:
                 self.names[raw] = got
+        return got
+
+    def _last_arg(self, size: int) -> bytes:
+        got = self.value_heads[size] = _last_arg_header(size)
         return got
 
     def _head(self, prefix: bytes) -> _Head:
@@ -366,7 +423,7 @@ class _Scan:
         got = _BAD_HEAD
         if m is not None and int(m.group(1)) >= 2 and int(m.group(2)) == len(m.group(3)):
             name, has_key = self._name(m.group(3))
-            got = (name, has_key, int(m.group(4)), int(m.group(1)) == 2)
+            got = (name, has_key, int(m.group(4)), int(m.group(1)) - 2)
         if len(self.heads) < 65536:
             self.heads[prefix] = got
         return got
@@ -467,6 +524,7 @@ class _Scan:
         h64 = _h64
         prefix = _PREFIX.match
         heads = self.heads
+        value_head, last_arg = self.value_heads.get, self._last_arg
         head = self._head
         bad = _BAD_HEAD
         step = self._step
@@ -493,7 +551,14 @@ class _Scan:
                             if (
                                 got is not bad
                                 and buf.startswith(_CRLF, q)
-                                and (q + 2 == e if got[3] else buf.endswith(_CRLF, q + 2, e))
+                                and (
+                                    q + 2 == e
+                                    if not got[3]
+                                    # the arguments after the key, all checked; the last by its size alone
+                                    else (v := q + 2 if got[3] == 1 else _args_end(buf, q + 2, e, got[3] - 1)) >= 0
+                                    and buf.startswith(value_head(e - v) or last_arg(e - v), v, e)
+                                    and buf.endswith(_CRLF, e - 2, e)
+                                )
                             ):
                                 start(base + i)
                                 end(base + e)
@@ -543,17 +608,21 @@ class _Scan:
             return self._end_cut(buf, base, i, limit, final)
         w = _HEADER_WORD.unpack_from(buf, i)[0]
         if w == 0:
-            return self._finish()
+            return self._zero_header(buf, base, i, limit, final)
         n = w & _LENGTH_MASK
         t = w >> _TYPE_SHIFT
         bad = self._bad_header(n, t, bo, base + i)
         if bad is not None:
+            if t == RecordType.ZERO and _zeros(buf, i + 7, limit):  # a header cut before its type byte
+                return self._torn_at_zeros(buf, base, i, limit, final, _CUT_BY_ZEROS)
             return self._corrupt(base + i, bad, base, i + left, buf, limit, final)
         j = i + HEADER_SIZE
         e = j + n
         if t == RecordType.FULL:
             if e > limit:
                 return self._torn_or_need(base, i, i, limit, final, "fragment payload cut by the end of data")
+            if _cut_by_zeros(buf, e, limit):
+                return self._torn_at_zeros(buf, base, i, limit, final, _CUT_BY_ZEROS)
             miss = self._item(buf[j:e], base + i, base + e)
             if miss is not None:
                 return self._corrupt(base + i, miss, base, -(-e // _B) * _B, buf, limit, final)
@@ -586,6 +655,25 @@ class _Scan:
             self._row(ROW_TORN, base + i, base + limit, "record header cut by the end of data")
         return self._finish()
 
+    def _zero_header(self, buf: bytes, base: int, i: int, limit: int, final: bool) -> int:
+        """An all-zero header: the end of the log, unless data follows (then a damaged, zeroed region).
+
+        In a chunk whose rest is zeros, what follows is not known yet: it is read again with more data.
+        """
+        more = _NONZERO.search(buf, i, limit)
+        if more is None:
+            return self._finish() if final else self._need(base, i)
+        at = more.start()
+        self.bad_start, self.bad_detail = base + i, _ZERO_GAP
+        return self._resync(buf, base, max(i + _B - (i & _MASK), at - (at & _MASK)), limit, final)
+
+    def _torn_at_zeros(self, buf: bytes, base: int, start: int, limit: int, final: bool, why: str) -> int:
+        """The record at buf[start] is cut and only zeros follow: torn up to where the zeros begin."""
+        if not final:
+            return self._need(base, start)  # the zeros may end in the next chunk: read on
+        self._row(ROW_TORN, base + start, base + start + max(1, len(buf[start:limit].rstrip(b"\0"))), why)
+        return self._finish()
+
     def _torn_or_need(self, base: int, start: int, i: int, limit: int, final: bool, why: str) -> int:
         if not final:
             return self._need(base, start)
@@ -616,11 +704,14 @@ class _Scan:
                     base, first, i, limit, final, "record open at the end of data (no Last fragment)"
                 )
             w = _HEADER_WORD.unpack_from(buf, i)[0]
-            if w == 0:
-                self._row(ROW_TORN, base + first, base + i, "record open where the zero-filled tail starts")
-                return self._finish()
             n = w & _LENGTH_MASK
             t = w >> _TYPE_SHIFT
+            if t == RecordType.ZERO and _zeros(buf, i + 7, limit):
+                return self._torn_at_zeros(
+                    buf, base, first, limit, final, "record open where the zero-filled tail starts"
+                )
+            if w == 0:
+                return self._corrupt(base + first, _ZERO_GAP, base, i + left, buf, limit, final)
             bad = self._bad_header(n, t, bo, base + i)
             if bad is None and t not in (RecordType.MIDDLE, RecordType.LAST):
                 bad = f"{RecordType(t).name.title().replace('_', '')} fragment while a record is open"
@@ -632,6 +723,8 @@ class _Scan:
                 return self._torn_or_need(
                     base, first, i, limit, final, "record open at the end of data (no Last fragment)"
                 )
+            if t == RecordType.LAST and _cut_by_zeros(buf, e, limit):
+                return self._torn_at_zeros(buf, base, first, limit, final, _CUT_BY_ZEROS)
             pieces.append((j, e))
             i = e
             if t == RecordType.LAST:
@@ -654,7 +747,7 @@ class _Scan:
             if w >> _TYPE_SHIFT != RecordType.BAD_RECORD or n > _LAST_HEADER_AT - bo:
                 break
             e = i + HEADER_SIZE + n
-            if e > limit:
+            if e > limit or _cut_by_zeros(buf, e, limit):  # padding is all '*'
                 if not final:
                     return self._need(base, i)
                 self._end_padding(base + i)
@@ -708,6 +801,18 @@ class _Scan:
             self._row(ROW_CORRUPT, self.bad_start, base + i, self.bad_detail)
             self.bad_start = -1
             return i
+
+
+def _zeros(buf: bytes, i: int, limit: int) -> bool:
+    """Only zeros in buf[i:limit]."""
+    return _NONZERO.search(buf, i, limit) is None
+
+
+def _cut_by_zeros(buf: bytes, e: int, limit: int) -> bool:
+    """A fragment ending at buf[e] ends in a zero where it cannot (an item's RESP ends in LF, padding in
+    '*') and only zeros follow: it was cut, the rest of a preallocated file left zero-filled. (In a chunk
+    the zeros may go on: `_torn_at_zeros` reads on before calling it torn.)"""
+    return e > 0 and buf[e - 1] == 0 and _zeros(buf, e - 1, limit)
 
 
 def scan_binlog(
