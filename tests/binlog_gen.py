@@ -21,7 +21,8 @@ import xxhash
 from hypothesis import strategies as st
 
 from audit.local.pika_binlog import BinlogWriter, padding_item, resp_encode
-from audit.sources.pika.binlog import (
+from audit.sources.pika.binlog import scan_binlog
+from audit.sources.pika.binlog_format import (
     BLOCK_SIZE,
     HEADER_SIZE,
     ITEM_HEADER,
@@ -30,7 +31,6 @@ from audit.sources.pika.binlog import (
     RECORD_SCHEMA,
     RecordType,
     binlog_files,
-    scan_binlog,
 )
 
 B = BLOCK_SIZE
@@ -93,7 +93,7 @@ def signed(h: int) -> int:
 
 def command_name(raw: bytes) -> str:
     """The `command` column for a raw command name (audit/sources/pika/binlog.py: command_name)."""
-    from audit.sources.pika.binlog import command_name as name
+    from audit.sources.pika.binlog_resp import command_name as name
 
     return name(raw)
 

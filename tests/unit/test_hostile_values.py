@@ -16,7 +16,8 @@ import xxhash
 
 from audit.local.pika_binlog import BinlogWriter, resp_encode
 from audit.local.rocketmq_commitlog import Message, encode
-from audit.sources.pika.binlog import command_name, parse_file, scan_binlog
+from audit.sources.pika.binlog import parse_file, scan_binlog
+from audit.sources.pika.binlog_resp import command_name
 from audit.sources.rocketmq.scan import iter_batches, scan_commitlog
 
 HOSTILE = [

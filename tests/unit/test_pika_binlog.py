@@ -12,18 +12,9 @@ import xxhash
 
 from audit.errors import CorruptRecordError
 from audit.local.pika_binlog import BinlogWriter, padding_item, raw_item
-from audit.sources.pika.binlog import (
-    RECORD_SCHEMA,
-    BinlogRecord,
-    binlog_files,
-    file_number,
-    iter_records,
-    parse_file,
-    parse_manifest,
-    read_manifest,
-    scan_binlog,
-    summarize,
-)
+from audit.sources.pika.binlog import parse_file, scan_binlog
+from audit.sources.pika.binlog_format import RECORD_SCHEMA, binlog_files, file_number, parse_manifest, read_manifest
+from tests.pika_binlog_helpers import BinlogRecord, iter_records, summarize
 
 B = 65536
 T0 = 1_700_000_000  # 0x6553F100
@@ -572,3 +563,24 @@ def test_every_resp_argument_is_checked_not_only_the_first_two() -> None:
         changed = item[: value_len + 1] + b"9" + item[value_len + 2 :]
         data = struct.pack("<HBIB", len(changed), 0, T0, 1) + changed
         assert rows(scan_binlog(data, db=0, filenum=0))[0]["row_kind"] == "corrupt_record"
+
+
+@pytest.mark.parametrize(("left", "at", "value"), [(8, 0, 1), (8, 7, 1), (5, 2, 9)])  # length, type; not the time
+def test_non_zero_bytes_in_a_block_trailer_are_damage_located_there(
+    tmp_path: Path, left: int, at: int, value: int
+) -> None:
+    """The last 8 bytes of a block hold zeros (or a zero-length First header): Pika's reader never reads
+    them. A byte changed there (found by the fuzzing: a zero-length First header whose length byte was
+    hit) is damage at that byte, not at the fragments the next block then holds without their First."""
+    w = writer(tmp_path)
+    land(w, left, b"a", lambda args: w.append(args, exec_time=T0))
+    trailer = w.position[1]
+    w.append([b"SET", b"after-the-trailer", b"x" * 100], exec_time=T0)
+    w.append([b"SET", b"later", b"y"], exec_time=T0)
+    data = bytearray((tmp_path / "write2file0").read_bytes())
+    assert trailer % B == B - left
+    data[trailer + at] = value
+    got = rows(scan_binlog(bytes(data), db=0, filenum=0))
+    damage = [r for r in got if r["row_kind"] != "record"]
+    assert damage and damage[0]["row_kind"] == "corrupt_record" and damage[0]["start"] == trailer
+    assert [r["key"] for r in got if r["row_kind"] == "record"][-1] == b"later"  # reading resumed after it

@@ -25,7 +25,8 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from audit.sources.pika.binlog import parse_file, parse_manifest, scan_binlog
+from audit.sources.pika.binlog import parse_file, scan_binlog
+from audit.sources.pika.binlog_format import parse_manifest
 from tests.binlog_gen import (
     B,
     Log,

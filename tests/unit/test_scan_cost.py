@@ -18,7 +18,8 @@ import pytest
 
 from audit.local.pika_binlog import padding_item, physical_header, raw_item
 from audit.local.rocketmq_commitlog import Message, encode
-from audit.sources.pika.binlog import BLOCK_SIZE, scan_binlog
+from audit.sources.pika.binlog import scan_binlog
+from audit.sources.pika.binlog_format import BLOCK_SIZE
 from audit.sources.rocketmq.scan import scan_commitlog
 
 SIZE = 1 << 20

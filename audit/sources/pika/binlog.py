@@ -1,92 +1,8 @@
-"""Pure reader for Pika's binlog files (`write2file<N>`) and their `manifest`.
+"""The Pika binlog scanner: one file's bytes in, Arrow rows of RECORD_SCHEMA out. Pure.
 
-Everything below was read from OpenAtomFoundation/pika @ 218b68bb (the format is the same from v3.3
-through v4.0.x); reference/pika_redis.md §1 has the notes. "L123" is a line of the file named before it.
-
-Physical framing, LevelDB-style with no checksum anywhere (`EmitPhysicalRecord`, src/pika_binlog.cc
-L243-274). A file is a sequence of 64 KiB blocks (`kBlockSize`, include/pika_define.h L337); every
-fragment lies inside one block, behind an 8-byte header (`kHeaderSize`, L342; the comment at L340 states
-the wrong field order):
-
-| off | size | field                                               |
-|-----|------|-----------------------------------------------------|
-| 0   | 3    | fragment length n, little-endian, n <= 65528        |
-| 3   | 4    | unix seconds of the write (tv_sec & 0xffffffff), LE |
-| 7   | 1    | RecordType                                          |
-| 8   | n    | payload                                             |
-
-RecordType (include/pika_define.h L322-331):
-
-| value | name      | on disk                                                                 |
-|-------|-----------|-------------------------------------------------------------------------|
-| 0     | Zero      | an all-zero header: the zero-filled preallocated tail, the end of the log |
-| 1     | Full      | a whole item                                                            |
-| 2     | First     | first fragment of an item that does not fit in what is left of the block |
-| 3     | Middle    | inner fragment (fills a whole block)                                    |
-| 4     | Last      | last fragment                                                           |
-| 5     | Eof       | reader-internal, never written                                          |
-| 6     | BadRecord | padding written by `SetProducerStatus` after a full sync (L320-406)     |
-| 7     | OldRecord | reader-internal, never written                                          |
-
-Writer rules (`Produce`, src/pika_binlog.cc L276-318): with fewer than 8 bytes left in a block the
-writer zero-fills them (a trailer) and starts the next block; with exactly 8 left it writes a
-zero-length First header there (the code would do the same for a Middle, but every fragment but the
-last fills its block, so only a record starting there can meet exactly 8 left bytes). Pika's reader
-(`ReadPhysicalRecord`, src/pika_binlog_reader.cc L135-178) jumps to the next block whenever
-`65536 - pos_in_block <= 8`, so it never reads that header. A record's `start` below is where its first
-header is, that zero-length one included; its `end` is the offset just after its last payload byte,
-which is what Pika's reader reports and what ACKs, `INFO replication` and the manifest's pro_offset use.
-
-Logical item, `BinlogItem` of type TypeFirst (include/pika_binlog_transverter.h L14-23,
-`BinlogEncode` src/pika_binlog_transverter.cc L62-76; fixed-width little-endian):
-
-| off | size | field                                                                          |
-|-----|------|--------------------------------------------------------------------------------|
-| 0   | u16  | type, always 1; `BinlogDecode` rejects anything else                           |
-| 2   | u32  | exec_time: unix seconds on the node that wrote it                              |
-| 6   | u32  | term                                                                           |
-| 10  | u64  | logic_id: the manifest's logic_id + 1                                          |
-| 18  | u32  | filenum: the producer position before this append (and before the rollover check) |
-| 22  | u64  | offset: idem, so the first record of write2file<N+1> carries (N, size of N)    |
-| 30  | u32  | content_len: must equal the bytes that follow                                  |
-| 34  | ...  | content: the command as a RESP array, `*3\r\n$3\r\nset\r\n$1\r\nk\r\n$1\r\nv\r\n` |
-
-Pika's padding command (`ConstructPaddingBinlog`, src/pika_binlog_transverter.cc L119-167) is an ordinary
-item with every header field 0 and content `*2\r\n$7\r\npadding\r\n$NNNNN\r\n***...\r\n`; it is read as a
-record with command "padding" and no key.
-
-`manifest` (`Version::StableSave`, src/pika_binlog.cc L35-58): 64 KiB, of which the first 24 bytes are
-`<IQQI` pro_num, pro_offset, logic_id, term; (pro_num, pro_offset) is the producer position.
-
-While Pika runs a binlog file is longer than its log: the writer mmaps and fallocates it in 4 MiB steps
-(src/pstd/src/env.cc L68, L342-420) and trims the zero tail only on Close. The scan stops at the first
-all-zero header with only zeros after it, or at `logical_end` (the manifest's pro_offset, for the file
-being written). A crash leaves a record cut anywhere with zeros after it: a header whose type byte is
-still 0, or a last fragment ending in 0 (RESP ends in LF, padding in '*'), followed by nothing but
-zeros, is a torn tail. An all-zero header with data somewhere after it is damage, not the end.
-
-One row per thing found in a file (RECORD_SCHEMA):
-
-| row_kind       | what                                                                          |
-|----------------|-------------------------------------------------------------------------------|
-| record         | one item                                                                      |
-| padding        | one contiguous run of type-6 records                                          |
-| corrupt_record | structural damage (see below); `detail` says what                             |
-| torn_tail      | a record cut by the end of the data, or cut where only zeros follow           |
-
-Structural damage is an all-zero header before more data, a fragment length over 65528 or past its
-block, an unknown record type, a broken fragment sequence (Middle or Last without First, First or Full
-while a record is open), or an item whose 34-byte header does not decode (too short, type != 1,
-content_len != the bytes left). It becomes one `corrupt_record` row from where the damaged record (or
-fragment) begins to where reading resumes: the next 64 KiB block boundary, after any Middle/Last
-fragments there that continue the broken record. An item with a sound frame and header whose content is
-not RESP (every argument's length and CRLF, and the argument count, are checked) is a `corrupt_record`
-row too, but with its header fields and digest filled in, and reading goes on right after it since its
-frame is trustworthy.
-
-There is no checksum: a value's bytes, the fragment timestamps and the item's exec_time, term, logic_id
-and producer position can change undetected (the row shows what the bytes say; the master/slave diff
-compares content digests).
+The byte layout, the row kinds and what counts as damage are in audit/sources/pika/binlog_format.py
+(and docs/formats/pika-binlog.md); this module walks the 64 KiB blocks, reassembles fragments, decodes
+each item's header and RESP command, and reports damage and cut records where they are.
 """
 
 from __future__ import annotations
@@ -94,10 +10,6 @@ from __future__ import annotations
 import os
 import re
 import struct
-from bisect import bisect_right
-from collections.abc import Iterator
-from dataclasses import dataclass
-from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -105,94 +17,42 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from audit.errors import CorruptRecordError
-
-BLOCK_SIZE = 64 * 1024  # kBlockSize
-HEADER_SIZE = 8  # kHeaderSize
-MAX_FRAGMENT = BLOCK_SIZE - HEADER_SIZE  # a larger length is BadRecord in ReadPhysicalRecord
-ITEM_HEADER_SIZE = 34  # BINLOG_ITEM_HEADER_SIZE
-MANIFEST_SIZE = 64 * 1024  # Roundup(65536, page)
-KEY_PREFIX_MAX = 1024  # the `key` column keeps this many bytes of the key
-FILE_PREFIX = "write2file"  # kBinlogPrefix; files are write2file0, write2file1, ... (no zero padding)
-MANIFEST_NAME = "manifest"  # kManifest
-ITEM_TYPE_FIRST = 1  # BinlogType::TypeFirst
-
-
-class RecordType(IntEnum):
-    """Physical record types (include/pika_define.h L322-331)."""
-
-    ZERO = 0
-    FULL = 1
-    FIRST = 2
-    MIDDLE = 3
-    LAST = 4
-    EOF = 5
-    BAD_RECORD = 6
-    OLD_RECORD = 7
-
-
-PHYSICAL_HEADER = struct.Struct(
-    "<H"  # fragment length, low 16 bits
-    "B"  # fragment length, high 8 bits
-    "I"  # unix seconds of the write
-    "B"  # RecordType
+from audit.sources.pika.binlog_format import (
+    BLOCK_SIZE,
+    HEADER_SIZE,
+    ITEM_HEADER_SIZE,
+    ITEM_TYPE_FIRST,
+    KEY_PREFIX_MAX,
+    MAX_FRAGMENT,
+    RECORD_SCHEMA,
+    ROW_CORRUPT,
+    ROW_PADDING,
+    ROW_RECORD,
+    ROW_TORN,
+    RecordType,
 )
+from audit.sources.pika.binlog_resp import (
+    BAD_HEAD,
+    PREFIX,
+    PREFIX_PARTS,
+    Head,
+    args_end,
+    command_name,
+    last_arg_header,
+    resp_head,
+)
+
 # The same 8 bytes as one little-endian word, for the hot loop:
 # length = w & 0xFFFFFF, seconds = (w >> 24) & 0xFFFFFFFF, type = w >> 56; an all-zero header is w == 0.
 _HEADER_WORD = struct.Struct("<Q")
 _LENGTH_MASK = 0xFFFFFF
 _TYPE_SHIFT = 56
-
-ITEM_HEADER = struct.Struct(
-    "<H"  # type: 1 (TypeFirst)
-    "I"  # exec_time: unix seconds on the writing node
-    "I"  # term (server_id in v3.0)
-    "Q"  # logic_id
-    "I"  # filenum: producer pro_num before this append
-    "Q"  # offset: producer pro_offset before this append
-    "I"  # content_len: bytes that follow
-)
-assert ITEM_HEADER.size == ITEM_HEADER_SIZE
-
-MANIFEST = struct.Struct(
-    "<I"  # pro_num: number N of write2file<N> being written
-    "Q"  # pro_offset: end offset of the last record in it
-    "Q"  # logic_id: last logic id
-    "I"  # term
-)
-
-ROW_RECORD = "record"
-ROW_PADDING = "padding"
-ROW_CORRUPT = "corrupt_record"
-ROW_TORN = "torn_tail"
-
-RECORD_SCHEMA = pa.schema(
-    [
-        pa.field("row_kind", pa.string(), nullable=False),  # record | padding | corrupt_record | torn_tail
-        pa.field("db", pa.int32(), nullable=False),
-        pa.field("filenum", pa.int32(), nullable=False),  # N of write2file<N>
-        pa.field("start", pa.int64(), nullable=False),  # offset of the record's first physical header
-        pa.field("end", pa.int64(), nullable=False),  # offset after its last payload byte (Pika's reader offset)
-        pa.field("exec_time", pa.int64()),
-        pa.field("term", pa.int64()),
-        pa.field("logic_id", pa.int64()),
-        pa.field("prev_filenum", pa.int64()),  # embedded producer position before the append
-        pa.field("prev_offset", pa.int64()),
-        pa.field("content_len", pa.int64()),
-        pa.field("digest", pa.int64()),  # xxh3_64 of the content (item bytes 34..), as a signed int64
-        pa.field("command", pa.string()),  # lower-cased first RESP argument
-        pa.field("key", pa.binary()),  # second RESP argument, first KEY_PREFIX_MAX bytes; null when keyless
-        pa.field("detail", pa.string()),  # why a row is not a good record; null for records
-    ]
-)
-
-_KEYLESS = frozenset({"padding"})  # commands whose second argument is not a key
-_FILE_RE = re.compile(rf"{FILE_PREFIX}(0|[1-9][0-9]*)")
+_h64 = xxhash.xxh3_64_intdigest
 _CRLF = b"\r\n"
+_KEYLESS = frozenset({"padding"})  # commands whose second argument is not a key
 _B = BLOCK_SIZE
 _MASK = BLOCK_SIZE - 1
 _LAST_HEADER_AT = BLOCK_SIZE - HEADER_SIZE  # a header at or past this block offset is skipped by Pika's reader
-_h64 = xxhash.xxh3_64_intdigest
 _ITEM_CHECK = struct.Struct(
     "<H"  # item type
     "28x"  # exec_time, term, logic_id, filenum, offset: decoded later, in one numpy pass
@@ -211,164 +71,11 @@ _ITEM_DTYPE = np.dtype(
 )
 assert _ITEM_DTYPE.itemsize == ITEM_HEADER_SIZE
 _NO_HEADER = bytes(ITEM_HEADER_SIZE)
-# The hot loop's RESP check: an array of N >= 2 bulk strings, matched up to the key's bytes. The prefix
-# (argument count, command, key length) repeats across a file, so what it says is decoded once per
-# distinct prefix. Anything else (one argument, a CR in the command, ...) goes to `_resp_head`.
-_PREFIX = re.compile(rb"\*[0-9]{1,10}\r\n\$[0-9]{1,10}\r\n[^\r]*\r\n\$[0-9]{1,10}\r\n")
-_PREFIX_PARTS = re.compile(rb"\*([0-9]{1,10})\r\n\$([0-9]{1,10})\r\n([^\r]*)\r\n\$([0-9]{1,10})\r\n")
-_Head = tuple[str, bool, int, int]  # command name, has a key, key length, arguments after the key
-_BAD_HEAD: _Head = ("", False, 0, 0)
-_ARG = re.compile(rb"\$([0-9]{1,10})\r\n")
 _KIND_CODE = {ROW_RECORD: 0, ROW_PADDING: 1, ROW_CORRUPT: 2, ROW_TORN: 3}
 _KIND_NAMES = pa.array(list(_KIND_CODE), pa.string())
 _CUT_BY_ZEROS = "record cut where the zero-filled tail starts"
 _ZERO_GAP = "zero-filled gap before more data"
 _NONZERO = re.compile(rb"[^\x00]")
-
-
-@dataclass(frozen=True, slots=True)
-class Manifest:
-    """The producer position of one DB's binlog (the first 24 bytes of `manifest`)."""
-
-    pro_num: int
-    pro_offset: int
-    logic_id: int
-    term: int
-
-
-def parse_manifest(data: bytes | memoryview) -> Manifest:
-    """Decode a `manifest` file's content; CorruptRecordError when it is shorter than 24 bytes."""
-    if len(data) < MANIFEST.size:
-        raise CorruptRecordError(f"manifest is {len(data)} bytes, needs {MANIFEST.size}", offset=0)
-    return Manifest(*MANIFEST.unpack_from(data, 0))
-
-
-def read_manifest(log_dir: Path) -> Manifest:
-    """Read `<log_dir>/manifest`."""
-    with open(log_dir / MANIFEST_NAME, "rb") as f:
-        return parse_manifest(f.read(MANIFEST.size))
-
-
-def file_number(name: str) -> int | None:
-    """N for a file named `write2file<N>`, else None."""
-    m = _FILE_RE.fullmatch(name)
-    return int(m.group(1)) if m else None
-
-
-def binlog_files(log_dir: Path) -> list[tuple[int, Path]]:
-    """The `write2file<N>` files of one DB's log directory, sorted by N (manifest and context are skipped)."""
-    found = []
-    for p in log_dir.iterdir():
-        n = file_number(p.name)
-        if n is not None and p.is_file():
-            found.append((n, p))
-    return sorted(found)
-
-
-@dataclass(frozen=True, slots=True)
-class BinlogRecord:
-    """One row of RECORD_SCHEMA, for convenient single-record use (the columnar scan is the fast path)."""
-
-    row_kind: str
-    db: int
-    filenum: int
-    start: int
-    end: int
-    exec_time: int | None
-    term: int | None
-    logic_id: int | None
-    prev_filenum: int | None
-    prev_offset: int | None
-    content_len: int | None
-    digest: int | None
-    command: str | None
-    key: bytes | None
-    detail: str | None
-
-
-_PLAIN_NAME = re.compile(rb"[\x20-\x5b\x5d-\x7e]*")  # printable ASCII but the backslash
-
-
-def command_name(raw: bytes) -> str:
-    """The `command` column for a command's raw bytes: lower-cased, and reversible when it is not plain text.
-
-    Command names are ASCII and case-insensitive, so a real one reads as itself in lower case. Any other
-    byte (NUL, control, non-ASCII, invalid UTF-8) is written as a backslash, ``x`` and two hex digits, and
-    a backslash as two, so ``codecs.escape_decode(name.encode())[0]`` gives back the lower-cased bytes.
-    """
-    low = raw.lower()
-    if _PLAIN_NAME.fullmatch(low):
-        return low.decode("ascii")
-    return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x5C else "\\\\" if b == 0x5C else f"\\x{b:02x}" for b in low)
-
-
-def _resp_head(buf: bytes, c: int, e: int) -> tuple[bytes, int, int] | None:
-    """Locate the first two arguments of the RESP array in buf[c:e].
-
-    Returns (command bytes, key start, key length), key start -1 when there is one argument, or None
-    when the content is not a RESP array of bulk strings: the argument count, every length and every
-    CRLF must agree with the content's end (arguments after the second are checked, not kept: the digest
-    covers them). Lengths are at most 10 digits (Pika's padding command writes 5, zero-padded).
-    """
-    if c >= e or buf[c] != 42:  # '*'
-        return None
-    x = buf.find(_CRLF, c + 1, e)
-    d = buf[c + 1 : x]
-    if x < 0 or x - c > 11 or not d.isdigit():
-        return None
-    argc = int(d)
-    p = x + 2
-    if argc < 1 or p >= e or buf[p] != 36:  # '$'
-        return None
-    x = buf.find(_CRLF, p + 1, e)
-    d = buf[p + 1 : x]
-    if x < 0 or x - p > 11 or not d.isdigit():
-        return None
-    s = x + 2
-    t = s + int(d)
-    if t + 2 > e or not buf.startswith(_CRLF, t):
-        return None
-    if argc == 1:
-        return (buf[s:t], -1, 0) if t + 2 == e else None
-    p = t + 2
-    if p >= e or buf[p] != 36:
-        return None
-    x = buf.find(_CRLF, p + 1, e)
-    d = buf[p + 1 : x]
-    if x < 0 or x - p > 11 or not d.isdigit():
-        return None
-    ks = x + 2
-    kn = int(d)
-    p = ks + kn + 2
-    if p > e or not buf.startswith(_CRLF, p - 2):
-        return None
-    return (buf[s:t], ks, kn) if _args_end(buf, p, e, argc - 2) == e else None
-
-
-_DIGIT_EDGES = [10**d + d + 5 for d in range(1, 10)]  # `$N\r\n...\r\n` of d-digit N is N + d + 5 bytes
-_LEAST = [0, 0, *(10**d for d in range(1, 10))]  # the least N of d digits, by d
-
-
-def _last_arg_header(size: int) -> bytes:
-    """The `$N\r\n` a last bulk string of `size` bytes in all must begin with (the hot loop's check of
-    the value of a three-argument command: cheaper than parsing its header)."""
-    digits = bisect_right(_DIGIT_EDGES, size) + 1
-    n = size - digits - 5
-    return b"$%d\r\n" % n if n >= _LEAST[digits] else b"$" * (size + 1)  # else no bulk string has that size
-
-
-def _args_end(buf: bytes, p: int, e: int, count: int) -> int:
-    """Where `count` RESP bulk strings starting at buf[p] end (-1 if they are not well-formed by buf[e])."""
-    arg = _ARG.match
-    for _ in range(count):
-        m = arg(buf, p, e)
-        if m is None:
-            return -1
-        p = m.end() + int(m.group(1))
-        if p + 2 > e or buf[p] != 13 or buf[p + 1] != 10:
-            return -1
-        p += 2
-    return p
 
 
 class _Scan:
@@ -394,7 +101,7 @@ class _Scan:
         self.key: list[bytes | None] = []
         self.special: list[tuple[int, int, str | None, bool]] = []  # (row, kind code, detail, has item fields)
         self.names: dict[bytes, tuple[str, bool]] = {}  # raw command -> (lower-cased name, has a key)
-        self.heads: dict[bytes, _Head] = {}  # RESP prefix up to the key -> what it says (_BAD_HEAD if bad)
+        self.heads: dict[bytes, Head] = {}  # RESP prefix up to the key -> what it says (BAD_HEAD if bad)
         self.value_heads: dict[int, bytes] = {}  # size of a last bulk string -> the `$N\r\n` it starts with
         self.pad_start = -1  # file offset of an open padding run, carried across chunks
         self.bad_start = -1  # file offset of an open corrupt region (skipping continuations), carried
@@ -414,13 +121,13 @@ class _Scan:
         return got
 
     def _last_arg(self, size: int) -> bytes:
-        got = self.value_heads[size] = _last_arg_header(size)
+        got = self.value_heads[size] = last_arg_header(size)
         return got
 
-    def _head(self, prefix: bytes) -> _Head:
-        """Decode a `*N\\r\\n$L\\r\\ncommand\\r\\n$K\\r\\n` prefix (N >= 2) once; _BAD_HEAD when it is not one."""
-        m = _PREFIX_PARTS.fullmatch(prefix)
-        got = _BAD_HEAD
+    def _head(self, prefix: bytes) -> Head:
+        """Decode a `*N\\r\\n$L\\r\\ncommand\\r\\n$K\\r\\n` prefix (N >= 2) once; BAD_HEAD when it is not one."""
+        m = PREFIX_PARTS.fullmatch(prefix)
+        got = BAD_HEAD
         if m is not None and int(m.group(1)) >= 2 and int(m.group(2)) == len(m.group(3)):
             name, has_key = self._name(m.group(3))
             got = (name, has_key, int(m.group(4)), int(m.group(1)) - 2)
@@ -448,7 +155,7 @@ class _Scan:
             return f"item header type {typ} != {ITEM_TYPE_FIRST}"
         if clen != n - ITEM_HEADER_SIZE:
             return f"content_len {clen} != {n - ITEM_HEADER_SIZE} remaining"
-        head = _resp_head(item, ITEM_HEADER_SIZE, n)
+        head = resp_head(item, ITEM_HEADER_SIZE, n)
         if head is None:
             self.special.append((len(self.start), _KIND_CODE[ROW_CORRUPT], "RESP content unparseable", True))
             self.command.append(None)
@@ -522,11 +229,11 @@ class _Scan:
         word = _HEADER_WORD.unpack_from
         check = _ITEM_CHECK.unpack_from
         h64 = _h64
-        prefix = _PREFIX.match
+        prefix = PREFIX.match
         heads = self.heads
         value_head, last_arg = self.value_heads.get, self._last_arg
         head = self._head
-        bad = _BAD_HEAD
+        bad = BAD_HEAD
         step = self._step
         headers = self.headers
         start, end, digest = self.start.append, self.end.append, self.digest.append
@@ -555,7 +262,7 @@ class _Scan:
                                     q + 2 == e
                                     if not got[3]
                                     # the arguments after the key, all checked; the last by its size alone
-                                    else (v := q + 2 if got[3] == 1 else _args_end(buf, q + 2, e, got[3] - 1)) >= 0
+                                    else (v := q + 2 if got[3] == 1 else args_end(buf, q + 2, e, got[3] - 1)) >= 0
                                     and buf.startswith(value_head(e - v) or last_arg(e - v), v, e)
                                     and buf.endswith(_CRLF, e - 2, e)
                                 )
@@ -603,6 +310,8 @@ class _Scan:
                     return self._fragmented(buf, base, i, i + HEADER_SIZE, limit, final)
                 if w & _LENGTH_MASK == 0 and w >> _TYPE_SHIFT == RecordType.MIDDLE:
                     return self._corrupt(base + i, "Middle fragment without First", base, i + left, buf, limit, final)
+            if buf[i : min(i + left, limit)].strip(b"\0"):  # a writer leaves only zeros here (but the header above)
+                return self._corrupt(base + i, "non-zero bytes in a block trailer", base, i + left, buf, limit, final)
             return i + left
         if i + HEADER_SIZE > limit:
             return self._end_cut(buf, base, i, limit, final)
@@ -855,43 +564,3 @@ def parse_file(
             want = chunk if scan.resume - scan.resume % _B > base else want * 2  # no progress: grow
             pos = scan.resume
     return scan.batch()
-
-
-def iter_records(
-    data: bytes | bytearray | memoryview, *, db: int, filenum: int, logical_end: int | None = None
-) -> Iterator[BinlogRecord]:
-    """The rows of `scan_binlog` as BinlogRecord objects."""
-    for row in scan_binlog(data, db=db, filenum=filenum, logical_end=logical_end).to_pylist():
-        yield BinlogRecord(**row)
-
-
-def signed64(value: int) -> int:
-    """An unsigned 64-bit hash as the signed int64 the `digest` column holds."""
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def content_digest(content: bytes) -> int:
-    """The `digest` column's value for these content bytes (item bytes 34..)."""
-    return signed64(_h64(content))
-
-
-def summarize(batch: pa.RecordBatch, *, file_size: int | None = None) -> dict[str, Any]:
-    """Counts and positions of one file's scan: what a per-file line of a report needs."""
-    rows = batch.to_pydict()
-    kinds: list[str] = rows["row_kind"]
-    starts: list[int] = rows["start"]
-    ends: list[int] = rows["end"]
-    records = [k for k, kind in enumerate(kinds) if kind == ROW_RECORD]
-    good = [k for k, kind in enumerate(kinds) if kind in (ROW_RECORD, ROW_PADDING)]
-    logical_end = ends[good[-1]] if good else 0
-    out: dict[str, Any] = {
-        "records": len(records),
-        "first_record_start": starts[records[0]] if records else None,
-        "logical_end": logical_end,
-        "padding_bytes": sum(ends[k] - starts[k] for k, kind in enumerate(kinds) if kind == ROW_PADDING),
-        "corrupt_records": kinds.count(ROW_CORRUPT),
-        "torn_tail": kinds.count(ROW_TORN) > 0,
-    }
-    if file_size is not None:
-        out["zero_tail_bytes"] = max(0, file_size - max([logical_end, *ends]))
-    return out
