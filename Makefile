@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test unit lint bench clean
+.PHONY: setup demo test unit lint bench fuzz clean
 setup:
 	@bash scripts/setup.sh
 
@@ -24,6 +24,12 @@ lint: setup
 bench: setup
 	@$(PY) bench/snapshot_bench.py && $(PY) bench/diff_bench.py && $(PY) bench/pika_binlog_bench.py --spark \
 		&& $(PY) bench/rmq_commitlog_bench.py
+
+# The binary log readers' property tests with FUZZ_SCALE (default 40) times the CI examples, random seeds,
+# and the tests marked `fuzz`; failing inputs land in tests/fuzz_corpus/found/ (tests/fuzz_budget.py).
+fuzz: setup
+	@HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q -ra -p no:cacheprovider --timeout 0 tests/unit/test_rmq_fuzz.py \
+		tests/unit/test_pika_fuzz.py tests/unit/test_fuzz_corpus.py
 
 clean:
 	rm -rf .demo .pytest_cache

@@ -34,7 +34,8 @@ import pyarrow.parquet as pq
 import xxhash
 
 from audit.local.pika_binlog import BinlogWriter
-from audit.sources.pika.binlog import binlog_files, parse_file
+from audit.sources.pika.binlog import parse_file
+from audit.sources.pika.binlog_format import binlog_files
 from audit.sources.pika.logfiles import SCAN_PARQUET_OPTIONS, _scan_file
 
 TARGET_MB_S = 100.0

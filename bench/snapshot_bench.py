@@ -64,7 +64,7 @@ def naive_dump(client: redis.Redis) -> int:
 
 def replica_audit(client: redis.Redis, url: str, out: Path) -> int:
     meta = snapshot_side(client, side="master", endpoint=url, dbs=[0], out_dir=out, options=UNPACED)
-    rows = pq.ParquetFile(out / KEYS_FILE).metadata.num_rows
+    rows = pq.ParquetDataset(out / KEYS_FILE).read(columns=["db"]).num_rows
     ok = meta["stats"]["keys_ok"]
     if rows != ok:
         raise RuntimeError(f"snapshot wrote {rows} rows but counted {ok} ok keys")

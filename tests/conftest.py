@@ -53,3 +53,23 @@ def dirfiles_kind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     monkeypatch.delenv("REPLICA_AUDIT_KINDS")
     registered_kinds.cache_clear()
+
+
+# -- property and fuzz tests (hypothesis) -----------------------------------------------------------------
+# `ci`: the fixed budget the normal suite runs (derandomized, so every run tries the same inputs);
+# `fuzz`: `make fuzz`, many more random examples, and the tests marked `fuzz` run too.
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+settings.register_profile("ci", derandomize=True, deadline=None, database=None, suppress_health_check=_SLOW_OK)
+settings.register_profile("fuzz", deadline=None, suppress_health_check=_SLOW_OK, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if settings.get_current_profile_name() == "fuzz":
+        return
+    skip = pytest.mark.skip(reason="long fuzzing: run by `make fuzz`")
+    for item in items:
+        if item.get_closest_marker("fuzz") is not None:
+            item.add_marker(skip)

@@ -22,6 +22,7 @@ from typer.exceptions import TyperException
 
 from audit.errors import AuditError, ConfigError
 from audit.inventory import Inventory, Pair, load_inventory
+from audit.kernel.kind import kind_spec
 from audit.outcome import EXIT_INTERNAL, EXIT_USAGE, exit_code_of_error, run_exit_code
 from audit.pipeline import audit_pair, finish_run, run_stage, start_run, tool_version
 
@@ -143,6 +144,10 @@ def _audit(
 ) -> None:
     run_dir = start_run(inv, out_dir, run_id)
     _say(f"run [bold]{run_dir.run_id}[/] → {run_dir.root}")
+    if any(kind_spec(p.kind).uses_spark for p in pairs):
+        from audit.diff.spark import warm_up
+
+        warm_up()
     bar, advance = _progress()
     if bar is not None:
         bar.start()

@@ -133,6 +133,21 @@ def get_spark() -> SparkSession:
         return _session
 
 
+def warm_up() -> threading.Thread:
+    """Start the session in the background: the JVM's start-up then overlaps the snapshots, which do not
+    need it, instead of delaying the first diff. `get_spark()` waits for it (one lock)."""
+
+    def start() -> None:
+        try:
+            get_spark()
+        except Exception:  # a failed start is reported by the stage that needs the session
+            pass
+
+    thread = threading.Thread(target=start, name="spark-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 def stop_spark() -> None:
     global _session
     with _lock:

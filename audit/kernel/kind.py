@@ -40,6 +40,8 @@ class KindSpec:
     endpoint_help: str = ""
     verifiable: bool = False
     """Whether a post-migration verification (two servers, no replication) can certify this kind."""
+    uses_spark: bool = True
+    """Whether its checks run Spark jobs (a run then starts the Spark session while the snapshots run)."""
     connection_types: Mapping[str, ConnKind] = field(default_factory=dict)
     """Airflow connection types a `conn:<id>` endpoint of this kind may be (audit/connections.py)."""
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from audit.sources.pika.binlog import (
+from audit.sources.pika.binlog_format import (
     BLOCK_SIZE,
     FILE_PREFIX,
     HEADER_SIZE,

@@ -109,4 +109,5 @@ KIND = KindSpec(
     checks=checks,
     suite=str(Path(__file__).with_name("dirfiles.json")),
     endpoint_help="{path: DIRECTORY}",
+    uses_spark=False,
 )

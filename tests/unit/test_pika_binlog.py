@@ -12,18 +12,9 @@ import xxhash
 
 from audit.errors import CorruptRecordError
 from audit.local.pika_binlog import BinlogWriter, padding_item, raw_item
-from audit.sources.pika.binlog import (
-    RECORD_SCHEMA,
-    BinlogRecord,
-    binlog_files,
-    file_number,
-    iter_records,
-    parse_file,
-    parse_manifest,
-    read_manifest,
-    scan_binlog,
-    summarize,
-)
+from audit.sources.pika.binlog import parse_file, scan_binlog
+from audit.sources.pika.binlog_format import RECORD_SCHEMA, binlog_files, file_number, parse_manifest, read_manifest
+from tests.pika_binlog_helpers import BinlogRecord, iter_records, summarize
 
 B = 65536
 T0 = 1_700_000_000  # 0x6553F100
@@ -515,3 +506,81 @@ def test_random_and_bit_flipped_bytes_never_raise(clean: bytes, tmp_path: Path) 
         if n % 10 == 0:
             path.write_bytes(data)
             assert parse_file(path, db=0, filenum=0, chunk_size=64 << 10).equals(batch)
+
+
+# -- found by the property tests (tests/unit/test_pika_fuzz.py) -------------------------------------------
+
+
+def test_a_crash_cut_with_the_rest_zero_filled_is_a_torn_tail(clean: bytes) -> None:
+    # A preallocated file cut by a crash keeps its zeros after the cut: a header with a zero type byte,
+    # or an item whose RESP ends in zeros, was a critical corrupt_record instead of a torn tail.
+    good = _clean_rows(clean)
+    last = good[-1]
+    s, e = last["start"], last["end"]
+    split = _in_block(good, 2, straddling=True)
+    block = split["end"] - split["end"] % B  # its Last fragment starts here
+    cases = [(last, cut) for cut in (s + 1, s + 5, s + 7, s + 8, s + 40, s + 60, e - 2, e - 1)]
+    cases += [(split, cut) for cut in (block + 5, block + 12, split["end"] - 1)]
+    for r, cut in cases:
+        filled = clean[:cut] + bytes(B)
+        got = rows(scan_binlog(filled, db=0, filenum=0))
+        before = [x for x in good if x["end"] <= r["start"]]
+        assert got[: len(before)] == before, cut
+        tail = got[len(before) :]
+        assert [(x["row_kind"], x["start"]) for x in tail] == [("torn_tail", r["start"])], (cut, tail)
+        assert tail[0]["end"] <= cut
+    assert rows(scan_binlog(clean + bytes(B), db=0, filenum=0)) == good
+
+
+def test_a_zeroed_header_with_data_after_it_is_damage_not_the_end(clean: bytes, tmp_path: Path) -> None:
+    # An all-zero header used to end the log silently, whatever followed: the rest of the file unread.
+    good = _clean_rows(clean)
+    r = _in_block(good, 1)
+    data = bytearray(clean)
+    data[r["start"] : r["start"] + 8] = bytes(8)
+    got = rows(scan_binlog(bytes(data), db=0, filenum=0))
+    block_end = (r["start"] // B + 1) * B
+    _expect_resume(good, r, block_end, got, "zero-filled gap before more data")
+    path = tmp_path / "write2file0"
+    path.write_bytes(bytes(data) + bytes(3 * B))  # and the zero tail after the data still ends it quietly
+    for chunk in (B, 2 * B, 8 << 20):
+        assert parse_file(path, db=0, filenum=0, chunk_size=chunk).to_pylist() == got
+
+
+def test_every_resp_argument_is_checked_not_only_the_first_two() -> None:
+    # The argument count of a command with three or more arguments was not checked against the content.
+    for args in ([b"SET", b"k", b"v"], [b"HSET", b"h", b"f", b"v"], [b"LPUSH", b"l", b"a", b"b", b"c"]):
+        item = raw_item(args, T0, 0, 1, 0, 0)
+        for digit in b"0123456789":
+            changed = item[:35] + bytes([digit]) + item[36:]
+            data = struct.pack("<HBIB", len(changed), 0, T0, 1) + changed
+            got = rows(scan_binlog(data, db=0, filenum=0))
+            if changed == item:
+                assert got[0]["row_kind"] == "record" and got[0]["key"] == args[1]
+            else:
+                assert (got[0]["row_kind"], got[0]["detail"]) == ("corrupt_record", "RESP content unparseable")
+        value_len = item.rindex(b"$")  # a value's declared length that disagrees with its bytes
+        changed = item[: value_len + 1] + b"9" + item[value_len + 2 :]
+        data = struct.pack("<HBIB", len(changed), 0, T0, 1) + changed
+        assert rows(scan_binlog(data, db=0, filenum=0))[0]["row_kind"] == "corrupt_record"
+
+
+@pytest.mark.parametrize(("left", "at", "value"), [(8, 0, 1), (8, 7, 1), (5, 2, 9)])  # length, type; not the time
+def test_non_zero_bytes_in_a_block_trailer_are_damage_located_there(
+    tmp_path: Path, left: int, at: int, value: int
+) -> None:
+    """The last 8 bytes of a block hold zeros (or a zero-length First header): Pika's reader never reads
+    them. A byte changed there (found by the fuzzing: a zero-length First header whose length byte was
+    hit) is damage at that byte, not at the fragments the next block then holds without their First."""
+    w = writer(tmp_path)
+    land(w, left, b"a", lambda args: w.append(args, exec_time=T0))
+    trailer = w.position[1]
+    w.append([b"SET", b"after-the-trailer", b"x" * 100], exec_time=T0)
+    w.append([b"SET", b"later", b"y"], exec_time=T0)
+    data = bytearray((tmp_path / "write2file0").read_bytes())
+    assert trailer % B == B - left
+    data[trailer + at] = value
+    got = rows(scan_binlog(bytes(data), db=0, filenum=0))
+    damage = [r for r in got if r["row_kind"] != "record"]
+    assert damage and damage[0]["row_kind"] == "corrupt_record" and damage[0]["start"] == trailer
+    assert [r["key"] for r in got if r["row_kind"] == "record"][-1] == b"later"  # reading resumed after it

@@ -25,7 +25,8 @@ from audit.sources.sink import finding_from_row
 
 from audit.diagnose import diagnose
 from audit.findings import findings_table
-from audit.sources.pika.binlog import parse_file, read_manifest
+from audit.sources.pika.binlog import parse_file
+from audit.sources.pika.binlog_format import read_manifest
 from tests.conftest import SHARED
 
 CAPTURE = SHARED / "fixtures" / "pika-live"

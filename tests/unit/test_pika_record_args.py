@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from audit.local.pika_binlog import BinlogWriter, resp_encode
-from audit.sources.pika.binlog import BLOCK_SIZE, HEADER_SIZE, ITEM_HEADER_SIZE, content_digest, parse_file
+from audit.sources.pika.binlog import parse_file
+from audit.sources.pika.binlog_format import BLOCK_SIZE, HEADER_SIZE, ITEM_HEADER_SIZE, content_digest
 from audit.sources.pika.record_args import expire_at_ms, join_fragments, read_expiry, resp_args
 
 T0 = 1_700_000_000

@@ -374,13 +374,14 @@ def test_comparable_paths_leave_out_shards_a_side_could_not_read(spark, tmp_path
         (tmp_path / side / "keys.parquet").mkdir(parents=True)
         for i in range(3):
             failed = side == "replica" and i == 1
-            path = tmp_path / side / "keys.parquet" / f"shard-{i:03d}-h-{i}.parquet"
+            path = tmp_path / side / "keys.parquet" / f"shard-{i:03d}-h-{i}-part-00000.parquet"
+            glob = path.with_name(f"shard-{i:03d}-h-{i}-part-*.parquet")  # a node's keys_file: its parts
             if not failed:
                 row = {n: [None] for n in SNAPSHOT_SCHEMA.names} | {"db": [i], "key": [b"k%d" % i]}
                 pq.write_table(pa.Table.from_pydict(row, schema=SNAPSHOT_SCHEMA), path)
             status, err = ("error", "unreachable") if failed else ("ok", None)
             results.append(
-                TaskResult(side, i, f"s{i}", f"h:{i}", status, err, None if failed else str(path), 1, 0, None)
+                TaskResult(side, i, f"s{i}", f"h:{i}", status, err, None if failed else str(glob), 1, 0, None)
             )
     whole = FleetSnapshot([r for r in results if r.ordinal != 1], {})  # every task read its shard
     assert whole.comparable_paths(tmp_path) == (
@@ -388,6 +389,6 @@ def test_comparable_paths_leave_out_shards_a_side_could_not_read(spark, tmp_path
         str(tmp_path / "replica/keys.parquet"),
     )
     m, r = FleetSnapshot(results, {}).comparable_paths(tmp_path)
-    assert m.endswith("keys.parquet/{shard-000-h-0.parquet,shard-002-h-2.parquet}")
+    assert m.endswith("keys.parquet/{shard-000-h-0-part-*.parquet,shard-002-h-2-part-*.parquet}")
     for path in (m, r):
         assert sorted(x["db"] for x in spark.read.parquet(path).select("db").collect()) == [0, 2]

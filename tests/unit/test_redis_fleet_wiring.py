@@ -17,7 +17,7 @@ from audit.sources.redis.keys import KeyState
 from audit.sources.redis.recheck import category_of
 from audit.sources.redis.resp import pack
 from audit.sources.redis.routing import split_packed
-from audit.sources.redis.snapshot import filtered_by_match
+from audit.sources.redis.scan_filter import filtered_by_match
 from audit.sources.redis.topology import Node, Shard, SlotMove, Topology
 
 CLUSTER = "{url: 'redis://u:pw@10.0.0.5:7000', topology: cluster}"

@@ -323,3 +323,89 @@ def test_copies_bytes_like_ha_including_a_cut_record(tmp_path: Path) -> None:
 def test_properties_string_round_trip() -> None:
     props = {"UNIQ_KEY": "A1", "KEYS": "k1 k2", "TAGS": "t"}
     assert parse_properties(properties_string(props)) == props
+
+
+def test_a_slave_cut_mid_record_with_ipv4_and_ipv6_producers(tmp_path: Path) -> None:
+    # The normal state of a live slave: HA chunks cut its last record, and the producers connect over
+    # both IPv4 and IPv6. The cut record is dropped from the batch; its IPv6 host must go with it.
+    hosts = ["10.0.0.7:50123", "[2001:db8::7]:50123"]
+    messages = [msg(i, born_host=hosts[i % 2], store_host=hosts[(i // 2) % 2]) for i in range(12)]
+    offsets = write_store(tmp_path / "m", messages, file_size=64 * 1024)
+    for cut_in in (len(messages) - 1, len(messages) - 2):  # the cut record is IPv6, then IPv4 born
+        slave = tmp_path / f"s{cut_in}"
+        replicate(tmp_path / "m", slave, start=0, upto=offsets[cut_in] + 60)
+        got = _scan_all(slave)
+        assert [r["row_kind"] for r in got] == ["record"] * cut_in + ["torn_tail"]
+        assert [r["born_host"] for r in got[:cut_in]] == [m.born_host for m in messages[:cut_in]]
+        assert [r["store_host"] for r in got[:cut_in]] == [m.store_host for m in messages[:cut_in]]
+        assert got[-1]["phys_offset"] == offsets[cut_in]
+
+
+def test_a_record_without_properties_cut_in_its_topic_is_a_torn_tail(tmp_path: Path) -> None:
+    # Found by tests/unit/test_rmq_fuzz.py: with no properties the record ends with its topic, and a cut
+    # inside the topic left zeros that passed every check: a record with topic "Topic\0\0" was accepted.
+    messages = [msg(0), msg(1, topic="TopicTest", properties={})]
+    offsets = write_store(tmp_path / "m", messages, file_size=4096)
+    topic_at = offsets[1] + len(encode(messages[1], offsets[1])) - 2 - len("TopicTest")
+    for cut in (topic_at, topic_at + 1, topic_at + 8):
+        slave = tmp_path / f"s{cut}"
+        replicate(tmp_path / "m", slave, start=0, upto=cut)
+        got = _scan_all(slave)
+        assert [(r["row_kind"], r["phys_offset"]) for r in got] == [("record", 0), ("torn_tail", offsets[1])]
+        assert '"topic_cut"' in str(got[-1]["detail"])
+        # Whatever the batch size: a batch ending right after the cut record once hid it (fuzz, too).
+        data = (slave / "commitlog" / "00000000000000000000").read_bytes()
+        for batch_bytes in (1, offsets[1], offsets[1] + 1, 1 << 20):
+            kinds = [
+                r["row_kind"] for b in iter_batches(data, file_start=0, batch_bytes=batch_bytes) for r in b.to_pylist()
+            ]
+            assert kinds == ["record", "torn_tail"], batch_bytes
+    whole = tmp_path / "whole"
+    replicate(tmp_path / "m", whole, start=0, upto=topic_at + 9)  # the topic whole, PROPLEN 0 is the zeros
+    assert [r["topic"] for r in _scan_all(whole)] == ["TopicTest", "TopicTest"]
+
+
+def test_a_bad_crc_in_a_last_record_without_properties_is_corrupt_not_torn() -> None:
+    # Found by tests/unit/test_rmq_fuzz.py: such a record ends with PROPLEN 0, so "zeros from its last
+    # byte on" held for a whole record and a body CRC failure was reported as a cut (info, not critical).
+    first = encode(msg(0), 0)
+    second = bytearray(encode(msg(1, properties={}), len(first)))
+    second[11] ^= 1  # BODYCRC
+    for tail in (b"", bytes(500)):
+        got = rows(scan_commitlog(first + bytes(second) + tail, file_start=0))
+        assert [(r["row_kind"], r["phys_offset"]) for r in got] == [("record", 0), ("corrupt_record", len(first))]
+        assert '"body_crc"' in str(got[-1]["detail"])
+
+
+def test_a_slave_cut_inside_a_blank_is_a_torn_tail(tmp_path: Path) -> None:
+    # HA copies the BLANK at a file's end like any bytes: a chunk may end inside its magic.
+    offsets, messages = _store(tmp_path / "m")
+    last = max(k for k, o in enumerate(offsets) if o < 2048)
+    blank_at = offsets[last] + len(encode(messages[last], offsets[last]))
+    frame = blank_record(2048 - blank_at)
+    for cut in range(blank_at + 1, blank_at + 9):
+        slave = tmp_path / f"s{cut}"
+        replicate(tmp_path / "m", slave, start=0, upto=cut)
+        got = _scan_all(slave)
+        if cut == blank_at + 8:
+            assert got[-1]["row_kind"] == "blank"
+        elif any(frame[: cut - blank_at]):
+            assert (got[-1]["row_kind"], got[-1]["phys_offset"]) == ("torn_tail", blank_at), cut
+        else:
+            assert got[-1]["row_kind"] == "record" and got[-1]["phys_offset"] == offsets[last]
+        assert "corrupt_record" not in [r["row_kind"] for r in got]
+
+
+def test_a_totalsize_past_the_end_is_corrupt_when_the_record_lengths_disagree() -> None:
+    # A damaged TOTALSIZE that ran past the end of the data was taken for a cut record (torn_tail), and
+    # the whole records after it were silently not read.
+    a, b = encode(msg(0), 0), encode(msg(1), 0)
+    data = bytearray(a + encode(msg(1), len(a)) + encode(msg(2), len(a) + len(b)))
+    data[len(a) : len(a) + 4] = (len(data)).to_bytes(4, "big")
+    got = rows(scan_commitlog(bytes(data), file_start=0))
+    assert [(r["row_kind"], r["phys_offset"]) for r in got] == [("record", 0), ("corrupt_record", len(a))]
+    assert '"length_mismatch"' in str(got[-1]["detail"])
+    whole = a + encode(msg(1), len(a))
+    for end in (len(a) + 4, len(a) + 50, len(a) + 90, len(whole) - 3, len(whole) - 1):  # real cuts stay torn
+        got = rows(scan_commitlog(whole[:end], file_start=0))
+        assert [r["row_kind"] for r in got] == ["record", "torn_tail"], end

@@ -1,83 +1,8 @@
-"""Pure reader for Pika's binlog files (`write2file<N>`) and their `manifest`.
+"""The Pika binlog scanner: one file's bytes in, Arrow rows of RECORD_SCHEMA out. Pure.
 
-Everything below was read from OpenAtomFoundation/pika @ 218b68bb (the format is the same from v3.3
-through v4.0.x); reference/pika_redis.md §1 has the notes. "L123" is a line of the file named before it.
-
-Physical framing, LevelDB-style with no checksum anywhere (`EmitPhysicalRecord`, src/pika_binlog.cc
-L243-274). A file is a sequence of 64 KiB blocks (`kBlockSize`, include/pika_define.h L337); every
-fragment lies inside one block, behind an 8-byte header (`kHeaderSize`, L342; the comment at L340 states
-the wrong field order):
-
-| off | size | field                                               |
-|-----|------|-----------------------------------------------------|
-| 0   | 3    | fragment length n, little-endian, n <= 65528        |
-| 3   | 4    | unix seconds of the write (tv_sec & 0xffffffff), LE |
-| 7   | 1    | RecordType                                          |
-| 8   | n    | payload                                             |
-
-RecordType (include/pika_define.h L322-331):
-
-| value | name      | on disk                                                                 |
-|-------|-----------|-------------------------------------------------------------------------|
-| 0     | Zero      | an all-zero header: the zero-filled preallocated tail, the end of the log |
-| 1     | Full      | a whole item                                                            |
-| 2     | First     | first fragment of an item that does not fit in what is left of the block |
-| 3     | Middle    | inner fragment (fills a whole block)                                    |
-| 4     | Last      | last fragment                                                           |
-| 5     | Eof       | reader-internal, never written                                          |
-| 6     | BadRecord | padding written by `SetProducerStatus` after a full sync (L320-406)     |
-| 7     | OldRecord | reader-internal, never written                                          |
-
-Writer rules (`Produce`, src/pika_binlog.cc L276-318): with fewer than 8 bytes left in a block the
-writer zero-fills them (a trailer) and starts the next block; with exactly 8 left it writes a
-zero-length First header there (the code would do the same for a Middle, but every fragment but the
-last fills its block, so only a record starting there can meet exactly 8 left bytes). Pika's reader
-(`ReadPhysicalRecord`, src/pika_binlog_reader.cc L135-178) jumps to the next block whenever
-`65536 - pos_in_block <= 8`, so it never reads that header. A record's `start` below is where its first
-header is, that zero-length one included; its `end` is the offset just after its last payload byte,
-which is what Pika's reader reports and what ACKs, `INFO replication` and the manifest's pro_offset use.
-
-Logical item, `BinlogItem` of type TypeFirst (include/pika_binlog_transverter.h L14-23,
-`BinlogEncode` src/pika_binlog_transverter.cc L62-76; fixed-width little-endian):
-
-| off | size | field                                                                          |
-|-----|------|--------------------------------------------------------------------------------|
-| 0   | u16  | type, always 1; `BinlogDecode` rejects anything else                           |
-| 2   | u32  | exec_time: unix seconds on the node that wrote it                              |
-| 6   | u32  | term                                                                           |
-| 10  | u64  | logic_id: the manifest's logic_id + 1                                          |
-| 18  | u32  | filenum: the producer position before this append (and before the rollover check) |
-| 22  | u64  | offset: idem, so the first record of write2file<N+1> carries (N, size of N)    |
-| 30  | u32  | content_len: must equal the bytes that follow                                  |
-| 34  | ...  | content: the command as a RESP array, `*3\r\n$3\r\nset\r\n$1\r\nk\r\n$1\r\nv\r\n` |
-
-Pika's padding command (`ConstructPaddingBinlog`, src/pika_binlog_transverter.cc L119-167) is an ordinary
-item with every header field 0 and content `*2\r\n$7\r\npadding\r\n$NNNNN\r\n***...\r\n`; it is read as a
-record with command "padding" and no key.
-
-`manifest` (`Version::StableSave`, src/pika_binlog.cc L35-58): 64 KiB, of which the first 24 bytes are
-`<IQQI` pro_num, pro_offset, logic_id, term; (pro_num, pro_offset) is the producer position.
-
-While Pika runs a binlog file is longer than its log: the writer mmaps and fallocates it in 4 MiB steps
-(src/pstd/src/env.cc L68, L342-420) and trims the zero tail only on Close. The scan stops at the first
-all-zero header, or at `logical_end` (the manifest's pro_offset, for the file being written).
-
-One row per thing found in a file (RECORD_SCHEMA):
-
-| row_kind       | what                                                                          |
-|----------------|-------------------------------------------------------------------------------|
-| record         | one item                                                                      |
-| padding        | one contiguous run of type-6 records                                          |
-| corrupt_record | structural damage (see below); `detail` says what                             |
-| torn_tail      | a record cut by the end of the data, or still open where the zero tail starts |
-
-Structural damage is a fragment length over 65528 or past its block, an unknown record type, a broken
-fragment sequence (Middle or Last without First, First or Full while a record is open), or an item whose
-34-byte header does not decode (too short, type != 1, content_len != the bytes left). It becomes one
-`corrupt_record` row from where the damaged record (or fragment) begins to where reading resumes: the
-next 64 KiB block boundary, after any Middle/Last fragments there that continue the broken record. An
-item with a sound frame and header whose content is not RESP is a `corrupt_record` row too, but with its
-header fields and digest filled in, and reading goes on right after it since its frame is trustworthy.
+The byte layout, the row kinds and what counts as damage are in audit/sources/pika/binlog_format.py
+(and docs/formats/pika-binlog.md); this module walks the 64 KiB blocks, reassembles fragments, decodes
+each item's header and RESP command, and reports damage and cut records where they are.
 """
 
 from __future__ import annotations
@@ -85,9 +10,6 @@ from __future__ import annotations
 import os
 import re
 import struct
-from collections.abc import Iterator
-from dataclasses import dataclass
-from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -95,94 +17,42 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from audit.errors import CorruptRecordError
-
-BLOCK_SIZE = 64 * 1024  # kBlockSize
-HEADER_SIZE = 8  # kHeaderSize
-MAX_FRAGMENT = BLOCK_SIZE - HEADER_SIZE  # a larger length is BadRecord in ReadPhysicalRecord
-ITEM_HEADER_SIZE = 34  # BINLOG_ITEM_HEADER_SIZE
-MANIFEST_SIZE = 64 * 1024  # Roundup(65536, page)
-KEY_PREFIX_MAX = 1024  # the `key` column keeps this many bytes of the key
-FILE_PREFIX = "write2file"  # kBinlogPrefix; files are write2file0, write2file1, ... (no zero padding)
-MANIFEST_NAME = "manifest"  # kManifest
-ITEM_TYPE_FIRST = 1  # BinlogType::TypeFirst
-
-
-class RecordType(IntEnum):
-    """Physical record types (include/pika_define.h L322-331)."""
-
-    ZERO = 0
-    FULL = 1
-    FIRST = 2
-    MIDDLE = 3
-    LAST = 4
-    EOF = 5
-    BAD_RECORD = 6
-    OLD_RECORD = 7
-
-
-PHYSICAL_HEADER = struct.Struct(
-    "<H"  # fragment length, low 16 bits
-    "B"  # fragment length, high 8 bits
-    "I"  # unix seconds of the write
-    "B"  # RecordType
+from audit.sources.pika.binlog_format import (
+    BLOCK_SIZE,
+    HEADER_SIZE,
+    ITEM_HEADER_SIZE,
+    ITEM_TYPE_FIRST,
+    KEY_PREFIX_MAX,
+    MAX_FRAGMENT,
+    RECORD_SCHEMA,
+    ROW_CORRUPT,
+    ROW_PADDING,
+    ROW_RECORD,
+    ROW_TORN,
+    RecordType,
 )
+from audit.sources.pika.binlog_resp import (
+    BAD_HEAD,
+    PREFIX,
+    PREFIX_PARTS,
+    Head,
+    args_end,
+    command_name,
+    last_arg_header,
+    resp_head,
+)
+
 # The same 8 bytes as one little-endian word, for the hot loop:
 # length = w & 0xFFFFFF, seconds = (w >> 24) & 0xFFFFFFFF, type = w >> 56; an all-zero header is w == 0.
 _HEADER_WORD = struct.Struct("<Q")
 _LENGTH_MASK = 0xFFFFFF
 _TYPE_SHIFT = 56
-
-ITEM_HEADER = struct.Struct(
-    "<H"  # type: 1 (TypeFirst)
-    "I"  # exec_time: unix seconds on the writing node
-    "I"  # term (server_id in v3.0)
-    "Q"  # logic_id
-    "I"  # filenum: producer pro_num before this append
-    "Q"  # offset: producer pro_offset before this append
-    "I"  # content_len: bytes that follow
-)
-assert ITEM_HEADER.size == ITEM_HEADER_SIZE
-
-MANIFEST = struct.Struct(
-    "<I"  # pro_num: number N of write2file<N> being written
-    "Q"  # pro_offset: end offset of the last record in it
-    "Q"  # logic_id: last logic id
-    "I"  # term
-)
-
-ROW_RECORD = "record"
-ROW_PADDING = "padding"
-ROW_CORRUPT = "corrupt_record"
-ROW_TORN = "torn_tail"
-
-RECORD_SCHEMA = pa.schema(
-    [
-        pa.field("row_kind", pa.string(), nullable=False),  # record | padding | corrupt_record | torn_tail
-        pa.field("db", pa.int32(), nullable=False),
-        pa.field("filenum", pa.int32(), nullable=False),  # N of write2file<N>
-        pa.field("start", pa.int64(), nullable=False),  # offset of the record's first physical header
-        pa.field("end", pa.int64(), nullable=False),  # offset after its last payload byte (Pika's reader offset)
-        pa.field("exec_time", pa.int64()),
-        pa.field("term", pa.int64()),
-        pa.field("logic_id", pa.int64()),
-        pa.field("prev_filenum", pa.int64()),  # embedded producer position before the append
-        pa.field("prev_offset", pa.int64()),
-        pa.field("content_len", pa.int64()),
-        pa.field("digest", pa.int64()),  # xxh3_64 of the content (item bytes 34..), as a signed int64
-        pa.field("command", pa.string()),  # lower-cased first RESP argument
-        pa.field("key", pa.binary()),  # second RESP argument, first KEY_PREFIX_MAX bytes; null when keyless
-        pa.field("detail", pa.string()),  # why a row is not a good record; null for records
-    ]
-)
-
-_KEYLESS = frozenset({"padding"})  # commands whose second argument is not a key
-_FILE_RE = re.compile(rf"{FILE_PREFIX}(0|[1-9][0-9]*)")
+_h64 = xxhash.xxh3_64_intdigest
 _CRLF = b"\r\n"
+_KEYLESS = frozenset({"padding"})  # commands whose second argument is not a key
 _B = BLOCK_SIZE
 _MASK = BLOCK_SIZE - 1
 _LAST_HEADER_AT = BLOCK_SIZE - HEADER_SIZE  # a header at or past this block offset is skipped by Pika's reader
-_h64 = xxhash.xxh3_64_intdigest
 _ITEM_CHECK = struct.Struct(
     "<H"  # item type
     "28x"  # exec_time, term, logic_id, filenum, offset: decoded later, in one numpy pass
@@ -201,122 +71,11 @@ _ITEM_DTYPE = np.dtype(
 )
 assert _ITEM_DTYPE.itemsize == ITEM_HEADER_SIZE
 _NO_HEADER = bytes(ITEM_HEADER_SIZE)
-# The hot loop's RESP check: an array of N >= 2 bulk strings, matched up to the key's bytes. The prefix
-# (argument count, command, key length) repeats across a file, so what it says is decoded once per
-# distinct prefix. Anything else (one argument, a CR in the command, ...) goes to `_resp_head`.
-_PREFIX = re.compile(rb"\*[0-9]{1,10}\r\n\$[0-9]{1,10}\r\n[^\r]*\r\n\$[0-9]{1,10}\r\n")
-_PREFIX_PARTS = re.compile(rb"\*([0-9]{1,10})\r\n\$([0-9]{1,10})\r\n([^\r]*)\r\n\$([0-9]{1,10})\r\n")
-_Head = tuple[str, bool, int, bool]  # command name, has a key, key length, exactly two arguments
-_BAD_HEAD: _Head = ("", False, 0, False)
 _KIND_CODE = {ROW_RECORD: 0, ROW_PADDING: 1, ROW_CORRUPT: 2, ROW_TORN: 3}
 _KIND_NAMES = pa.array(list(_KIND_CODE), pa.string())
-
-
-@dataclass(frozen=True, slots=True)
-class Manifest:
-    """The producer position of one DB's binlog (the first 24 bytes of `manifest`)."""
-
-    pro_num: int
-    pro_offset: int
-    logic_id: int
-    term: int
-
-
-def parse_manifest(data: bytes | memoryview) -> Manifest:
-    """Decode a `manifest` file's content; CorruptRecordError when it is shorter than 24 bytes."""
-    if len(data) < MANIFEST.size:
-        raise CorruptRecordError(f"manifest is {len(data)} bytes, needs {MANIFEST.size}", offset=0)
-    return Manifest(*MANIFEST.unpack_from(data, 0))
-
-
-def read_manifest(log_dir: Path) -> Manifest:
-    """Read `<log_dir>/manifest`."""
-    with open(log_dir / MANIFEST_NAME, "rb") as f:
-        return parse_manifest(f.read(MANIFEST.size))
-
-
-def file_number(name: str) -> int | None:
-    """N for a file named `write2file<N>`, else None."""
-    m = _FILE_RE.fullmatch(name)
-    return int(m.group(1)) if m else None
-
-
-def binlog_files(log_dir: Path) -> list[tuple[int, Path]]:
-    """The `write2file<N>` files of one DB's log directory, sorted by N (manifest and context are skipped)."""
-    found = []
-    for p in log_dir.iterdir():
-        n = file_number(p.name)
-        if n is not None and p.is_file():
-            found.append((n, p))
-    return sorted(found)
-
-
-@dataclass(frozen=True, slots=True)
-class BinlogRecord:
-    """One row of RECORD_SCHEMA, for convenient single-record use (the columnar scan is the fast path)."""
-
-    row_kind: str
-    db: int
-    filenum: int
-    start: int
-    end: int
-    exec_time: int | None
-    term: int | None
-    logic_id: int | None
-    prev_filenum: int | None
-    prev_offset: int | None
-    content_len: int | None
-    digest: int | None
-    command: str | None
-    key: bytes | None
-    detail: str | None
-
-
-def _resp_head(buf: bytes, c: int, e: int) -> tuple[bytes, int, int] | None:
-    """Locate the first two arguments of the RESP array in buf[c:e].
-
-    Returns (command bytes, key start, key length), key start -1 when there is one argument, or None
-    when the content is not a RESP array of bulk strings. Arguments after the second are not parsed
-    (the digest covers them); the content must still end with CRLF. Lengths are at most 10 digits
-    (Pika's padding command writes 5, zero-padded).
-    """
-    if c >= e or buf[c] != 42:  # '*'
-        return None
-    x = buf.find(_CRLF, c + 1, e)
-    d = buf[c + 1 : x]
-    if x < 0 or x - c > 11 or not d.isdigit():
-        return None
-    argc = int(d)
-    p = x + 2
-    if argc < 1 or p >= e or buf[p] != 36:  # '$'
-        return None
-    x = buf.find(_CRLF, p + 1, e)
-    d = buf[p + 1 : x]
-    if x < 0 or x - p > 11 or not d.isdigit():
-        return None
-    s = x + 2
-    t = s + int(d)
-    if t + 2 > e or not buf.startswith(_CRLF, t):
-        return None
-    if argc == 1:
-        return (buf[s:t], -1, 0) if t + 2 == e else None
-    p = t + 2
-    if p >= e or buf[p] != 36:
-        return None
-    x = buf.find(_CRLF, p + 1, e)
-    d = buf[p + 1 : x]
-    if x < 0 or x - p > 11 or not d.isdigit():
-        return None
-    ks = x + 2
-    kn = int(d)
-    p = ks + kn + 2
-    if p > e or not buf.startswith(_CRLF, p - 2):
-        return None
-    if argc == 2:
-        return (buf[s:t], ks, kn) if p == e else None
-    if p >= e or not buf.endswith(_CRLF, p, e):
-        return None
-    return buf[s:t], ks, kn
+_CUT_BY_ZEROS = "record cut where the zero-filled tail starts"
+_ZERO_GAP = "zero-filled gap before more data"
+_NONZERO = re.compile(rb"[^\x00]")
 
 
 class _Scan:
@@ -342,7 +101,8 @@ class _Scan:
         self.key: list[bytes | None] = []
         self.special: list[tuple[int, int, str | None, bool]] = []  # (row, kind code, detail, has item fields)
         self.names: dict[bytes, tuple[str, bool]] = {}  # raw command -> (lower-cased name, has a key)
-        self.heads: dict[bytes, _Head] = {}  # RESP prefix up to the key -> what it says (_BAD_HEAD if bad)
+        self.heads: dict[bytes, Head] = {}  # RESP prefix up to the key -> what it says (BAD_HEAD if bad)
+        self.value_heads: dict[int, bytes] = {}  # size of a last bulk string -> the `$N\r\n` it starts with
         self.pad_start = -1  # file offset of an open padding run, carried across chunks
         self.bad_start = -1  # file offset of an open corrupt region (skipping continuations), carried
         self.bad_detail = ""
@@ -354,19 +114,23 @@ class _Scan:
     def _name(self, raw: bytes) -> tuple[str, bool]:
         got = self.names.get(raw)
         if got is None:
-            name = raw.decode("ascii", "backslashreplace").lower()
+            name = command_name(raw)
             got = (name, name not in _KEYLESS)
             if len(self.names) < 4096:
                 self.names[raw] = got
         return got
 
-    def _head(self, prefix: bytes) -> _Head:
-        """Decode a `*N\\r\\n$L\\r\\ncommand\\r\\n$K\\r\\n` prefix (N >= 2) once; _BAD_HEAD when it is not one."""
-        m = _PREFIX_PARTS.fullmatch(prefix)
-        got = _BAD_HEAD
+    def _last_arg(self, size: int) -> bytes:
+        got = self.value_heads[size] = last_arg_header(size)
+        return got
+
+    def _head(self, prefix: bytes) -> Head:
+        """Decode a `*N\\r\\n$L\\r\\ncommand\\r\\n$K\\r\\n` prefix (N >= 2) once; BAD_HEAD when it is not one."""
+        m = PREFIX_PARTS.fullmatch(prefix)
+        got = BAD_HEAD
         if m is not None and int(m.group(1)) >= 2 and int(m.group(2)) == len(m.group(3)):
             name, has_key = self._name(m.group(3))
-            got = (name, has_key, int(m.group(4)), int(m.group(1)) == 2)
+            got = (name, has_key, int(m.group(4)), int(m.group(1)) - 2)
         if len(self.heads) < 65536:
             self.heads[prefix] = got
         return got
@@ -391,7 +155,7 @@ class _Scan:
             return f"item header type {typ} != {ITEM_TYPE_FIRST}"
         if clen != n - ITEM_HEADER_SIZE:
             return f"content_len {clen} != {n - ITEM_HEADER_SIZE} remaining"
-        head = _resp_head(item, ITEM_HEADER_SIZE, n)
+        head = resp_head(item, ITEM_HEADER_SIZE, n)
         if head is None:
             self.special.append((len(self.start), _KIND_CODE[ROW_CORRUPT], "RESP content unparseable", True))
             self.command.append(None)
@@ -465,10 +229,11 @@ class _Scan:
         word = _HEADER_WORD.unpack_from
         check = _ITEM_CHECK.unpack_from
         h64 = _h64
-        prefix = _PREFIX.match
+        prefix = PREFIX.match
         heads = self.heads
+        value_head, last_arg = self.value_heads.get, self._last_arg
         head = self._head
-        bad = _BAD_HEAD
+        bad = BAD_HEAD
         step = self._step
         headers = self.headers
         start, end, digest = self.start.append, self.end.append, self.digest.append
@@ -493,7 +258,14 @@ class _Scan:
                             if (
                                 got is not bad
                                 and buf.startswith(_CRLF, q)
-                                and (q + 2 == e if got[3] else buf.endswith(_CRLF, q + 2, e))
+                                and (
+                                    q + 2 == e
+                                    if not got[3]
+                                    # the arguments after the key, all checked; the last by its size alone
+                                    else (v := q + 2 if got[3] == 1 else args_end(buf, q + 2, e, got[3] - 1)) >= 0
+                                    and buf.startswith(value_head(e - v) or last_arg(e - v), v, e)
+                                    and buf.endswith(_CRLF, e - 2, e)
+                                )
                             ):
                                 start(base + i)
                                 end(base + e)
@@ -538,22 +310,28 @@ class _Scan:
                     return self._fragmented(buf, base, i, i + HEADER_SIZE, limit, final)
                 if w & _LENGTH_MASK == 0 and w >> _TYPE_SHIFT == RecordType.MIDDLE:
                     return self._corrupt(base + i, "Middle fragment without First", base, i + left, buf, limit, final)
+            if buf[i : min(i + left, limit)].strip(b"\0"):  # a writer leaves only zeros here (but the header above)
+                return self._corrupt(base + i, "non-zero bytes in a block trailer", base, i + left, buf, limit, final)
             return i + left
         if i + HEADER_SIZE > limit:
             return self._end_cut(buf, base, i, limit, final)
         w = _HEADER_WORD.unpack_from(buf, i)[0]
         if w == 0:
-            return self._finish()
+            return self._zero_header(buf, base, i, limit, final)
         n = w & _LENGTH_MASK
         t = w >> _TYPE_SHIFT
         bad = self._bad_header(n, t, bo, base + i)
         if bad is not None:
+            if t == RecordType.ZERO and _zeros(buf, i + 7, limit):  # a header cut before its type byte
+                return self._torn_at_zeros(buf, base, i, limit, final, _CUT_BY_ZEROS)
             return self._corrupt(base + i, bad, base, i + left, buf, limit, final)
         j = i + HEADER_SIZE
         e = j + n
         if t == RecordType.FULL:
             if e > limit:
                 return self._torn_or_need(base, i, i, limit, final, "fragment payload cut by the end of data")
+            if _cut_by_zeros(buf, e, limit):
+                return self._torn_at_zeros(buf, base, i, limit, final, _CUT_BY_ZEROS)
             miss = self._item(buf[j:e], base + i, base + e)
             if miss is not None:
                 return self._corrupt(base + i, miss, base, -(-e // _B) * _B, buf, limit, final)
@@ -586,6 +364,25 @@ class _Scan:
             self._row(ROW_TORN, base + i, base + limit, "record header cut by the end of data")
         return self._finish()
 
+    def _zero_header(self, buf: bytes, base: int, i: int, limit: int, final: bool) -> int:
+        """An all-zero header: the end of the log, unless data follows (then a damaged, zeroed region).
+
+        In a chunk whose rest is zeros, what follows is not known yet: it is read again with more data.
+        """
+        more = _NONZERO.search(buf, i, limit)
+        if more is None:
+            return self._finish() if final else self._need(base, i)
+        at = more.start()
+        self.bad_start, self.bad_detail = base + i, _ZERO_GAP
+        return self._resync(buf, base, max(i + _B - (i & _MASK), at - (at & _MASK)), limit, final)
+
+    def _torn_at_zeros(self, buf: bytes, base: int, start: int, limit: int, final: bool, why: str) -> int:
+        """The record at buf[start] is cut and only zeros follow: torn up to where the zeros begin."""
+        if not final:
+            return self._need(base, start)  # the zeros may end in the next chunk: read on
+        self._row(ROW_TORN, base + start, base + start + max(1, len(buf[start:limit].rstrip(b"\0"))), why)
+        return self._finish()
+
     def _torn_or_need(self, base: int, start: int, i: int, limit: int, final: bool, why: str) -> int:
         if not final:
             return self._need(base, start)
@@ -616,11 +413,14 @@ class _Scan:
                     base, first, i, limit, final, "record open at the end of data (no Last fragment)"
                 )
             w = _HEADER_WORD.unpack_from(buf, i)[0]
-            if w == 0:
-                self._row(ROW_TORN, base + first, base + i, "record open where the zero-filled tail starts")
-                return self._finish()
             n = w & _LENGTH_MASK
             t = w >> _TYPE_SHIFT
+            if t == RecordType.ZERO and _zeros(buf, i + 7, limit):
+                return self._torn_at_zeros(
+                    buf, base, first, limit, final, "record open where the zero-filled tail starts"
+                )
+            if w == 0:
+                return self._corrupt(base + first, _ZERO_GAP, base, i + left, buf, limit, final)
             bad = self._bad_header(n, t, bo, base + i)
             if bad is None and t not in (RecordType.MIDDLE, RecordType.LAST):
                 bad = f"{RecordType(t).name.title().replace('_', '')} fragment while a record is open"
@@ -632,6 +432,8 @@ class _Scan:
                 return self._torn_or_need(
                     base, first, i, limit, final, "record open at the end of data (no Last fragment)"
                 )
+            if t == RecordType.LAST and _cut_by_zeros(buf, e, limit):
+                return self._torn_at_zeros(buf, base, first, limit, final, _CUT_BY_ZEROS)
             pieces.append((j, e))
             i = e
             if t == RecordType.LAST:
@@ -654,7 +456,7 @@ class _Scan:
             if w >> _TYPE_SHIFT != RecordType.BAD_RECORD or n > _LAST_HEADER_AT - bo:
                 break
             e = i + HEADER_SIZE + n
-            if e > limit:
+            if e > limit or _cut_by_zeros(buf, e, limit):  # padding is all '*'
                 if not final:
                     return self._need(base, i)
                 self._end_padding(base + i)
@@ -710,6 +512,18 @@ class _Scan:
             return i
 
 
+def _zeros(buf: bytes, i: int, limit: int) -> bool:
+    """Only zeros in buf[i:limit]."""
+    return _NONZERO.search(buf, i, limit) is None
+
+
+def _cut_by_zeros(buf: bytes, e: int, limit: int) -> bool:
+    """A fragment ending at buf[e] ends in a zero where it cannot (an item's RESP ends in LF, padding in
+    '*') and only zeros follow: it was cut, the rest of a preallocated file left zero-filled. (In a chunk
+    the zeros may go on: `_torn_at_zeros` reads on before calling it torn.)"""
+    return e > 0 and buf[e - 1] == 0 and _zeros(buf, e - 1, limit)
+
+
 def scan_binlog(
     data: bytes | bytearray | memoryview, *, db: int, filenum: int, logical_end: int | None = None
 ) -> pa.RecordBatch:
@@ -750,43 +564,3 @@ def parse_file(
             want = chunk if scan.resume - scan.resume % _B > base else want * 2  # no progress: grow
             pos = scan.resume
     return scan.batch()
-
-
-def iter_records(
-    data: bytes | bytearray | memoryview, *, db: int, filenum: int, logical_end: int | None = None
-) -> Iterator[BinlogRecord]:
-    """The rows of `scan_binlog` as BinlogRecord objects."""
-    for row in scan_binlog(data, db=db, filenum=filenum, logical_end=logical_end).to_pylist():
-        yield BinlogRecord(**row)
-
-
-def signed64(value: int) -> int:
-    """An unsigned 64-bit hash as the signed int64 the `digest` column holds."""
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def content_digest(content: bytes) -> int:
-    """The `digest` column's value for these content bytes (item bytes 34..)."""
-    return signed64(_h64(content))
-
-
-def summarize(batch: pa.RecordBatch, *, file_size: int | None = None) -> dict[str, Any]:
-    """Counts and positions of one file's scan: what a per-file line of a report needs."""
-    rows = batch.to_pydict()
-    kinds: list[str] = rows["row_kind"]
-    starts: list[int] = rows["start"]
-    ends: list[int] = rows["end"]
-    records = [k for k, kind in enumerate(kinds) if kind == ROW_RECORD]
-    good = [k for k, kind in enumerate(kinds) if kind in (ROW_RECORD, ROW_PADDING)]
-    logical_end = ends[good[-1]] if good else 0
-    out: dict[str, Any] = {
-        "records": len(records),
-        "first_record_start": starts[records[0]] if records else None,
-        "logical_end": logical_end,
-        "padding_bytes": sum(ends[k] - starts[k] for k, kind in enumerate(kinds) if kind == ROW_PADDING),
-        "corrupt_records": kinds.count(ROW_CORRUPT),
-        "torn_tail": kinds.count(ROW_TORN) > 0,
-    }
-    if file_size is not None:
-        out["zero_tail_bytes"] = max(0, file_size - max([logical_end, *ends]))
-    return out

@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from audit.sources.pika.binlog import KEY_PREFIX_MAX
+from audit.sources.pika.binlog_format import KEY_PREFIX_MAX
 from audit.sources.pika.record_args import with_expiry
 
 OTHER_KEY_WRITERS = ("rename", "renamenx", "smove", "rpoplpush", "brpoplpush", "lmove", "blmove", "mset", "msetnx")

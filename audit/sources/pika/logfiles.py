@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.errors import SnapshotError
-from audit.sources.pika.binlog import RECORD_SCHEMA, Manifest, binlog_files, parse_manifest
+from audit.sources.pika.binlog_format import RECORD_SCHEMA, Manifest, binlog_files, parse_manifest
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

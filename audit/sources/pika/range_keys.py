@@ -21,7 +21,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from audit.sources.pika.binlog import KEY_PREFIX_MAX
+from audit.sources.pika.binlog_format import KEY_PREFIX_MAX
 from audit.sources.pika.layers import (
     KEYSPACE,
     both_sides,

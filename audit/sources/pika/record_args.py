@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from audit.errors import CorruptRecordError
-from audit.sources.pika.binlog import BLOCK_SIZE, HEADER_SIZE, ITEM_HEADER_SIZE, PHYSICAL_HEADER, content_digest
+from audit.sources.pika.binlog_format import BLOCK_SIZE, HEADER_SIZE, ITEM_HEADER_SIZE, PHYSICAL_HEADER, content_digest
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -1,7 +1,7 @@
 """Value digests that depend on the logical value only, never on the server's internal encoding.
 
 A listpack hash on the master and a hashtable hash on the replica hold the same value, so they must
-digest equal; DUMP bytes and OBJECT ENCODING differ between them (reference/pika_redis.md §4.4, §4.6),
+digest equal; DUMP bytes and OBJECT ENCODING differ between them,
 and DEBUG DIGEST-VALUE is disabled by default in 7.0 and absent in Pika. So each type is digested from
 what the read commands return:
 

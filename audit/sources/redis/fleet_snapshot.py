@@ -1,12 +1,12 @@
 """Snapshot every node of a Redis fleet side as Spark tasks: one task per (side, shard), each with its own
 connections, so a 30-shard cluster spreads over the executors (local mode: up to the cores).
 
-Each task runs :func:`audit.sources.redis.snapshot.snapshot_side` on one node and leaves one Parquet file
-per shard in its side's dataset directory, so the keyspace diff (`audit/diff/keyspace.py`, which reads a
+Each task runs :func:`audit.sources.redis.snapshot.snapshot_side` on one node and leaves its part files
+in its side's dataset directory, so the keyspace diff (`audit/diff/keyspace.py`, which reads a
 path with `spark.read.parquet`) reads all shards of a side as one table, unchanged::
 
-    <out_root>/<side>/keys.parquet/shard-000-10.0.0.5-7000.parquet   # one file per shard
-    <out_root>/<side>/keys.parquet/shard-001-10.0.0.6-7000.parquet
+    <out_root>/<side>/keys.parquet/shard-000-10.0.0.5-7000-part-00000.parquet   # a shard's part files
+    <out_root>/<side>/keys.parquet/shard-001-10.0.0.6-7000-part-00000.parquet
     <out_root>/<side>/shards/shard-000-10.0.0.5-7000/snapshot.json   # that node's snapshot.json
     <out_root>/<side>/snapshot.json                                  # the side: shards and summed stats
 
@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from audit.errors import AuditError
 from audit.inventory import redact_url
 from audit.sources.redis.keyfilter import KeyFilter
-from audit.sources.redis.snapshot import KEYS_FILE, META_FILE, SnapshotOptions
+from audit.sources.redis.snapshot import KEYS_FILE, META_FILE, SNAPSHOT_SCHEMA, SnapshotOptions
 from audit.sources.redis.topology import Topology
 
 if TYPE_CHECKING:
@@ -184,15 +184,13 @@ def _any_redirected(path: Path) -> bool:
     return bool(pc.any(_redirected(table)).as_py())
 
 
-def _settle(src: Path, dst: Path, task: SnapshotTask, options: SnapshotOptions, db: int | None) -> tuple[int, int]:
-    """Move a node's keys file into the side's dataset, batch by batch: its db re-labelled (`db`), and,
-    on a cluster node, the keys of a slot it is importing (read there: MOVED or ASK) settled. A
-    replication audit (`db` set) leaves them out: the replica cannot serve them at all, so the shard
-    cannot be compared on them (the slot_migration finding says so); a migration re-reads them where the
-    cluster serves them, redirects followed. Returns (rows, keys left out)."""
+def _settle(src: Path, dst: Path, task: SnapshotTask, db: int | None) -> tuple[int, list[bytes]]:
+    """Move one part file of a node's keys into the side's dataset, batch by batch: its db re-labelled
+    (`db`), and, on a cluster node, the rows of keys it holds but does not serve (a slot it is importing:
+    MOVED or ASK) taken out. Returns (rows written, the keys taken out)."""
     if db is None and not (task.cluster and _any_redirected(src)):
         os.replace(src, dst)
-        return int(pq.ParquetFile(dst).metadata.num_rows), 0
+        return int(pq.ParquetFile(dst).metadata.num_rows), []
     rows = 0
     redirected: list[bytes] = []
     source = pq.ParquetFile(src)
@@ -207,12 +205,33 @@ def _settle(src: Path, dst: Path, task: SnapshotTask, options: SnapshotOptions, 
                 table = table.filter(pc.invert(moved))
             if db is not None:
                 table = table.set_column(db_at, "db", pa.array([db] * table.num_rows, schema.field("db").type))
-            if db is None and redirected:
-                table = pa.concat_tables([table, _reread(task, options, redirected, schema)])
-                redirected = []
             rows += table.num_rows
             writer.write_table(table)
     src.unlink()
+    return rows, redirected
+
+
+def _settle_node(
+    keys_dir: Path, dataset: Path, task: SnapshotTask, options: SnapshotOptions, db: int | None
+) -> tuple[int, int]:
+    """A node's part files into the side's dataset as `<stem>-part-NNNNN.parquet` (an empty part when it
+    held no key, so the node's glob always matches). Keys of a slot the node is importing: a
+    replication audit (`db` set) leaves them out, since the replica cannot serve them at all (the
+    slot_migration finding says so); a migration re-reads them where the cluster serves them, redirects
+    followed. Returns (rows, keys left out)."""
+    rows = 0
+    redirected: list[bytes] = []
+    parts = sorted(keys_dir.glob("part-*.parquet")) if keys_dir.is_dir() else []
+    for part in parts:
+        n, keys = _settle(part, dataset / f"{task.file_stem}-{part.name}", task, db)
+        rows += n
+        redirected += keys
+    if db is None and redirected:
+        table = _reread(task, options, redirected, SNAPSHOT_SCHEMA)
+        pq.write_table(table, dataset / f"{task.file_stem}-part-redirected.parquet")
+        return rows + table.num_rows, 0
+    if not parts:
+        pq.write_table(SNAPSHOT_SCHEMA.empty_table(), dataset / f"{task.file_stem}-part-empty.parquet")
     return rows, len(redirected)
 
 
@@ -248,6 +267,7 @@ def run_task(
     stage = side_dir / SHARDS_DIR / task.file_stem
     dataset = side_dir / KEYS_FILE
     dataset.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(stage, ignore_errors=True)  # a fleet node is snapshotted whole: no checkpoint of an earlier try
     try:
         client = connect(task.url, role=f"{task.side} shard {task.shard} node", readonly=task.readonly)
         meta = snapshot_side(
@@ -259,8 +279,8 @@ def run_task(
             options=options,
         )
         db = task.ordinal if shard_as_db else None
-        target = dataset / f"{task.file_stem}.parquet"
-        rows, moving = _settle(stage / KEYS_FILE, target, task, options, db)
+        target = dataset / f"{task.file_stem}-part-*.parquet"  # a glob: Spark and comparable_paths read it
+        rows, moving = _settle_node(stage / KEYS_FILE, dataset, task, options, db)
         dropped = int((meta.get("key_filter") or {}).get("filtered_out") or 0)
         meta["keys_in_moving_slots"] = moving
     except AuditError as e:

@@ -4,7 +4,8 @@ SCAN walks each database; every page of keys is read by :class:`KeyReader` in tw
 then the values). Three batches are in flight on one connection at any time: the request sent for
 batch n asks for the next SCAN page, the TYPE/PTTL of the page before and the values of the one before
 that, and the client digests the previous replies while the server works on it. Rows are flushed to
-Parquet every ``rows_per_group`` rows, so memory stays bounded whatever the keyspace size. SCAN may
+Parquet part files of ``rows_per_group`` rows, so memory stays bounded whatever the keyspace size, and
+each part is a checkpoint an interrupted snapshot continues from (:class:`Checkpoint`). SCAN may
 return a key twice; the snapshot keeps both rows (remembering every key would cost memory proportional
 to the keyspace) and the Spark diff keeps the later read.
 
@@ -35,6 +36,7 @@ from audit.sources.redis.client import client_list_text, info_text
 from audit.sources.redis.info import parse_info
 from audit.sources.redis.keys import ERROR, OK, UNSTABLE, VANISHED, BatchPlan, KeyReader, Rows, head_request
 from audit.sources.redis.resp import RespPipe, bulk, command_prefix
+from audit.sources.redis.scan_filter import filter_meta
 
 SNAPSHOT_SCHEMA = pa.schema(
     [
@@ -64,6 +66,7 @@ class SnapshotOptions:
     page: int = defaults.BIG_KEY_ELEMENTS
     window_bytes: int = defaults.STRING_WINDOW_BYTES
     rows_per_group: int = defaults.PARQUET_ROWS_PER_GROUP
+    checkpoint_every_s: float = 5.0
     max_keys_per_s: float | None = None
     batch_time_s: float = 0.05
     max_latency_ms: float | None = 10.0
@@ -98,8 +101,7 @@ class SnapshotStats:
     keys_vanished: int = 0
     keys_error: int = 0
     keys_filtered_out: int = 0
-    """Keys SCAN returned that the key filter dropped (with MATCH, the server drops more: see
-    :func:`filtered_by_match`)."""
+    """Keys SCAN returned that the key filter dropped (SCAN MATCH drops more: audit/sources/redis/scan_filter.py)."""
     commands: int = 0
     server_wait_s: float = 0.0
     errors_sample: list[str] = field(default_factory=list)
@@ -123,45 +125,66 @@ class SnapshotStats:
 
 
 class _ParquetSink:
-    """Row groups of `rows_per_group` rows, built column by column (no object per row)."""
+    """Part files of about `rows_per_group` rows each under `keys.parquet/`, built column by column (no
+    object per row). A part is written whole (to a temporary name, then renamed), so whatever a crash
+    leaves behind is readable, and each finished part is reported with the SCAN cursor that follows the
+    last batch it holds: the checkpoint a resumed snapshot continues from."""
 
-    def __init__(self, path: Path, rows_per_group: int) -> None:
-        self._writer = pq.ParquetWriter(
-            path, SNAPSHOT_SCHEMA, compression="zstd", compression_level=1, use_dictionary=_DICTIONARY_COLUMNS
-        )
+    def __init__(
+        self,
+        directory: Path,
+        rows_per_group: int,
+        next_part: int,
+        on_part: Callable[[int, int, bytes], None],
+        every_s: float = 5.0,
+    ) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._dir = directory
         self._batches: list[pa.RecordBatch] = []
         self._rows = 0
         self._limit = rows_per_group
+        self.parts = next_part
+        self._on_part = on_part
+        self._after: tuple[int, bytes] | None = None  # (db, cursor) after the last batch written
+        self._every_s = every_s  # a slow (paced) snapshot still checkpoints this often
+        self._flushed_at = time.monotonic()
 
-    def write(self, db: int, rows: Rows) -> None:
+    def write(self, db: int, rows: Rows, cursor_after: bytes) -> None:
         n = len(rows)
-        if not n:
-            return
-        cols = [
-            pa.repeat(pa.scalar(db, pa.int32()), n),
-            _binary(rows.key),
-            pa.array(rows.type, pa.string()),
-            pa.array(rows.ttl_ms, pa.int64()),
-            pa.array(rows.expire_at_ms, pa.int64()),
-            pa.array(rows.length, pa.int64()),
-            pa.array(rows.digest, pa.string()),
-            pa.array(rows.status, pa.string()),
-            pa.array(rows.error, pa.string()),
-            pa.array(rows.read_at_ms, pa.int64()),
-        ]
-        self._batches.append(pa.RecordBatch.from_arrays(cols, schema=SNAPSHOT_SCHEMA))
-        self._rows += n
-        if self._rows >= self._limit:
+        self._after = (db, cursor_after)
+        if n:
+            cols = [
+                pa.repeat(pa.scalar(db, pa.int32()), n),
+                _binary(rows.key),
+                pa.array(rows.type, pa.string()),
+                pa.array(rows.ttl_ms, pa.int64()),
+                pa.array(rows.expire_at_ms, pa.int64()),
+                pa.array(rows.length, pa.int64()),
+                pa.array(rows.digest, pa.string()),
+                pa.array(rows.status, pa.string()),
+                pa.array(rows.error, pa.string()),
+                pa.array(rows.read_at_ms, pa.int64()),
+            ]
+            self._batches.append(pa.RecordBatch.from_arrays(cols, schema=SNAPSHOT_SCHEMA))
+            self._rows += n
+        if self._rows >= self._limit or (self._rows and time.monotonic() - self._flushed_at >= self._every_s):
             self.flush()
 
     def flush(self) -> None:
+        self._flushed_at = time.monotonic()
         if self._batches:
-            self._writer.write_table(pa.Table.from_batches(self._batches).combine_chunks())
+            path = self._dir / f"part-{self.parts:05d}.parquet"
+            tmp = path.with_name(f".{path.name}.tmp")  # readers skip dot files: a crash leaves nothing half-read
+            table = pa.Table.from_batches(self._batches).combine_chunks()
+            pq.write_table(table, tmp, compression="zstd", compression_level=1, use_dictionary=_DICTIONARY_COLUMNS)
+            tmp.replace(path)
+            self.parts += 1
             self._batches, self._rows = [], 0
+        if self._after is not None:
+            self._on_part(self.parts, *self._after)
 
     def close(self) -> None:
         self.flush()
-        self._writer.close()
 
 
 def _binary(values: list[bytes]) -> pa.Array:
@@ -195,26 +218,45 @@ def snapshot_side(
     options: SnapshotOptions,
     on_keys: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """Write `out_dir/keys.parquet` and `out_dir/snapshot.json`; return the snapshot.json content."""
+    """Write `out_dir/keys.parquet/` and `out_dir/snapshot.json`; return the snapshot.json content.
+
+    A side that was interrupted (the server went away, the process was killed) and is snapshotted again
+    into the same `out_dir` continues from its checkpoint: the parts already written are kept and SCAN
+    resumes at the cursor after the last batch they hold. A side already complete is reused as it is.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = Checkpoint.load(out_dir, dbs)
+    if checkpoint.complete and (out_dir / META_FILE).is_file():
+        meta: dict[str, Any] = json.loads((out_dir / META_FILE).read_text())
+        return {**meta, "reused": True}
     started = time.time()
     start_state = capture_state(client, with_clients=True)
     pacer = Pacer(options.pace_settings())
-    stats = SnapshotStats()
+    stats = checkpoint.stats()
     try:
         pipe = RespPipe(client)
     except (redis.RedisError, OSError) as e:
         raise SnapshotError(f"{side} {endpoint}: cannot open a pipeline connection: {e}", where=endpoint) from None
-    sink = _ParquetSink(out_dir / KEYS_FILE, options.rows_per_group)
+    sink = _ParquetSink(
+        out_dir / KEYS_FILE,
+        options.rows_per_group,
+        checkpoint.parts,
+        checkpoint.saver(out_dir, stats),
+        options.checkpoint_every_s,
+    )
     reader = KeyReader(pipe, options.page, options.window_bytes)
     sampler = _Sampler(client, pipe, stats)
     try:
-        for db in dbs:
-            _Scan(pipe, reader, db, pacer, sampler, sink, stats, on_keys, options).run()
-    except (OSError, ConnectionError, redis.RedisError) as e:
-        raise SnapshotError(f"{side} {endpoint}: snapshot interrupted: {e}", where=endpoint) from None
-    finally:
+        for db, cursor in checkpoint.remaining():
+            _Scan(pipe, reader, db, pacer, sampler, sink, stats, on_keys, options).run(cursor)
         sink.close()
+    except (OSError, ConnectionError, redis.RedisError) as e:
+        raise SnapshotError(
+            f"{side} {endpoint}: snapshot interrupted: {e} (what was read is kept: snapshotting this run again "
+            "continues from there)",
+            where=endpoint,
+        ) from None
+    finally:
         stats.commands = pipe.commands_sent
         stats.server_wait_s = round(pipe.wait_s, 3)
         pipe.close()
@@ -227,48 +269,110 @@ def snapshot_side(
         "started_at_ms": int(started * 1000),
         "ended_at_ms": int(time.time() * 1000),
         "duration_s": round(duration, 3),
+        "resumed_from": checkpoint.resumed_from(),
         "rate_limit_qps": options.qps,
         "rate_limit_wait_s": round(pacer.waited_s, 3),
         "pacing": pacer.report(),
         "stats": asdict(stats),
-        "key_filter": _filter_meta(options, stats, start_state, dbs),
+        "key_filter": filter_meta(
+            options.match,
+            options.key_filter is not None,
+            stats.keys_filtered_out,
+            start_state.get("info_keyspace") or {},
+            dbs,
+            stats.per_db,
+        ),
         "start": start_state,
         "end": end_state,
     }
     (out_dir / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    Checkpoint.mark_complete(out_dir, dbs, sink.parts, stats)
     return meta
 
 
-def filtered_by_match(info_keyspace: dict[str, Any], dbs: list[int], per_db: dict[int, int]) -> int:
-    """Keys SCAN MATCH left out, estimated as the server's key count (INFO keyspace at the start) minus
-    the keys SCAN returned: keys written or expired during the scan make it approximate."""
-    total = 0
-    for db in dbs:
-        listed = info_keyspace.get(f"db{db}")
-        keys = listed.get("keys") if isinstance(listed, dict) else None
-        if isinstance(keys, int) or (isinstance(keys, str) and keys.isdigit()):
-            total += max(0, int(keys) - per_db.get(db, 0))
-    return total
+CHECKPOINT_FILE = "checkpoint.json"
 
 
-def _filter_meta(
-    options: SnapshotOptions, stats: SnapshotStats, start: dict[str, Any], dbs: list[int]
-) -> dict[str, Any] | None:
-    """How many keys the key filter left out: by the reader (exact) and by SCAN MATCH (estimated)."""
-    if options.match is None and options.key_filter is None:
-        return None
-    info = start.get("info_keyspace") or {}
-    by_match = filtered_by_match(info, dbs, stats.per_db) if options.match is not None else 0
-    by_reader = stats.keys_filtered_out
-    if options.match is not None:  # per_db counts kept keys only; the reader's drops were scanned too
-        by_match = max(0, by_match - by_reader)
-    return {
-        "match": options.match.decode("utf-8", "replace") if options.match is not None else None,
-        "filtered_by_reader": by_reader,
-        "filtered_by_match": by_match,
-        "filtered_out": by_reader + by_match,
-        "match_is_estimate": options.match is not None,
-    }
+@dataclass
+class Checkpoint:
+    """Where an interrupted snapshot of one side stands: the dbs, the db being scanned, the SCAN cursor
+    after the last batch written, the parts written, the counts so far (`out_dir/checkpoint.json`)."""
+
+    dbs: list[int]
+    db: int | None = None
+    cursor: bytes = b"0"
+    parts: int = 0
+    counts: dict[str, Any] = field(default_factory=dict)
+    complete: bool = False
+
+    @classmethod
+    def load(cls, out_dir: Path, dbs: list[int]) -> Checkpoint:
+        """The side's checkpoint, or a fresh start (a leftover of other dbs, or none: parts cleared)."""
+        path = out_dir / CHECKPOINT_FILE
+        if path.is_file():
+            raw = json.loads(path.read_text())
+            if raw.get("dbs") == dbs:
+                return cls(
+                    dbs,
+                    raw.get("db"),
+                    bytes.fromhex(raw.get("cursor", "30")),
+                    raw.get("parts", 0),
+                    raw.get("counts") or {},
+                    bool(raw.get("complete")),
+                )
+        keys = out_dir / KEYS_FILE
+        if keys.is_dir():
+            for part in keys.iterdir():
+                part.unlink()
+        return cls(dbs)
+
+    def remaining(self) -> list[tuple[int, bytes]]:
+        """(db, cursor to start at) for the dbs still to scan."""
+        if self.db is None:
+            return [(db, b"0") for db in self.dbs]
+        later = self.dbs[self.dbs.index(self.db) + 1 :]
+        now = [(self.db, self.cursor)] if self.cursor != b"0" else []
+        return now + [(db, b"0") for db in later]
+
+    def stats(self) -> SnapshotStats:
+        stats = SnapshotStats()
+        for name, value in self.counts.items():
+            if name == "per_db":
+                stats.per_db = {int(k): int(v) for k, v in value.items()}
+            elif hasattr(stats, name):
+                setattr(stats, name, value)
+        return stats
+
+    def resumed_from(self) -> dict[str, Any] | None:
+        return None if self.db is None else {"db": self.db, "cursor": self.cursor.decode(), "parts": self.parts}
+
+    def saver(self, out_dir: Path, stats: SnapshotStats) -> Callable[[int, int, bytes], None]:
+        def save(parts: int, db: int, cursor: bytes) -> None:
+            _write_checkpoint(
+                out_dir,
+                {
+                    "dbs": self.dbs,
+                    "db": db,
+                    "cursor": cursor.hex(),
+                    "parts": parts,
+                    "counts": asdict(stats),
+                    "complete": False,
+                },
+            )
+
+        return save
+
+    @staticmethod
+    def mark_complete(out_dir: Path, dbs: list[int], parts: int, stats: SnapshotStats) -> None:
+        _write_checkpoint(
+            out_dir, {"dbs": dbs, "db": None, "cursor": "30", "parts": parts, "counts": asdict(stats), "complete": True}
+        )
+
+
+def _write_checkpoint(out_dir: Path, data: dict[str, Any]) -> None:
+    tmp = out_dir / (CHECKPOINT_FILE + ".tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    tmp.replace(out_dir / CHECKPOINT_FILE)
 
 
 class _Sampler:
@@ -329,19 +433,21 @@ class _Scan:
         count = bulk(b"COUNT") + bulk(b"%d" % self.pacer.batch_keys)
         return self._scan_prefix + bulk(cursor) + self._match + count
 
-    def run(self) -> None:
+    def run(self, start: bytes = b"0") -> None:
+        """Scan the db from cursor `start` (b"0": from the beginning)."""
         pipe, reader, pacer = self.pipe, self.reader, self.pacer
         reply = pipe.call((b"SELECT", b"%d" % self.db))
         if isinstance(reply, Exception):
             raise SnapshotError(f"SELECT {self.db} failed: {reply}")
-        scan_t: int | None = pipe.send_packed(self._scan_cmd(b"0"), 1)
-        heads: tuple[list[bytes], list[bytes], int, float] | None = None  # keys, bulks, ticket, sent at
-        values: tuple[BatchPlan, int, float] | None = None  # plan, ticket, sent at
+        scan_t: int | None = pipe.send_packed(self._scan_cmd(start), 1)
+        heads: tuple[list[bytes], list[bytes], int, float, bytes] | None = None  # keys, bulks, ticket, sent, after
+        values: tuple[BatchPlan, int, float, bytes] | None = None  # plan, ticket, sent at, cursor after
         while scan_t is not None or heads is not None or values is not None:
             cursor, keys = self._scan_reply(pipe.recv(scan_t)[0]) if scan_t is not None else (b"0", [])
             plan = None
+            plan_after = b"0"
             if heads is not None:
-                h_keys, h_bulks, h_ticket, h_sent = heads
+                h_keys, h_bulks, h_ticket, h_sent, plan_after = heads
                 waited = pipe.wait_s
                 head = pipe.recv(h_ticket)
                 self._head_wait = pipe.wait_s - waited
@@ -360,21 +466,21 @@ class _Scan:
             )
             self._finish(values)  # the server works on what was just sent meanwhile
             scan_t = scan_next if more else None
-            heads = (keys, bulks, head_t, sent) if keys else None
-            values = (plan, value_t, sent) if plan is not None else None
+            heads = (keys, bulks, head_t, sent, cursor) if keys else None
+            values = (plan, value_t, sent, plan_after) if plan is not None else None
             if pacer.sample_due():
                 self.sampler.sample(pacer)
 
-    def _finish(self, values: tuple[BatchPlan, int, float] | None) -> None:
+    def _finish(self, values: tuple[BatchPlan, int, float, bytes] | None) -> None:
         if values is None:
             return
-        plan, ticket, _sent = values
+        plan, ticket, _sent, cursor_after = values
         waited = self.pipe.wait_s
         replies = self.pipe.recv(ticket)
         server_s = self.pipe.wait_s - waited + self._head_wait
         rows = self.reader.finish(plan, replies, self.pipe.call)
         self.stats.add(self.db, rows)
-        self.sink.write(self.db, rows)
+        self.sink.write(self.db, rows, cursor_after)
         self.pacer.after_batch(len(plan.keys), server_s)
         if self.on_keys is not None:
             self.on_keys(len(plan.keys))
@@ -391,6 +497,7 @@ class _Scan:
 
 
 __all__ = [
+    "CHECKPOINT_FILE",
     "ERROR",
     "KEYS_FILE",
     "META_FILE",

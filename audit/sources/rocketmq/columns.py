@@ -81,18 +81,32 @@ def _views(
     return pa.Array.from_buffers(pa.binary_view(), n, [_validity(valid), pa.py_buffer(views), data.slice(base)])
 
 
-def _as_text(values: pa.Array) -> pa.Array:
+NotUtf8 = dict[int, dict[str, str]]
+"""Row -> column -> the hex of a value that is not UTF-8 (its text column holds it with U+FFFD)."""
+
+
+def _as_text(values: pa.Array, name: str, not_utf8: NotUtf8) -> pa.Array:
+    """The values as strings; those that are not UTF-8 (the CRC covers neither topic nor properties) are
+    decoded with replacement characters and their raw bytes kept, as hex, in `not_utf8`."""
     try:
         return values.cast(pa.string())
-    except pa.ArrowInvalid:  # not UTF-8 (the CRC does not cover topic or properties): decode row by row
-        return pa.array([None if v is None else v.decode("utf-8", "replace") for v in values.to_pylist()], pa.string())
+    except pa.ArrowInvalid:
+        pass
+    out: list[str | None] = []
+    for row, raw in enumerate(values.to_pylist()):
+        try:
+            out.append(None if raw is None else raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            out.append(raw.decode("utf-8", "replace"))
+            not_utf8.setdefault(row, {})[name] = raw.hex()
+    return pa.array(out, pa.string())
 
 
 _WANTED = {"uniq_key": b"UNIQ_KEY", "keys": b"KEYS", "tags": b"TAGS"}
 
 
 def _properties(
-    data: pa.Buffer, buf: U8Array, props_at: I64Array, prop_len: I64Array, base: int
+    data: pa.Buffer, buf: U8Array, props_at: I64Array, prop_len: I64Array, base: int, not_utf8: NotUtf8
 ) -> dict[str, pa.Array]:
     """UNIQ_KEY, KEYS and TAGS per row, as string2messageProperties reads them, without a per-row loop.
 
@@ -133,5 +147,5 @@ def _properties(
         start[row[hit]] = ones[hit] + 1  # fancy assignment: the last of repeated keys wins
         stop[row[hit]] = value_end[hit]
         found = stop > start
-        out[name] = _as_text(_views(blob_buf, blob, start, stop - start, found))
+        out[name] = _as_text(_views(blob_buf, blob, start, stop - start, found), name, not_utf8)
     return out

@@ -120,7 +120,7 @@ RECORD_SCHEMA = pa.schema(
         ("keys", pa.string()),  # property KEYS
         ("tags", pa.string()),  # property TAGS
         ("digest", pa.int64()),  # xxh3_64 (as signed) of the whole record: slave files are byte copies
-        ("detail", pa.string()),  # JSON, for blank and damaged rows
+        ("detail", pa.string()),  # JSON, for blank and damaged rows, and records with a text field not UTF-8
     ]
 )
 ROW_KINDS = ("record", "blank", "corrupt_record", "torn_tail")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import struct
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ import xxhash
 
 from audit.sources.rocketmq.columns import (
     I64Array,
+    NotUtf8,
     U8Array,
     _as_text,
     _gather,
@@ -35,6 +37,7 @@ from audit.sources.rocketmq.format import (
     BORNHOST_V6_FLAG,
     FRAME,
     HEAD,
+    I8,
     I16,
     MAGIC_BLANK,
     MAGIC_V1,
@@ -92,31 +95,39 @@ _V4V4 = np.dtype(_HEAD_DTYPE.descr + _MIDDLE[False, False].descr)
 assert _HEAD_DTYPE.itemsize == HEAD.size and _V4V4.itemsize == 88
 
 
-def _walk(mv: memoryview, pos: int, end: int, budget_end: int) -> tuple[list[int], int]:
-    """Record starts from `pos` while each frame is a v1/v2 magic with a size that fits; stop past budget_end."""
+def _walk(mv: memoryview, pos: int, end: int, budget_end: int) -> tuple[list[int], int, bool]:
+    """Record starts from `pos` while each frame is a v1/v2 magic with a size that fits; stop past budget_end.
+
+    Also says whether another such frame follows (the walk stopped for the budget, not at the data's end),
+    so that the last record of the data is known as such whatever the batch size.
+    """
     starts: list[int] = []
     append = starts.append
     unpack = FRAME.unpack_from
     last = end - FRAME.size
-    while pos <= last and pos < budget_end:
+    while pos <= last:
         size, magic = unpack(mv, pos)
         if (magic != MAGIC_V1 and magic != MAGIC_V2) or size < BASE_LENGTH or size > end - pos:
-            break
+            return starts, pos, False
+        if pos >= budget_end:
+            return starts, pos, True
         append(pos)
         pos += size
-    return starts, pos
+    return starts, pos, False
 
 
-def _hosts(ip: npt.NDArray[Any], port: npt.NDArray[Any], v6: npt.NDArray[np.bool_], raw6: dict[int, bytes]) -> pa.Array:
-    """``ip:port`` per row, formatted once per distinct host (IPv6 rows come pre-sliced in `raw6`)."""
+def _hosts(
+    ip: npt.NDArray[Any], port: npt.NDArray[Any], v6: npt.NDArray[np.bool_], raw6: npt.NDArray[Any] | None
+) -> pa.Array:
+    """``ip:port`` per row, formatted once per distinct host; IPv6 rows from their 20 raw bytes in `raw6`."""
     key = (ip.astype(np.uint64) << np.uint64(32)) | port.astype(np.uint32).astype(np.uint64)
     enc = pc.dictionary_encode(pa.array(key, pa.uint64()))
     labels = [format_host(int(k).to_bytes(8, "big")) for k in enc.dictionary.to_pylist()]
     hosts = pa.array(labels, pa.string()).take(enc.indices)
-    if v6.any():
+    if raw6 is not None and v6.any():
         rows = hosts.to_pylist()
-        for i, raw in raw6.items():
-            rows[i] = format_host(raw)
+        for i in np.flatnonzero(v6).tolist():
+            rows[i] = format_host(bytes(raw6[i]))
         hosts = pa.array(rows, pa.string())
     return hosts
 
@@ -146,22 +157,27 @@ class _Columns:
 
 def _middle(
     buf: U8Array, at: I64Array, born_v6: npt.NDArray[np.bool_], store_v6: npt.NDArray[np.bool_]
-) -> tuple[dict[str, npt.NDArray[Any]], dict[str, dict[int, bytes]]]:
-    """BORNHOST .. BODYLEN per row when some host is IPv6; IPv6 host bytes are returned per row."""
+) -> dict[str, npt.NDArray[Any]]:
+    """BORNHOST .. BODYLEN per row when some host is IPv6.
+
+    An IPv6 host is kept as its 20 raw bytes (address, port) in a ``V20`` column, ``born_raw6`` or
+    ``store_raw6``, row-aligned like every other column so that cutting the batch cuts it too.
+    """
     mid_at = at + OFF_BORN_HOST
     n = len(at)
     cols: dict[str, npt.NDArray[Any]] = {
         "born_ip": np.zeros(n, np.uint32),
         "born_port": np.zeros(n, np.int32),
+        "born_raw6": np.zeros(n, "V20"),
         "store_ts": np.zeros(n, np.int64),
         "store_ip": np.zeros(n, np.uint32),
         "store_port": np.zeros(n, np.int32),
+        "store_raw6": np.zeros(n, "V20"),
         "reconsume_times": np.zeros(n, np.int32),
         "prepared_tx_offset": np.zeros(n, np.int64),
         "body_len": np.zeros(n, np.int32),
         "middle_size": np.zeros(n, np.int64),
     }
-    raw6: dict[str, dict[int, bytes]] = {"born": {}, "store": {}}
     for (b6, s6), dtype in _MIDDLE.items():
         rows = np.flatnonzero((born_v6 == b6) & (store_v6 == s6))
         if not len(rows):
@@ -171,13 +187,13 @@ def _middle(
             cols[name][rows] = _native(m[name])
         cols["middle_size"][rows] = dtype.itemsize
         for side, v6 in (("born", b6), ("store", s6)):
-            if v6:
-                ports = _native(m[f"{side}_port"]).tolist()
-                for i, ip, port in zip(rows.tolist(), m[f"{side}_ip"].tolist(), ports, strict=True):
-                    raw6[side][i] = bytes(ip) + port.to_bytes(4, "big", signed=True)
+            if v6:  # address then big-endian port: the field's bytes as they are on disk
+                ip = np.ascontiguousarray(m[f"{side}_ip"]).view(np.uint8).reshape(-1, 16)
+                port = np.ascontiguousarray(m[f"{side}_port"]).view(np.uint8).reshape(-1, 4)
+                cols[f"{side}_raw6"][rows] = np.ascontiguousarray(np.hstack((ip, port))).view("V20")[:, 0]
             else:
                 cols[f"{side}_ip"][rows] = _native(m[f"{side}_ip"])
-    return cols, raw6
+    return cols
 
 
 def _heads(data: pa.Buffer, at: I64Array, stop: int) -> npt.NDArray[Any]:
@@ -196,9 +212,7 @@ def _heads(data: pa.Buffer, at: I64Array, stop: int) -> npt.NDArray[Any]:
     return np.frombuffer(heads.buffers()[2], dtype=_V4V4, count=n, offset=start)
 
 
-def _fields(
-    data: pa.Buffer, buf: U8Array, starts: list[int], stop: int, file_start: int
-) -> tuple[_Columns, dict[str, dict[int, bytes]]]:
+def _fields(data: pa.Buffer, buf: U8Array, starts: list[int], stop: int, file_start: int) -> _Columns:
     """Every field of the walked records (which are contiguous and end at `stop`), and the checks."""
     at = np.asarray(starts, dtype=np.int64)
     h = _heads(data, at, stop) if len(at) else np.zeros(0, dtype=_V4V4)
@@ -206,11 +220,10 @@ def _fields(
     born_v6 = (a["sys_flag"] & BORNHOST_V6_FLAG) != 0
     store_v6 = (a["sys_flag"] & STOREHOST_V6_FLAG) != 0
     if born_v6.any() or store_v6.any():
-        mid, raw6 = _middle(buf, at, born_v6, store_v6)
+        mid = _middle(buf, at, born_v6, store_v6)
     else:
         mid = {name: _native(h[name]) for name in _MIDDLE[False, False].names or ()}
         mid["middle_size"] = np.full(len(at), _MIDDLE[False, False].itemsize, dtype=np.int64)
-        raw6 = {"born": {}, "store": {}}
     a.update(mid)
     body_len = a["body_len"].astype(np.int64)
     body_at = at + OFF_BORN_HOST + a["middle_size"]
@@ -243,7 +256,7 @@ def _fields(
         i = int(np.argmin(ok_phy))
         expected = file_start + int(at[i])
         cols.fail(i, {"reason": "phys_offset_mismatch", "stored": int(a["phys"][i]), "expected": expected})
-    return cols, raw6
+    return cols
 
 
 def _crc_and_digest(piece: Callable[[slice], Any], cols: _Columns) -> I64Array:
@@ -268,12 +281,12 @@ def _crc_and_digest(piece: Callable[[slice], Any], cols: _Columns) -> I64Array:
     return np.fromiter(map(xxhash.xxh3_64_intdigest, records), dtype=np.uint64, count=n).view(np.int64)
 
 
-def _record_batch(
-    data: pa.Buffer, buf: U8Array, cols: _Columns, raw6: dict[str, dict[int, bytes]], digests: I64Array, file_start: int
-) -> pa.RecordBatch:
+def _record_batch(data: pa.Buffer, buf: U8Array, cols: _Columns, digests: I64Array, file_start: int) -> pa.RecordBatch:
     a, n = cols.a, len(cols.at)
     base = int(cols.at[0]) if n else 0
-    props = _properties(data, buf, a["props_at"], a["prop_len"], base)
+    not_utf8: NotUtf8 = {}
+    topic = _as_text(_views(data, buf, a["topic_at"], a["topic_len"], base=base), "topic", not_utf8)
+    props = _properties(data, buf, a["props_at"], a["prop_len"], base, not_utf8)
     columns: dict[str, Any] = {
         "row_kind": _repeat("record", n),
         "phys_offset": pa.array(cols.at + file_start, pa.int64()),
@@ -286,19 +299,30 @@ def _record_batch(
         "queue_offset": pa.array(a["queue_offset"], pa.int64()),
         "sys_flag": pa.array(a["sys_flag"], pa.int32()),
         "born_ts": pa.array(a["born_ts"], pa.int64()),
-        "born_host": _hosts(a["born_ip"], a["born_port"], a["born_v6"], raw6["born"]),
+        "born_host": _hosts(a["born_ip"], a["born_port"], a["born_v6"], a.get("born_raw6")),
         "store_ts": pa.array(a["store_ts"], pa.int64()),
-        "store_host": _hosts(a["store_ip"], a["store_port"], a["store_v6"], raw6["store"]),
+        "store_host": _hosts(a["store_ip"], a["store_port"], a["store_v6"], a.get("store_raw6")),
         "reconsume_times": pa.array(a["reconsume_times"], pa.int32()),
         "prepared_tx_offset": pa.array(a["prepared_tx_offset"], pa.int64()),
         "body_len": pa.array(a["body_len"], pa.int32()),
         "crc_ok": pa.array(np.ones(n, dtype=bool), pa.bool_()),
-        "topic": _as_text(_views(data, buf, a["topic_at"], a["topic_len"], base=base)),
+        "topic": topic,
         **props,
         "digest": pa.array(digests, pa.int64()),
-        "detail": pa.nulls(n, pa.string()),
+        "detail": _not_utf8_detail(not_utf8, n),
     }
     return pa.RecordBatch.from_pydict(columns, schema=RECORD_SCHEMA)
+
+
+def _not_utf8_detail(not_utf8: NotUtf8, n: int) -> pa.Array:
+    """A record's detail is null, unless a text field is not UTF-8: ``{"not_utf8": {column: hex}}``, so
+    the row is still a record and the exact bytes are not lost to the replacement characters."""
+    if not not_utf8:
+        return pa.nulls(n, pa.string())
+    return pa.array(
+        [json.dumps({"not_utf8": not_utf8[i]}, sort_keys=True) if i in not_utf8 else None for i in range(n)],
+        pa.string(),
+    )
 
 
 def _special_row(
@@ -337,34 +361,92 @@ def _damage(at: int, size: int | None, magic: int | None, detail: dict[str, Any]
 
 
 def _check_last_record(buf: U8Array, cols: _Columns, stop: int) -> None:
-    """Fail the last record if its properties miss their final 0x02 and only zeros follow: a cut record.
+    """Fail the last record if its last written byte should not be zero and only zeros follow: a cut record.
 
     In a preallocated file the unwritten end of a record reads as zeros, and a cut inside the topic or
     the properties passes every check the broker makes (they are not under the body CRC). The encoder
-    ends every property with 0x02, so a zero there, with nothing written after, is a record still in flight.
+    ends every property with 0x02; without properties the record ends with the topic (then PROPLEN 0),
+    and a topic is never empty and never holds a NUL (the broker's TopicValidator). So a zero there,
+    with nothing written after, is a record still in flight.
     """
     i = len(cols.at) - 1
-    if cols.a["prop_len"][i] > 0 and buf[stop - 1] == 0 and _all_zero(buf, stop - 1, len(buf)):
-        cols.fail(i, {"reason": "properties_not_terminated"})
+    a = cols.a
+    if a["prop_len"][i] > 0:
+        last, reason = stop - 1, "properties_not_terminated"
+    elif a["topic_len"][i] > 0:
+        last, reason = int(a["topic_at"][i] + a["topic_len"][i]) - 1, "topic_cut"
+    else:
+        return
+    if buf[last] == 0 and _all_zero(buf, last, len(buf)):
+        cols.fail(i, {"reason": reason})
 
 
 def _partial_magic(magic: int) -> bool:
-    """A record magic, or its first bytes followed by zeros: a frame whose magic was written in part."""
+    """A record or BLANK magic's first 0-3 bytes followed by zeros: a frame cut inside its MAGICCODE."""
     value = magic & 0xFFFFFFFF
-    for keep in (4, 3, 2, 1, 0):
+    for keep in (3, 2, 1, 0):
         mask = (0xFFFFFFFF << (8 * (4 - keep))) & 0xFFFFFFFF
-        if value & ~mask == 0 and value in (MAGIC_V1 & mask, MAGIC_V2 & mask):
+        if value & ~mask == 0 and value in (MAGIC_V1 & mask, MAGIC_V2 & mask, MAGIC_BLANK & mask):
             return True
     return False
+
+
+def _cut_short(buf: U8Array, at: int, size: int, has_props: bool) -> bool:
+    """Whether a walked record that failed a check is one cut short, zeros standing for what is missing.
+
+    Only zeros may follow from the byte that cannot be zero in a whole record: the 0x02 ending its
+    properties, or without properties the topic's last byte (then PROPLEN 0 fills the last 2 bytes).
+    """
+    return _all_zero(buf, at + size - (1 if has_props else 3), len(buf))
+
+
+_I32 = struct.Struct(">i")
+
+
+def _length_mismatch(mv: memoryview, pos: int, end: int, size: int) -> dict[str, Any] | None:
+    """For a v1/v2 frame whose TOTALSIZE runs past the data: what its own length fields say, if it is not cut.
+
+    A record cut by the end of the data declares more than is there; so does one whose TOTALSIZE is
+    damaged. They differ when BODYLEN, TOPICLEN and PROPLEN are all readable: a cut record's computed
+    length is its TOTALSIZE, a damaged one's is not (or a length is negative). None: consistent, or
+    not enough bytes to tell.
+    """
+    if pos + OFF_BORN_HOST > end:
+        return None
+    (sys_flag,) = _I32.unpack_from(mv, pos + 36)
+    magic = FRAME.unpack_from(mv, pos)[1]
+    born_v6, store_v6 = bool(sys_flag & BORNHOST_V6_FLAG), bool(sys_flag & STOREHOST_V6_FLAG)
+    body_len_at = pos + OFF_BORN_HOST + 8 + 8 + 8 + 12 + V6_EXTRA * (born_v6 + store_v6)
+    if body_len_at + 4 > end:
+        return None
+    (body_len,) = _I32.unpack_from(mv, body_len_at)
+    v2 = magic == MAGIC_V2
+    topic_len_at = body_len_at + 4 + max(body_len, 0)
+    if body_len < 0:
+        return {"reason": "length_mismatch", "declared": size, "body_len": body_len}
+    if topic_len_at + 1 + v2 > end:
+        return None
+    topic_len = I16.unpack_from(mv, topic_len_at)[0] if v2 else I8.unpack_from(mv, topic_len_at)[0]
+    prop_len_at = topic_len_at + 1 + v2 + max(topic_len, 0)
+    if topic_len >= 0 and prop_len_at + 2 > end:
+        return None
+    prop_len = I16.unpack_from(mv, prop_len_at)[0] if topic_len >= 0 else 0
+    want = BASE_LENGTH + V6_EXTRA * (born_v6 + store_v6) + v2 + body_len + topic_len + prop_len
+    if topic_len < 0 or prop_len < 0 or want != size:
+        return {"reason": "length_mismatch", "declared": size, "computed": want}
+    return None
 
 
 def _stop_row(mv: memoryview, buf: U8Array, pos: int, file_start: int, last_file: bool) -> pa.RecordBatch | None:
     """What stopped the walk at `pos` (not a v1/v2 record that fits): BLANK, end of data, or damage."""
     at, end = file_start + pos, len(buf)
-    if end - pos < FRAME.size:
-        if _all_zero(buf, pos, end):
+    if end - pos < FRAME.size:  # a frame cut short: zeros stand for its missing bytes
+        size, magic = FRAME.unpack_from(bytes(buf[pos:end]).ljust(FRAME.size, b"\0"))
+        if size == 0 and magic == 0:
             return None
-        return _damage(at, None, None, {"reason": "cut_in_frame", "available": end - pos}, last_file)
+        if _partial_magic(magic) or magic in (MAGIC_V1, MAGIC_V2, MAGIC_BLANK):
+            return _damage(at, None, None, {"reason": "cut_in_frame", "available": end - pos}, last_file)
+        return _special_row("corrupt_record", at, None, None, {"reason": "illegal_frame", "available": end - pos})
     size, magic = FRAME.unpack_from(mv, pos)
     if magic == MAGIC_BLANK:
         detail = None if pos + size == end else {"declared": size, "bytes_left": end - pos}
@@ -373,16 +455,16 @@ def _stop_row(mv: memoryview, buf: U8Array, pos: int, file_start: int, last_file
         if _all_zero(buf, pos, end):
             return None  # the preallocated zero tail: end of data
         return _special_row("corrupt_record", at, 0, 0, {"reason": "zero_gap_before_data"})
-    known = _partial_magic(magic)
-    if known and size > end - pos:
-        return _damage(at, size, magic, {"reason": "cut_by_end_of_data", "available": end - pos}, last_file)
-    # Written only in part: the record's last byte (or, for a nonsense size, anything past the frame) and
-    # everything after it are still zeros.
-    written_end = pos + size - 1 if FRAME.size < size <= end - pos else pos + FRAME.size
-    if known and _all_zero(buf, written_end, end):
-        return _damage(at, size, magic, {"reason": "cut", "declared": size}, last_file)
     if magic in (MAGIC_V1, MAGIC_V2):
-        return _special_row("corrupt_record", at, size, magic, {"reason": "size_out_of_range", "declared": size})
+        if size <= end - pos:  # the walk refused it: a size no record can have
+            return _special_row("corrupt_record", at, size, magic, {"reason": "size_out_of_range", "declared": size})
+        mismatch = _length_mismatch(mv, pos, end, size)
+        if mismatch is not None:
+            return _special_row("corrupt_record", at, size, magic, mismatch)
+        return _damage(at, size, magic, {"reason": "cut_by_end_of_data", "available": end - pos}, last_file)
+    # Written only in part: the magic is cut, so nothing after it was written either.
+    if _partial_magic(magic) and _all_zero(buf, pos + FRAME.size, end):
+        return _damage(at, size, magic, {"reason": "cut", "declared": size}, last_file)
     return _special_row("corrupt_record", at, size, magic, {"reason": "illegal_magic", "magic": magic & 0xFFFFFFFF})
 
 
@@ -406,19 +488,19 @@ def iter_batches(
     piece: Callable[[slice], Any] = data.__getitem__ if isinstance(data, bytes | mmap.mmap) else mv.__getitem__
     end = len(buf)
     pos = 0
+    batch_bytes = max(1, batch_bytes)
     while True:
-        starts, stop = _walk(mv, pos, end, pos + batch_bytes)
-        cols, raw6 = _fields(whole, buf, starts, stop, file_start)
-        more = bool(starts) and stop >= pos + batch_bytes
+        starts, stop, more = _walk(mv, pos, end, pos + batch_bytes)
+        cols = _fields(whole, buf, starts, stop, file_start)
         if not more and starts and cols.first_bad is None:
             _check_last_record(buf, cols, stop)
         digests = _crc_and_digest(piece, cols)
         if len(digests):
-            yield _record_batch(whole, buf, cols.head(len(digests)), raw6, digests, file_start)
+            yield _record_batch(whole, buf, cols.head(len(digests)), digests, file_start)
         bad = cols.first_bad
         if bad is not None:
             bad_at, bad_size, bad_magic = starts[bad], int(cols.a["size"][bad]), int(cols.a["magic"][bad])
-            if _all_zero(buf, bad_at + bad_size - 1, end):
+            if _cut_short(buf, bad_at, bad_size, bool(cols.a["prop_len"][bad] > 0)):
                 yield _damage(
                     file_start + bad_at, bad_size, bad_magic, {"reason": "cut", "check": cols.bad_detail}, last_file
                 )
