@@ -93,7 +93,9 @@ class TopologyCheck(Check):
                 continue
             topo = discover(ep, ctx.resolver, role=f"pair {self.pair.name} {side}")
             sides[side] = topology_json(topo)
-            states = probe(topo, role=f"pair {self.pair.name} {side}")
+            # a migration reads each side's shard masters only: their replicas need not answer
+            probed = topo if self.replication_audit else _masters_only(topo)
+            states = probe(probed, role=f"pair {self.pair.name} {side}")
             unreachable.update({a: str(s.error) for a, s in states.items() if s.info is None})
             found += [_tagged(f, side) for f in topology_findings(topo)]
             if self.replication_audit:
@@ -130,6 +132,10 @@ class TopologyCheck(Check):
     def uncovered(self, metrics: Mapping[str, MetricValue]) -> list[Uncovered]:
         n = int(metrics.get("nodes_unreachable") or 0)
         return [Uncovered(n, f"{n} node(s) could not be reached: their shards were not audited")]
+
+
+def _masters_only(topo: Topology) -> Topology:
+    return replace(topo, shards=tuple(Shard(s.master, (), s.slots) for s in topo.shards))
 
 
 def _tagged(f: Finding, side: str) -> Finding:

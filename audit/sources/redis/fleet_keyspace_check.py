@@ -85,6 +85,7 @@ class FleetKeyspaceCheck(Check):
         self.pair = pair
         self.settings = pair.settings
         self.extras = extras
+        self._field_budget = extras.field_diff_keys
 
     @property
     def replication_audit(self) -> bool:
@@ -232,14 +233,14 @@ class FleetKeyspaceCheck(Check):
         ctx.metrics["recheck_unrechecked"] = 0
         frames: list[DataFrame] = []
         stats = RecheckStats()
-        budget = [self.extras.field_diff_keys]
+        self._field_budget = self.extras.field_diff_keys  # keys whose fields are compared, over all shards
         try:
             for rside in ctx.data.get("diffed", []):
                 cands = ctx.spark().read.parquet(str(ctx.work_dir() / f"candidates-{rside}.parquet"))
                 if self.replication_audit:
-                    frames += self._recheck_shards(ctx, rside, cands, stats, budget)
+                    frames += self._recheck_shards(ctx, rside, cands, stats)
                 else:
-                    frames += self._recheck_migration(ctx, self._outside_unread(ctx, cands), stats, budget)
+                    frames += self._recheck_migration(ctx, self._outside_unread(ctx, cands), stats)
         except (OSError, ConnectionError, redis.RedisError) as e:
             raise SourceError(f"pair {self.pair.name}: recheck failed: {e}") from None
         found = _union(ctx, frames)
@@ -304,9 +305,7 @@ class FleetKeyspaceCheck(Check):
             ctx.metrics["recheck_unrechecked"] = unrechecked
         return survivors, found
 
-    def _recheck_shards(
-        self, ctx: StageContext, rside: str, cands: DataFrame, stats: RecheckStats, budget: list[int]
-    ) -> list[DataFrame]:
+    def _recheck_shards(self, ctx: StageContext, rside: str, cands: DataFrame, stats: RecheckStats) -> list[DataFrame]:
         """Shard by shard on its own two nodes, judged by the replication stream."""
         from pyspark.sql import functions as F
 
@@ -329,7 +328,7 @@ class FleetKeyspaceCheck(Check):
             try:
                 extra = {"shard": F.lit(shard.name), "replica": F.lit(replica.addr)}
                 survivors, found = self._run_recheck(ctx, part, (pipes[0], pipes[1]), stats, True, extra)
-                evidence = self._fields(survivors, selecting(*pipes), budget)
+                evidence = self._fields(survivors, selecting(*pipes))
             finally:
                 for p in pipes:
                     p.close()
@@ -366,24 +365,22 @@ class FleetKeyspaceCheck(Check):
                     slots.update(n for a, b in shard.slots for n in range(a, b + 1))
         return slots
 
-    def _recheck_migration(
-        self, ctx: StageContext, cands: DataFrame, stats: RecheckStats, budget: list[int]
-    ) -> list[DataFrame]:
+    def _recheck_migration(self, ctx: StageContext, cands: DataFrame, stats: RecheckStats) -> list[DataFrame]:
         """Two independent systems: rounds apart, a cluster side read by slot (MOVED and ASK followed)."""
 
         readers = [_side_reader(ctx, side) for side in ("master", "replica")]
         try:
             sides = [r.pipe if isinstance(r, _SingleServer) else r for r in readers]
             survivors, found = self._run_recheck(ctx, cands, (sides[0], sides[1]), stats, False)
-            evidence = self._fields(survivors, _pipes_for(*readers), budget)
+            evidence = self._fields(survivors, _pipes_for(*readers))
         finally:
             for r in readers:
                 r.close()
         return [with_fields(found, evidence)]
 
-    def _fields(self, survivors: DataFrame, pipes_for: Any, budget: list[int]) -> list[tuple[int, bytes, str]]:
-        rows = first_value_mismatches(survivors, budget[0])
-        budget[0] -= len(rows)
+    def _fields(self, survivors: DataFrame, pipes_for: Any) -> list[tuple[int, bytes, str]]:
+        rows = first_value_mismatches(survivors, self._field_budget)
+        self._field_budget -= len(rows)
         return field_evidence(rows, pipes_for, show_values=self.extras.show_values, page=self.settings.big_key_elements)
 
     # --- what the summary, the gate and a certificate need -------------------------------------------
