@@ -56,7 +56,11 @@ def _holds(evidence: Mapping[str, Any], name: str, condition: Any) -> bool:
 
 @cache
 def catalog() -> tuple[Signature, ...]:
-    text = resources.files("audit").joinpath("signatures.yaml").read_text()
+    return parse_catalog(resources.files("audit").joinpath("signatures.yaml").read_text())
+
+
+def parse_catalog(text: str) -> tuple[Signature, ...]:
+    """Signatures from catalog YAML (the shipped catalog, or a proposed entry in a test)."""
     return tuple(
         Signature(
             code=e["code"],

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 import redis
-from audit.sources.sink import finding_from_row
 
 from audit.diagnose import diagnose
+from audit.kernel.staging import finding_from_row
 from audit.local.redis_server import RedisServer, free_port
 from tests.pika_scenarios import commands, gap_plan, write_master, write_slave
 from tests.pika_spark import diff_binlogs, scan_sides
@@ -64,11 +64,11 @@ def _snapshot(spark: Any, fronts: Any, out: Path) -> Any:
     paths = []
     for side, front in zip(("master", "replica"), fronts, strict=True):
         client = redis.Redis(host="127.0.0.1", port=front.port, protocol=2)
-        options = SnapshotOptions(qps=100_000, scan_count=500, page=1000)
+        options = SnapshotOptions(scan_count=500, page=1000)
         snapshot_side(client, side=side, endpoint=front.url, dbs=[0], out_dir=out / side, options=options)
         paths.append(str(out / side / KEYS_FILE))
     diff_snapshots(spark, *paths, str(out / "candidates.parquet"), 2000)
-    return keyspace_findings(spark.read.parquet(str(out / "candidates.parquet")), "run", "p", "pika", 0)
+    return keyspace_findings(spark.read.parquet(str(out / "candidates.parquet")), 0)
 
 
 def test_a_gap_explains_every_diverged_key_and_its_layer(spark, two_servers, tmp_path) -> None:  # type: ignore[no-untyped-def]

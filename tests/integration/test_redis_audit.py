@@ -220,3 +220,26 @@ def test_keys_written_during_the_recheck_are_judged_not_dropped(fresh_pair, tmp_
     assert code == 1
     m = summary(root)["pairs"][0]["metrics"]
     assert m["recheck_in_flight"] == 0 and m["recheck_confirmed_live"] == 2
+
+
+def test_a_sync_replica_that_announced_its_port_is_diagnosed(redis_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """What a real replica whose PSYNC failed does: REPLCONF listening-port, then plain SYNC, no acks."""
+    import socket
+
+    master, replica = redis_pair
+    master.client(7).set("y", "1")
+    wait_in_sync(master, replica)
+    sock = socket.create_connection(("127.0.0.1", master.port))
+    try:
+        sock.sendall(b"*3\r\n$8\r\nREPLCONF\r\n$14\r\nlistening-port\r\n$4\r\n7777\r\n")
+        assert sock.recv(64).startswith(b"+OK")
+        sock.sendall(b"*1\r\n$4\r\nSYNC\r\n")
+        time.sleep(1.5)
+        inv = write_inventory(tmp_path / "inv.yaml", [pair_entry("p", master, replica, dbs=[7])])
+        code = run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch)
+    finally:
+        sock.close()
+    root = latest_run(tmp_path / "out")
+    [f] = findings(root)
+    assert (f["category"], f["diagnosis"]) == ("lag_metric_unreliable", "REDIS_SYNC_NO_ACK")
+    assert json.loads(f["detail"])["slave_port"] == 7777 and code == 0

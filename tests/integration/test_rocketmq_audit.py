@@ -10,28 +10,15 @@ from typing import Any
 
 import pytest
 
-from audit.local.rocketmq_commitlog import Message, replicate, write_store
+from audit.local.rocketmq_commitlog import replicate, write_store
 from audit.sources.rocketmq.store import max_offset
 from tests.conftest import SHARED
 from tests.integration.helpers import findings, latest_run, run_cli, summary, write_inventory
+from tests.unit.test_rmq_diff import msg
 
 pytestmark = pytest.mark.integration
 FIXTURE = SHARED / "fixtures" / "rocketmq" / "00000000000000000000"
 FILE_SIZE = 16 * 1024
-
-
-def msg(i: int, *, host: str, t0: int, tag: str) -> Message:
-    return Message(
-        topic="TopicTest",
-        body=f"{tag} order {i:08d} paid".encode(),
-        properties={"UNIQ_KEY": f"{tag.upper()}0000000000{i:016X}", "KEYS": f"order-{i:06d}", "TAGS": "TagA"},
-        queue_id=i % 4,
-        queue_offset=i // 4,
-        born_ts=t0 + 10 * i,
-        born_host="10.0.0.7:50123",
-        store_ts=t0 + 10 * i + 1,
-        store_host=host,
-    )
 
 
 def audit(

@@ -21,10 +21,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from audit.sources.sink import finding_from_row
 
 from audit.diagnose import diagnose
 from audit.findings import findings_table
+from audit.kernel.staging import finding_from_row
 from audit.sources.pika.binlog import parse_file
 from audit.sources.pika.binlog_format import read_manifest
 from tests.conftest import SHARED
@@ -65,7 +65,7 @@ def capture(spark, tmp_path_factory):  # type: ignore[no-untyped-def]
         _presence_snapshot(names[side], root / f"{side}-keys.parquet")
     cands = root / "candidates.parquet"
     diff_snapshots(spark, str(root / "master-keys.parquet"), str(root / "slave-keys.parquet"), str(cands), 2000)
-    found = keyspace_findings(spark.read.parquet(str(cands)), "run", "pika-live", "pika", 0)
+    found = keyspace_findings(spark.read.parquet(str(cands)), 0)
     rows = [r.asDict() for r in annotate_keyspace(found, scans["master"], scans["slave"]).collect()]
     return SimpleNamespace(root=root, scans=scans, names=names, rows=rows)
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from audit.sources.sink import finding_from_row
 
 from audit.diagnose import diagnose
 from audit.findings import FINDINGS_SCHEMA, Finding
+from audit.kernel.staging import finding_from_row
 from audit.local.pika_binlog import BinlogWriter
 from tests.pika_spark import diff_binlogs, scan_sides
 

@@ -1,4 +1,4 @@
-"""Replication-state detectors on INFO text captured from real servers (reference/pika_redis.md §4)."""
+"""Replication-state detectors on INFO text captured from real servers."""
 
 from __future__ import annotations
 
@@ -52,6 +52,26 @@ def test_sync_replica_is_diagnosed_redis_sync_no_ack() -> None:
     [diagnosed] = diagnose("redis", found)
     assert diagnosed.diagnosis == "REDIS_SYNC_NO_ACK"
     assert any(s.code == "REDIS_SYNC_NO_ACK" for s in catalog())
+
+
+def test_a_sync_replica_that_announced_its_port_is_diagnosed_too() -> None:
+    """A real replica falling back to SYNC sent REPLCONF listening-port first: its real port, offset=0."""
+
+    def announced(at_ms: int, lag: int) -> Sample:
+        master = MASTER.replace("port=0,state=online,offset=0", "port=7777,state=online,offset=0")
+        return Sample(
+            at_ms,
+            parse_info(master.format(lag=lag, offset=275)),
+            parse_info(REPLICA.format(link="up", offset=275)),
+            CLIENTS,
+        )
+
+    found = replication_findings([announced(0, 4), announced(6000, 10)], 17002, 10 << 20, 30)
+    [diagnosed] = diagnose("redis", found)
+    assert diagnosed.diagnosis == "REDIS_SYNC_NO_ACK" and diagnosed.evidence["slave_port"] == 7777
+    # a replica that has only just attached (offset=0 before its first ack, lag not growing, no SYNC) is not
+    fresh = [Sample(0, s.master, s.replica, "") for s in (announced(0, 0), announced(6000, 0))]
+    assert [f.diagnosis for f in diagnose("redis", replication_findings(fresh, 17002, 10 << 20, 30))] == [None]
 
 
 def test_healthy_pair_gives_no_state_findings() -> None:

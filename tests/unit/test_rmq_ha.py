@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import yaml
 
-from audit.diagnose import Signature, diagnose
+from audit.diagnose import Signature, diagnose, parse_catalog
 from audit.findings import Finding
 from audit.sources.rocketmq.ha import (
     IMPLAUSIBLE_OFFSET,
@@ -35,7 +34,7 @@ PROPOSED_SIGNATURES = """
     read as text (telnet sending "99999999" gives 4123389851770370361), or it lies beyond 2^56 bytes.
     Some program that is not a slave wrote to the HA port, which has no authentication. The lag figure is
     meaningless until the master restarts, and a SYNC_MASTER acks writes no slave has.
-  source: seed 000/001 §4; reference/rocketmq.md §3.2
+  source: docs/incidents.md#rmq_foreign_ha_client
 - code: RMQ_STALE_SLAVE
   kinds: [rocketmq]
   categories: [negative_lag, replica_ahead, stale_replica_data]
@@ -45,23 +44,12 @@ PROPOSED_SIGNATURES = """
     offset, beyond the new master's end, and the overlap holds the old master's records (another store
     host or older timestamps) while the new master's records there were never copied. Deploy a fresh
     slave and restart the master (push2SlaveMaxOffset only resets on restart).
-  source: seed 000/001 §3; reference/rocketmq.md §3.2
+  source: docs/incidents.md#rmq_stale_slave
 """
 
 
 def proposed() -> tuple[Signature, ...]:
-    return tuple(
-        Signature(
-            code=e["code"],
-            kinds=tuple(e["kinds"]),
-            categories=tuple(e["categories"]),
-            all=e.get("all") or {},
-            any=e.get("any") or {},
-            meaning=" ".join(e["meaning"].split()),
-            source=e["source"],
-        )
-        for e in yaml.safe_load(PROPOSED_SIGNATURES)
-    )
+    return parse_catalog(PROPOSED_SIGNATURES)
 
 
 def diagnosed(findings: list[Finding]) -> list[tuple[str, str | None]]:

@@ -130,18 +130,24 @@ def replication_findings(
 
 
 def _unacked_replicas(samples: Sequence[Sample]) -> list[Finding]:
-    """Entries the master lists with port=0 and offset=0: replicas that never sent REPLCONF ACK."""
+    """Entries the master lists with offset=0: replicas that never sent REPLCONF ACK.
+
+    `redis-cli --replica` shows as port=0; a real replica that fell back to SYNC announced its
+    listening port first (REPLCONF listening-port), so it shows its real port with offset=0. Either way
+    the catalog wants a lag that only grows, or `cmd=sync` in CLIENT LIST, before it calls it
+    REDIS_SYNC_NO_ACK (a replica that just attached has offset=0 until its first ack, a second later).
+    """
     first, last = samples[0], samples[-1]
     clients = parse_client_list(last.master_clients_raw or "")
     out = []
     for entry in replicas_listed(last.master):
-        if entry.get("port") != 0 or entry.get("offset") != 0:
+        if entry.get("offset") != 0:
             continue
         earlier = next(
             (
                 e
                 for e in replicas_listed(first.master)
-                if e.get("ip") == entry.get("ip") and e.get("port") == 0 and e.get("offset") == 0
+                if e.get("ip") == entry.get("ip") and e.get("port") == entry.get("port") and e.get("offset") == 0
             ),
             None,
         )
@@ -160,7 +166,7 @@ def _unacked_replicas(samples: Sequence[Sample]) -> list[Finding]:
                 evidence={
                     "entry": entry.get("name"),
                     "slave_ip": entry.get("ip"),
-                    "slave_port": 0,
+                    "slave_port": entry.get("port"),
                     "ack_offset": 0,
                     "state": entry.get("state"),
                     "lag_samples_s": lags,

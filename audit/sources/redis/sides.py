@@ -87,7 +87,6 @@ def snapshot_sides(
 def _side_process(job: SideJob, options: SnapshotOptions, events: Any) -> None:
     """Child process: connect, snapshot, report progress (at most every 0.2 s) and the result."""
     from audit.errors import AuditError
-    from audit.sources.redis.client import connect
 
     pending = [0, time.monotonic()]
 
@@ -100,16 +99,7 @@ def _side_process(job: SideJob, options: SnapshotOptions, events: Any) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # the parent shows it, once
-            client = connect(job.url, role=job.side)
-            meta = snapshot_side(
-                client,
-                side=job.side,
-                endpoint=job.endpoint,
-                dbs=job.dbs,
-                out_dir=job.out_dir,
-                options=options,
-                on_keys=progress,
-            )
+            meta = snapshot_job(job, options, progress)
         if pending[0]:
             events.put(("keys", job.side, pending[0]))
         events.put(("done", job.side, meta))
@@ -117,6 +107,21 @@ def _side_process(job: SideJob, options: SnapshotOptions, events: Any) -> None:
         events.put(("error", job.side, (type(e).__name__, str(e), getattr(e, "where", ""))))
     except BaseException:  # a bug: the parent raises it with this traceback
         events.put(("error", job.side, ("BUG", traceback.format_exc(), "")))
+
+
+def snapshot_job(job: SideJob, options: SnapshotOptions, on_keys: Callable[[int], None] | None) -> dict[str, Any]:
+    """One side: connect with its URL and snapshot it (in this process)."""
+    from audit.sources.redis.client import connect
+
+    return snapshot_side(
+        connect(job.url, role=job.side),
+        side=job.side,
+        endpoint=job.endpoint,
+        dbs=job.dbs,
+        out_dir=job.out_dir,
+        options=options,
+        on_keys=on_keys,
+    )
 
 
 def _rebuild_error(payload: tuple[str, str, str]) -> BaseException:
@@ -135,20 +140,8 @@ def _sides_in_threads(
 ) -> dict[str, dict[str, Any]]:
     from concurrent.futures import ThreadPoolExecutor
 
-    from audit.sources.redis.client import connect
-
     def one(job: SideJob) -> dict[str, Any]:
-        hook = (lambda n: on_keys(job.side, n)) if on_keys is not None else None
-        client = connect(job.url, role=job.side)
-        return snapshot_side(
-            client,
-            side=job.side,
-            endpoint=job.endpoint,
-            dbs=job.dbs,
-            out_dir=job.out_dir,
-            options=options,
-            on_keys=hook,
-        )
+        return snapshot_job(job, options, (lambda n: on_keys(job.side, n)) if on_keys is not None else None)
 
     with ThreadPoolExecutor(len(jobs)) as pool:
         return dict(zip([j.side for j in jobs], pool.map(one, jobs), strict=True))
