@@ -151,7 +151,11 @@ def test_diff_applies_the_compare_mode(spark, tmp_path) -> None:  # type: ignore
         return str(path)
 
     m = side(
-        [(b"same-len", "string", 3, "a", None), (b"longer", "string", 3, "a", None), (b"ttl", "string", 1, "x", 9_000_000_000)],
+        [
+            (b"same-len", "string", 3, "a", None),
+            (b"longer", "string", 3, "a", None),
+            (b"ttl", "string", 1, "x", 9_000_000_000),
+        ],
         "m",
     )
     r = side(
