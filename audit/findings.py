@@ -42,6 +42,11 @@ SEVERITY_BY_CATEGORY: dict[str, str] = {
     # Added by replica-audit (README, "Contract changes"): the server named as replica follows some
     # other master, so diffing it against this pair's master would report noise, not divergence.
     "wrong_master": "critical",
+    # Redis fleets (issue 11): slot ranges no master owns (keys there cannot be served or audited), a
+    # cluster that says it is down, and slots being resharded (info: their keys are read on both nodes).
+    "uncovered_slots": "critical",
+    "cluster_down": "critical",
+    "slot_migration": "info",
 }
 CATEGORIES = tuple(SEVERITY_BY_CATEGORY)
 NOT_GATED_BY_DEFAULT = frozenset({"lagging"})

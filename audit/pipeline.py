@@ -91,15 +91,18 @@ def _run_checks(
 ) -> None:
     staging = FindingsStaging(run.work(pair.name) / "findings")
     staging.clear(stage)
+    deferred: list[Exception] = []  # StageContext.fail_after: raised once the stage's work is done
     for position, check in enumerate(spec.checks(pair)):
         if state.skipped(check.name):
             continue
-        ctx = StageContext(stage, check.name, position, pair, run, state, staging, resolver, progress)
+        ctx = StageContext(stage, check.name, position, pair, run, state, staging, resolver, progress, deferred)
         getattr(check, stage)(ctx)
         if stage == "snapshot" and check.name not in state.checks:
             state.checks[check.name] = CheckState(status="done")
     if stage == "recheck":
         state.counts = staging.consolidate(run.findings_file(pair.name), run.run_id, pair.name, pair.kind)
+    if deferred:
+        raise deferred[0]
 
 
 def run_stage(

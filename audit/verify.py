@@ -56,8 +56,8 @@ def verifiable_kinds() -> list[str]:
 
 
 def verification_inventory(
-    source: str,
-    target: str,
+    source: str | dict[str, Any],
+    target: str | dict[str, Any],
     kind: str,
     strictness: str = DEFAULT_STRICTNESS,
     dbs: list[int] | None = None,
@@ -65,31 +65,38 @@ def verification_inventory(
     tables: list[str] | None = None,
     name: str = DEFAULT_NAME,
     settings: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Inventory:
     """A one-pair inventory: `source` as the master side, `target` as the replica side.
 
     `source` and `target` are URLs of the kind's servers or `conn:<airflow_conn_id>`; `dbs`
     None or empty means every db either side has keys in (kinds with dbs); `tables` likewise for kinds
     with tables (every base table outside the system schemas); `settings` are inventory settings (max_keys_per_s,
-    recheck_rounds, ...). Raises ConfigError naming the bad argument.
+    recheck_rounds, ...); `options` other fields of the kind's pair (e.g. redis' `compare`, `keys`). A
+    `source` or `target` starting with `{` is a YAML/JSON mapping: an endpoint of the kind's own form
+    (e.g. ``{url: redis://h:7000, topology: cluster}``). Raises ConfigError naming the bad argument.
     """
     if kind not in verifiable_kinds():
         raise ConfigError(f"verification kind {kind!r}: expected one of {', '.join(verifiable_kinds())}")
     if strictness not in STRICTNESS:
         raise ConfigError(f"verification strictness {strictness!r}: expected one of {', '.join(STRICTNESS)}")
     for label, value in (("source", source), ("target", target)):
-        if not isinstance(value, str) or not value.strip():
+        if not isinstance(value, dict) and (not isinstance(value, str) or not value.strip()):
             raise ConfigError(f"verification {label}: give a server URL or conn:<airflow_conn_id>")
     gate: dict[str, int | None] = {f: 0 for f in gate_field_names()}
     gate.update(STRICTNESS[strictness][0])
     pair: dict[str, Any] = {
         "name": name,
         "kind": kind,
-        "master": source.strip(),
-        "replica": target.strip(),
+        "master": _endpoint(source, "source"),
+        "replica": _endpoint(target, "target"),
         "check_replication": False,
         "gate": gate,
     }
+    for key, value in (options or {}).items():
+        if key in pair or key not in kind_spec(kind).pair_model.model_fields:
+            raise ConfigError(f"verification option {key}: kind {kind} takes no such option (or it is fixed)")
+        pair[key] = value
     fields = kind_spec(kind).pair_model.model_fields
     selection: dict[str, list[Any]] = {"dbs": list(dbs or []), "tables": list(tables or [])}
     for field_name, chosen in selection.items():
@@ -99,6 +106,24 @@ def verification_inventory(
             pair[field_name] = chosen
     raw = {"defaults": dict(settings or {}), "pairs": [pair]}
     return parse_inventory(json.dumps(raw), source="verification")  # JSON is YAML
+
+
+def _endpoint(value: str | dict[str, Any], label: str) -> Any:
+    """A URL as given, or an endpoint mapping (given as one, or written as YAML/JSON: `{...}`)."""
+    if isinstance(value, dict):
+        return value
+    text = value.strip()
+    if not text.startswith("{"):
+        return text
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError:
+        loaded = None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"verification {label}: expected a URL or a mapping such as {{url: ..., topology: ...}}")
+    return loaded
 
 
 # --- the certificate ---------------------------------------------------------------------------------

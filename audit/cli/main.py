@@ -300,6 +300,10 @@ def verify(
     setting: Annotated[
         list[str] | None, typer.Option("--setting", help="inventory setting key=value, e.g. qps=5000 (repeatable)")
     ] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option("--option", help="other pair field key=value (YAML value), e.g. compare=keys (repeatable)"),
+    ] = None,
     run_id: RunIdOpt = None,
     history: HistoryOpt = None,
     as_json: JsonOpt = False,
@@ -312,14 +316,25 @@ def verify(
     from audit.verify import finish_verification, verification_inventory
 
     _output(as_json, quiet)
-    settings: dict[str, Any] = {}
-    for item in setting or []:
-        if "=" not in item:
-            raise ConfigError(f"--setting {item!r}: expected key=value")
-        k, v = item.split("=", 1)
-        settings[k] = yaml.safe_load(v)
+    given: dict[str, dict[str, Any]] = {"--setting": {}, "--option": {}}
+    for flag, items in (("--setting", setting), ("--option", option)):
+        for item in items or []:
+            if "=" not in item:
+                raise ConfigError(f"{flag} {item!r}: expected key=value")
+            k, v = item.split("=", 1)
+            given[flag][k] = yaml.safe_load(v)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    inv = verification_inventory(source, target, kind, strictness, db, tables=table, name=name, settings=settings)
+    inv = verification_inventory(
+        source,
+        target,
+        kind,
+        strictness,
+        db,
+        tables=table,
+        name=name,
+        settings=given["--setting"],
+        options=given["--option"],
+    )
     run_dir = start_run(inv, out_dir, run_id)
     _say(f"verification [bold]{run_dir.run_id}[/] → {run_dir.root}")
     outcome = audit_pair(inv.pairs[0], run_dir, on_stage=lambda n, stage: _say(f"[dim]{n}: {stage}[/]"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -54,14 +55,16 @@ def _side(prefix: str) -> Column:
     return F.struct(*[F.col(f"{prefix}{c}").alias(c) for c in ("type", "ttl_ms", "expire_at_ms", "length", "status")])
 
 
-def keyspace_findings(rows: DataFrame, rechecked_rounds: int) -> DataFrame:
-    """One finding per diverged key (diff rows: db, key, category, m_*, r_*), what each side holds in `detail`."""
+def keyspace_findings(rows: DataFrame, rechecked_rounds: int, extra: Mapping[str, Column] | None = None) -> DataFrame:
+    """One finding per diverged key (diff rows: db, key, category, m_*, r_*), what each side holds in `detail`;
+    `extra` adds fields to `detail` (e.g. which shard and replica of a fleet)."""
     detail = F.to_json(
         F.struct(
             _side("m_").alias("master"),
             _side("r_").alias("replica"),
             (F.col("r_expire_at_ms") - F.col("m_expire_at_ms")).alias("ttl_delta_ms"),
             F.lit(rechecked_rounds).alias("rechecked_rounds"),
+            *[c.alias(name) for name, c in (extra or {}).items()],
         )
     )
     return to_findings(

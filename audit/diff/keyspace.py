@@ -42,22 +42,28 @@ STATUS_CODES = {"ok": 0, "unstable": 1, "error": 2}
 _ORDER_SHIFT = 1 << 19  # read_at_ms (< 2**44 until the year 2527) times this, plus 19 bits of vh, fits a long
 
 
-def narrow(snapshot: DataFrame) -> DataFrame:
+def narrow(snapshot: DataFrame, mode: str = "full") -> DataFrame:
     """Latest read of each (db, key) as fixed-width columns: th, st, expire_at_ms, vh, read_at_ms, reads.
 
     The later read wins; reads within the same millisecond are told apart by the low bits of `vh`, so
-    every column comes from the same read.
+    every column comes from the same read. The compare mode (audit/diff/compare_modes.py) decides what
+    the columns carry: `length` hashes the element count instead of the value, `keys` keeps presence
+    and readability only (type, value, status `unstable` and expiry then always agree).
     """
     st = F.lit(len(STATUS_CODES))
     for name, code in reversed(STATUS_CODES.items()):
         st = F.when(F.col("status") == name, F.lit(code)).otherwise(st)
-    vh = F.xxhash64("digest", "length")
+    th, expire = F.xxhash64("type"), F.col("expire_at_ms")
+    vh = F.xxhash64("digest", "length") if mode == "full" else F.xxhash64("length")
+    if mode == "keys":
+        th, vh, expire = F.lit(0).cast("long"), F.xxhash64("key"), F.lit(None).cast("long")
+        st = F.when(F.col("status") == "error", F.lit(STATUS_CODES["error"])).otherwise(F.lit(STATUS_CODES["ok"]))
     rows = snapshot.select(
         "db",
         "key",
-        F.xxhash64("type").alias("th"),
+        th.alias("th"),
         st.alias("st"),
-        "expire_at_ms",
+        expire.alias("expire_at_ms"),
         vh.alias("vh"),
         "read_at_ms",
         (F.col("read_at_ms") * F.lit(_ORDER_SHIFT) + F.pmod(vh, F.lit(_ORDER_SHIFT))).alias("order"),
@@ -179,17 +185,23 @@ def _with_full_columns(spark: SparkSession, narrow_candidates: DataFrame, paths:
 
 
 def diff_snapshots(
-    spark: SparkSession, master_path: str, replica_path: str, candidates_path: str, ttl_tolerance_ms: int
+    spark: SparkSession,
+    master_path: str,
+    replica_path: str,
+    candidates_path: str,
+    ttl_tolerance_ms: int,
+    mode: str = "full",
 ) -> dict[str, int]:
     """The keyspace diff job: write the candidates, return the coverage counts.
 
     Two passes: the narrow join classifies every key and observes the coverage counts while it writes
     the candidates' keys and read times (no cache: it cost more than the join; bench/diff_bench.py),
-    then those few rows get their full columns from the snapshots.
+    then those few rows get their full columns from the snapshots. `mode` is the pair's compare mode
+    (audit/diff/compare_modes.py): what it does not compare makes no candidate.
     """
     from pyspark.sql import Observation
 
-    sides = [narrow(_read(spark, p)) for p in (master_path, replica_path)]
+    sides = [narrow(_read(spark, p), mode) for p in (master_path, replica_path)]
     classified = classify(join_sides(*sides), ttl_tolerance_ms)
     coverage = Observation("coverage")
     keys_path = candidates_path.rstrip("/") + ".keys"

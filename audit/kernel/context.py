@@ -7,7 +7,7 @@ own data slot, findings (staged, see audit.kernel.staging), its status (done or 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,8 @@ class StageContext:
     staging: FindingsStaging
     resolver: ConnResolver | None = None
     progress: Progress | None = None
+    deferred: list[Exception] = field(default_factory=list)
+    """Errors raised by the pipeline once the stage's other work is done (see :meth:`fail_after`)."""
 
     # --- where things go ---------------------------------------------------------------------------
     @property
@@ -67,6 +69,12 @@ class StageContext:
     def skip_check(self, name: str, reason: str) -> None:
         """Another check of the same kind cannot run (e.g. no keyspace diff against the wrong master)."""
         self.state.checks[name] = CheckState(status="skipped", reason=reason)
+
+    def fail_after(self, error: Exception) -> None:
+        """Part of the pair could not be audited (e.g. one shard of a cluster): the stage goes on with
+        the rest, its findings are consolidated, and then the pipeline raises `error` for the pair
+        (exit 3 for a source error, naming what was not audited)."""
+        self.deferred.append(error)
 
     # --- findings --------------------------------------------------------------------------------------
     def add_findings(self, findings: Iterable[Finding]) -> None:

@@ -7,7 +7,9 @@
 Conventions of the evidence keys, which every source kind follows: `*_at_ms` and `*_time_ms` are
 epoch milliseconds (shown as UTC times), other `*_ms` are durations, `*_s`/`*_seconds` seconds,
 `bytes`/`*_bytes` byte counts (shown with binary units and exact), `master`/`replica` objects are
-what each side holds (shown side by side). Whatever else there is shows as `key: value`.
+what each side holds (shown side by side), `fields` lists the parts of a value that differ
+(`{total, exact, items: [{<field|member|index|offset>, state, master, replica}]}`). Whatever else
+there is shows as `key: value`.
 """
 
 from __future__ import annotations
@@ -114,6 +116,27 @@ def value_text(key: str, value: Any) -> str:
     return str(value)
 
 
+_PART_NAMES = ("field", "member", "index", "offset")
+
+
+def parts_text(fields: dict[str, Any]) -> str:
+    """`detail.fields` as one line: how many parts differ, then each listed one with both sides' values."""
+    items = fields.get("items") or []
+    total = fields.get("total", len(items))
+    head = f"{total:,} differ" + ("" if fields.get("exact", True) else " (at least)")
+    if "error" in fields:
+        return f"not compared: {fields['error']}"
+    shown = []
+    for item in items:
+        part = next((f"{n} {item[n]}" for n in _PART_NAMES if n in item), "?")
+        values = ""
+        if item.get("master") is not None or item.get("replica") is not None:
+            values = f" (master {item.get('master') or '–'}, replica {item.get('replica') or '–'})"
+        shown.append(f"{part} {str(item.get('state', '')).replace('_', ' ')}{values}")
+    more = f"; … {total - len(items):,} more" if isinstance(total, int) and total > len(items) else ""
+    return head + (": " + "; ".join(shown) if shown else "") + more
+
+
 def _side_value(key: str, side: dict[str, Any]) -> str:
     if key == "ttl_ms" and side.get(key) is None and side.get("type") not in (None, "none"):
         return "no expiry"
@@ -151,6 +174,9 @@ def finding_view(detail: dict[str, Any]) -> FindingView:
         if key == "ttl_delta_ms":
             if value is not None:
                 view.fields.insert(0, (label(key), ttl_difference(value)))
+            continue
+        if key == "fields" and isinstance(value, dict):
+            view.fields.append(("Differing parts", parts_text(value)))
             continue
         view.fields.append((label(key), value_text(key, value)))
     return view

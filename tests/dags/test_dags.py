@@ -260,14 +260,19 @@ def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(
     assert statuses == {"dag-pair": "failed", "dag-pika": "passed", "dag-mq": "passed"}
     assert (root / "report.html").exists()
     # every pair's asset got its verdict, the failed pair's too; the one a DAG schedules on is active
-    events = {uri: (extra, task) for uri, extra, task in asset_events(airflow_env)}
+    # this run's events only: the session's Airflow DB also holds other tests' runs
+    events = {uri: (extra, task) for uri, extra, task in asset_events(airflow_env) if extra["run_id"] == root.name}
     assert set(events) == {"replica-audit://dag-pair", "replica-audit://dag-pika", "replica-audit://dag-mq"}
     extra, task = events["replica-audit://dag-pair"]
     assert task == "audit_pair.verdict"
     assert extra["status"] == "failed" and extra["counts"] == {"missing_on_replica": 1}
     assert extra["failed_checks"] == ["missing_on_replica"] and extra["run_id"] == root.name
     assert events["replica-audit://dag-pika"][0]["status"] == "passed"
-    aliased = airflow_db(airflow_env, "SELECT count(*) FROM asset_alias_asset_event")
+    aliased = airflow_db(
+        airflow_env,
+        "SELECT count(*) FROM asset_alias_asset_event x JOIN asset_event e ON e.id = x.event_id"
+        f" WHERE json_extract(e.extra, '$.run_id') = '{root.name}'",
+    )
     assert aliased == [(3,)]  # each event went through the alias
     active = {uri.rstrip("/") for (uri,) in airflow_db(airflow_env, "SELECT a.uri FROM asset_active a")}
     assert "replica-audit://dag-pair" in active

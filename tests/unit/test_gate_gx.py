@@ -42,7 +42,7 @@ def test_suite_file_loads_as_a_gx_suite() -> None:
     from great_expectations import ExpectationSuite
 
     suite = ExpectationSuite(**json.loads(SUITE.read_text()))
-    assert len(suite.expectations) == len(COLUMNS) == 14
+    assert len(suite.expectations) == len(COLUMNS) == 17
     assert set(suite.suite_parameter_options) == {f"max_{c}" for c in COLUMNS}
     assert all(e.meta and e.meta.get("notes") for e in suite.expectations)
 

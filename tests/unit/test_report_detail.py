@@ -96,3 +96,23 @@ def test_charts_render() -> None:
     assert uri is not None and uri.startswith("data:image/png;base64,")
     assert charts.findings_per_run([], {}) is None
     assert charts.offsets_over_time(["a", "b"], [1.0, 2.0], [1.0, 2.0], "bytes", seconds=[0.0, 1.0]) is not None
+
+
+def test_differing_parts_of_a_value_read_as_one_line() -> None:
+    from audit.report.detail import finding_view
+
+    fields = {
+        "total": 3,
+        "exact": False,
+        "items": [
+            {"field": '"f17"', "state": "differs", "master": '"a"', "replica": '"b"'},
+            {"index": 3, "state": "extra_on_replica", "master": None, "replica": None},
+        ],
+    }
+    assert finding_view({"fields": fields}).fields == [
+        (
+            "Differing parts",
+            '3 differ (at least): field "f17" differs (master "a", replica "b"); index 3 extra on replica; … 1 more',
+        )
+    ]
+    assert finding_view({"fields": {"error": "WRONGTYPE"}}).fields == [("Differing parts", "not compared: WRONGTYPE")]

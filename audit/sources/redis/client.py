@@ -17,11 +17,23 @@ def host_port(url: str) -> str:
     return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
 
 
-def connect(url: str, *, role: str, timeout_s: float = defaults.CONNECT_TIMEOUT_S) -> redis.Redis:
+def _readonly_on_connect(conn: Any) -> None:
+    """redis-py's connection set-up (auth, SELECT), then READONLY: a cluster replica serves reads of
+    its shard's keys only on a connection that said READONLY (others get MOVED to the master)."""
+    conn.on_connect()
+    conn.send_command("READONLY")
+    conn.read_response()
+
+
+def connect(
+    url: str, *, role: str, timeout_s: float = defaults.CONNECT_TIMEOUT_S, readonly: bool = False
+) -> redis.Redis:
     """A client speaking RESP2 (Pika cannot do HELLO 3), checked with one INFO call.
 
     redis-py's CLIENT SETINFO is switched off: a read-only ACL user may not run it, and Pika rejects it.
+    With `readonly`, every connection of the client (RespPipe's too) sends READONLY (cluster nodes only).
     """
+    extra: dict[str, Any] = {"redis_connect_func": _readonly_on_connect} if readonly else {}
     try:
         client = redis.Redis.from_url(
             url,
@@ -31,6 +43,7 @@ def connect(url: str, *, role: str, timeout_s: float = defaults.CONNECT_TIMEOUT_
             lib_name=None,
             lib_version=None,
             decode_responses=False,
+            **extra,
         )
         client.execute_command("INFO", "server")
     except redis.AuthenticationError as e:

@@ -7,8 +7,10 @@ recheck: candidates re-read live for a few rounds; what persists becomes finding
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +27,22 @@ from audit.kernel.state import MetricValue, PairState
 from audit.layout import RunDir
 from audit.sources.redis.ack import ReplicaAck
 from audit.sources.redis.client import connect
+from audit.sources.redis.divergence import (
+    COMPARE_MEANING,
+    compare_note,
+    field_evidence,
+    filter_note,
+    filtered_out,
+    first_value_mismatches,
+    selecting,
+    with_fields,
+    write_repair,
+)
 from audit.sources.redis.info import keyspace_dbs
+from audit.sources.redis.keyfilter import KeyFilter, KeysSpec
 from audit.sources.redis.model import KeyspaceSettings
 from audit.sources.redis.resp import RespPipe
-from audit.sources.redis.snapshot import KEYS_FILE, capture_state
+from audit.sources.redis.snapshot import KEYS_FILE, SnapshotOptions, capture_state
 
 SIDES = ("master", "replica")
 Annotate = Callable[[StageContext, "DataFrame"], "DataFrame"]
@@ -36,6 +50,29 @@ Annotate = Callable[[StageContext, "DataFrame"], "DataFrame"]
 CANDIDATES = "candidates.parquet"
 SURVIVORS = "survivors.parquet"
 WINDOW_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class KeyspaceExtras:
+    """What a redis pair asks of its keyspace beyond the comparison (Pika's pairs take the defaults):
+    a key filter, a compare mode, field-level differences for the first `field_diff_keys` keys still
+    differing (short values shown unless `show_values` is false), and a repair plan."""
+
+    keys: KeysSpec | None = None
+    compare: str = "full"
+    show_values: bool = True
+    field_diff_keys: int = 0
+    repair_plan: bool = False
+
+    def key_filter(self) -> KeyFilter | None:
+        return KeyFilter.of(self.keys)
+
+    def filtered(self, options: SnapshotOptions) -> SnapshotOptions:
+        """The snapshot options with the key filter: SCAN MATCH where one include allows it, the rest per page."""
+        kf = self.key_filter()
+        if kf is None:
+            return options
+        return dataclasses.replace(options, match=kf.scan_match(), key_filter=kf.keep)
 
 
 class KeyspaceCheck(Check):
@@ -50,6 +87,8 @@ class KeyspaceCheck(Check):
         "replica_scan_duplicates",
         "master_keys_vanished",
         "replica_keys_vanished",
+        "master_keys_filtered_out",
+        "replica_keys_filtered_out",
         "recheck_candidates",
         "recheck_converged",
         "recheck_in_flight",
@@ -66,19 +105,22 @@ class KeyspaceCheck(Check):
         ack: ReplicaAck | None,
         judge_hot_keys: int = 0,
         annotate: Annotate | None = None,
+        extras: KeyspaceExtras | None = None,
     ) -> None:
         """`dbs` as the pair names them; without them, every db INFO keyspace lists on either side when
         `dbs_from_info` (Redis), else db 0 (Pika's INFO keyspace is not a reliable list). `ack` tells the
         recheck when the replica has applied a master read (None for two independent servers); up to
         `judge_hot_keys` keys still moving after the rounds are judged at the replica's offset
         (audit/sources/redis/hotkeys.py: Redis replication offsets only). `annotate` adds a kind's own
-        evidence to the findings before they are staged (Pika: what its binlogs say of each key)."""
+        evidence to the findings before they are staged (Pika: what its binlogs say of each key).
+        `extras`: key filter, compare mode, field-level differences, repair plan (kind redis)."""
         self.settings = settings
         self.dbs = dbs
         self.dbs_from_info = dbs_from_info
         self.ack = ack
         self.judge_hot_keys = judge_hot_keys
         self.annotate = annotate
+        self.extras = extras or KeyspaceExtras()
 
     def _clients(self, ctx: StageContext) -> dict[str, redis.Redis]:
         return {side: connect(str(ctx.url(side)), role=f"{ctx.pair.name} {side}") for side in SIDES}
@@ -105,7 +147,7 @@ class KeyspaceCheck(Check):
         # so fewer in-flight writes show up as differences, and the wall time halves.
         metas = snapshot_sides(
             jobs,
-            s.snapshot_options(),
+            self.extras.filtered(s.snapshot_options()),
             processes=s.snapshot_processes,
             on_keys=(lambda side, n: progress(f"{label} {side}", n, totals[side])) if progress else None,
         )
@@ -117,7 +159,21 @@ class KeyspaceCheck(Check):
             ctx.metrics[f"{side}_keys_per_s"] = round(st["keys_scanned"] / max(meta["duration_s"], 1e-6))
             ctx.metrics[f"{side}_commands"] = st["commands"]
         ctx.state.dbs = dbs
+        self._notes(ctx, {side: filtered_out(meta) for side, meta in metas.items()})
         ctx.done(f"dbs {dbs}")
+
+    def _notes(self, ctx: StageContext, filtered: dict[str, int]) -> None:
+        """The compare mode and what the key filter left out, for the summary (and their metrics)."""
+        ctx.state.notes.append(compare_note(self.extras.compare))
+        kf = self.extras.key_filter()
+        if kf is None:
+            return
+        for side, n in filtered.items():
+            ctx.metrics[f"{side}_keys_filtered_out"] = n
+        match = kf.scan_match()
+        ctx.state.notes.append(
+            filter_note(kf.describe(), filtered, match.decode("utf-8", "replace") if match is not None else None)
+        )
 
     # --- diff ---------------------------------------------------------------------------------------
     def diff(self, ctx: StageContext) -> None:
@@ -126,7 +182,9 @@ class KeyspaceCheck(Check):
         started = time.time()
         m_path, r_path = (str(ctx.snapshot_dir(side) / KEYS_FILE) for side in SIDES)
         candidates = str(ctx.work_dir() / CANDIDATES)
-        coverage = diff_snapshots(ctx.spark(), m_path, r_path, candidates, self.settings.ttl_tolerance_ms)
+        coverage = diff_snapshots(
+            ctx.spark(), m_path, r_path, candidates, self.settings.ttl_tolerance_ms, self.extras.compare
+        )
         ctx.metrics.update(coverage)
         ctx.metrics["diff_s"] = round(time.time() - started, 3)
 
@@ -155,19 +213,26 @@ class KeyspaceCheck(Check):
                 ack=self.ack,
                 ack_wait_s=s.recheck_ack_wait_s,
                 judge_hot_keys=self.judge_hot_keys,
+                mode=self.extras.compare,
+            )
+            rows = first_value_mismatches(survivors, self.extras.field_diff_keys if total else 0)
+            evidence = field_evidence(
+                rows, selecting(*pipes), show_values=self.extras.show_values, page=s.big_key_elements
             )
         except (OSError, ConnectionError, redis.RedisError) as e:
             raise SourceError(f"pair {ctx.pair.name}: recheck failed: {e}") from None
         finally:
             for p in pipes:
                 p.close()
-        found = keyspace_findings(survivors, stats.rounds_run)
+        found = with_fields(keyspace_findings(survivors, stats.rounds_run), evidence)
         if total > s.recheck_max_keys:
             rest = cands.join(to_check.select("db", "key"), on=["db", "key"], how="left_anti")
             found = found.unionByName(keyspace_findings(rest, 0))
         if self.annotate is not None:
             found = self.annotate(ctx, found)
         ctx.add_findings_frame(found)
+        if self.extras.repair_plan and total:  # no candidate, no finding: nothing to repair
+            write_repair(ctx, found)
         ctx.metrics.update(
             recheck_candidates=stats.candidates,
             recheck_converged=stats.converged,
@@ -193,4 +258,5 @@ class KeyspaceCheck(Check):
     def certify(self, run: RunDir, state: PairState, side: str) -> dict[str, Any]:
         from audit.sources.redis.content import side_certificate
 
-        return side_certificate(Path(run.snapshot(state.pair, side)), state, side)
+        certified = side_certificate(Path(run.snapshot(state.pair, side)), state, side)
+        return {**certified, "compare": self.extras.compare, "compare_meaning": COMPARE_MEANING[self.extras.compare]}

@@ -1,14 +1,24 @@
-"""The redis kind's inventory models: the pair, and the keyspace settings Pika's pairs take too."""
+"""The redis kind's inventory models: the pair, and the keyspace settings Pika's pairs take too.
+
+A redis pair's endpoint is a URL (a standalone server, as always), or a mapping for a fleet
+(audit/sources/redis/endpoints.py): ``{url: ..., topology: cluster}`` for any node of a Redis Cluster,
+``{sentinels: [...], service: ...}`` for a Sentinel-managed group. Without a `replica`, a fleet's own
+replicas are audited against their masters (a replication audit, shard by shard); with one, the two
+sides are compared as independent systems (a migration: `check_replication: false`).
+"""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, SecretStr, model_validator
+from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, SecretStr, Tag, model_validator
 
 from audit import defaults
+from audit.diff.compare_modes import CompareMode
 from audit.kernel.pair import PairBase, Strict
+from audit.sources.redis.endpoints import NodeEndpoint, SentinelEndpoint
+from audit.sources.redis.keyfilter import KeysSpec
 
 if TYPE_CHECKING:
     from audit.sources.redis.snapshot import SnapshotOptions
@@ -89,9 +99,84 @@ class KeyspaceSettings(Strict):
         )
 
 
+class RedisSettings(KeyspaceSettings):
+    """Kind redis' settings: the keyspace's, and how fleets are read."""
+
+    fleet_snapshot: Literal["spark", "threads"] = Field(
+        "spark", description="a fleet's nodes snapshotted as Spark tasks, or in driver threads"
+    )
+    fleet_threads: int = Field(2, gt=0, description="driver threads when fleet_snapshot is threads")
+    field_diff_keys: int = Field(
+        100, ge=0, description="keys still differing after the recheck whose fields are compared (the first N)"
+    )
+
+
+def _endpoint_tag(value: Any) -> str:
+    if isinstance(value, str | SecretStr):
+        return "url-string"
+    if isinstance(value, dict) and ("sentinels" in value or "service" in value or value.get("topology") == "sentinel"):
+        return "sentinel-endpoint"
+    return "node-endpoint"
+
+
+def _standalone_as_url(value: Any) -> Any:
+    """`{url: ..., topology: standalone}` is a plain URL: the standalone checks take a URL."""
+    if (
+        isinstance(value, dict)
+        and set(value) <= {"url", "topology"}
+        and value.get("topology", "standalone") == "standalone"
+    ):
+        return value.get("url")
+    return value
+
+
+Endpoint = Annotated[
+    Annotated[RespUrl, Tag("url-string")]
+    | Annotated[NodeEndpoint, Tag("node-endpoint")]
+    | Annotated[SentinelEndpoint, Tag("sentinel-endpoint")],
+    Discriminator(_endpoint_tag),
+    BeforeValidator(_standalone_as_url),
+]
+"""A URL (standalone), `{url, topology: cluster}`, or `{sentinels, service, ...}`; the tags' hyphens keep
+them out of the inventory's error paths (``pairs[0] (x).master.url``)."""
+
+
+def topology_of(value: Any) -> str:
+    """standalone | cluster | sentinel, of an endpoint as the pair holds it."""
+    if isinstance(value, SentinelEndpoint):
+        return "sentinel"
+    if isinstance(value, NodeEndpoint):
+        return value.topology
+    return "standalone"
+
+
 class RedisPair(PairBase):
     kind: Literal["redis"]
-    master: RespUrl
-    replica: RespUrl
+    master: Endpoint
+    replica: Endpoint | None = Field(None, description="optional for a cluster or sentinel master")
     dbs: DbList = None
-    settings: KeyspaceSettings = Field(default_factory=KeyspaceSettings)
+    settings: RedisSettings = Field(default_factory=RedisSettings)
+    keys: KeysSpec | None = Field(None, description="include/exclude globs: only matching keys are audited")
+    compare: CompareMode = Field("full", description="full (value digests) | length | keys (presence only)")
+    show_values: bool = Field(True, description="short string values (up to 64 bytes) shown in findings")
+
+    @property
+    def fleet(self) -> bool:
+        """A cluster or sentinel on either side: the fleet checks audit it."""
+        return any(topology_of(v) != "standalone" for v in (self.master, self.replica) if v is not None)
+
+    @model_validator(mode="after")
+    def _shape(self) -> RedisPair:
+        m, r = topology_of(self.master), topology_of(self.replica) if self.replica is not None else None
+        if r is None and m == "standalone":
+            raise ValueError(
+                "replica: give the replica's URL (only a cluster or sentinel master's replicas are discovered)"
+            )
+        if r is not None and self.fleet and self.check_replication:
+            raise ValueError(
+                f"check_replication: a {m} master with a {r} replica are two independent systems: set "
+                "check_replication: false to compare them, or leave the replica out to audit the fleet's own replicas"
+            )
+        if "standalone" not in (m, r) and "cluster" in (m, r) and self.dbs not in (None, [0]):
+            raise ValueError("dbs: a cluster has db 0 only")
+        return self

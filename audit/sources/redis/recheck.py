@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
+from audit.diff.compare_modes import apply_mode, mode_category
 from audit.diff.keyspace import classify, join_sides, latest_read
 from audit.sources.redis.ack import ReplicaAck, wait_for
 from audit.sources.redis.keys import ERROR, UNSTABLE, VANISHED, KeyReader, KeyState
@@ -52,12 +53,25 @@ class RecheckStats:
     per_round_remaining: list[int] = field(default_factory=list)
 
 
-def read_keys(reader: KeyReader, keys: Iterable[Key]) -> dict[Key, KeyState]:
+class DbReader(Protocol):
+    """Reads keys of one db wherever they live (a cluster side: audit.sources.redis.routing.ClusterKeyReader)."""
+
+    def read_db(self, db: int, keys: Sequence[bytes]) -> list[KeyState]: ...
+
+
+Reader = KeyReader | DbReader
+
+
+def read_keys(reader: Reader, keys: Iterable[Key]) -> dict[Key, KeyState]:
     by_db: dict[int, list[bytes]] = defaultdict(list)
     for db, key in keys:
         by_db[db].append(key)
     out: dict[Key, KeyState] = {}
     for db, db_keys in sorted(by_db.items()):
+        if not isinstance(reader, KeyReader):
+            for i in range(0, len(db_keys), 1000):
+                out.update(((db, s.key), s) for s in reader.read_db(db, db_keys[i : i + 1000]))
+            continue
         reader.pipe.execute([(b"SELECT", b"%d" % db)])
         for i in range(0, len(db_keys), 1000):
             out.update(((db, s.key), s) for s in reader.read(db_keys[i : i + 1000]))
@@ -68,8 +82,24 @@ def _present(s: KeyState | None) -> KeyState | None:
     return None if s is None or s.status == VANISHED else s
 
 
-def category_of(master: KeyState | None, replica: KeyState | None, tolerance_ms: int) -> str | None:
-    """The keyspace diff's category for one key read live on both sides (None: they agree, or unreadable)."""
+def category_of(master: KeyState | None, replica: KeyState | None, tolerance_ms: int, mode: str = "full") -> str | None:
+    """The keyspace diff's category for one key read live on both sides (None: they agree, or unreadable),
+    as the pair's compare mode counts it (audit/diff/compare_modes.py)."""
+    found = _full_category(master, replica, tolerance_ms)
+    if mode == "full" or found is None:
+        return found
+    m, r = _present(master), _present(replica)
+    return mode_category(
+        found,
+        mode,
+        m_length=m.length if m else None,
+        r_length=r.length if r else None,
+        m_status=m.status if m else None,
+        r_status=r.status if r else None,
+    )
+
+
+def _full_category(master: KeyState | None, replica: KeyState | None, tolerance_ms: int) -> str | None:
     m, r = _present(master), _present(replica)
     if (m is not None and m.status == ERROR) or (r is not None and r.status == ERROR):
         return None
@@ -116,7 +146,13 @@ class _Round:
 
 
 def _round_with_ack(
-    keys: list[Key], m_reader: KeyReader, r_reader: KeyReader, ack: ReplicaAck, ack_wait_s: float, tolerance_ms: int
+    keys: list[Key],
+    m_reader: KeyReader,
+    r_reader: KeyReader,
+    ack: ReplicaAck,
+    ack_wait_s: float,
+    tolerance_ms: int,
+    mode: str,
 ) -> _Round:
     out = _Round()
     before = read_keys(m_reader, keys)
@@ -125,7 +161,10 @@ def _round_with_ack(
     after = read_keys(m_reader, keys)
     for k in keys:
         r = replica.get(k)
-        if category_of(before.get(k), r, tolerance_ms) is None or category_of(after.get(k), r, tolerance_ms) is None:
+        if (
+            category_of(before.get(k), r, tolerance_ms, mode) is None
+            or category_of(after.get(k), r, tolerance_ms, mode) is None
+        ):
             out.converged += 1
         elif acked and _same_master_value(before.get(k), after.get(k), tolerance_ms):
             out.divergent[k] = (after.get(k), r)
@@ -137,17 +176,18 @@ def _round_with_ack(
 def _round_without_ack(
     keys: list[Key],
     previous: dict[Key, KeyState | None],
-    m_reader: KeyReader,
-    r_reader: KeyReader,
+    m_reader: Reader,
+    r_reader: Reader,
     tolerance_ms: int,
     last: bool,
+    mode: str,
 ) -> _Round:
     out = _Round()
     master = read_keys(m_reader, keys)
     replica = read_keys(r_reader, keys)
     for k in keys:
         m, r = master.get(k), replica.get(k)
-        if category_of(m, r, tolerance_ms) is None:
+        if category_of(m, r, tolerance_ms, mode) is None:
             out.converged += 1
         elif last and _same_master_value(previous.get(k), m, tolerance_ms):
             out.divergent[k] = (m, r)
@@ -184,8 +224,8 @@ def _snapshot_state(row: Any) -> KeyState | None:
 def recheck(
     spark: SparkSession,
     candidates: DataFrame,
-    master: RespPipe,
-    replica: RespPipe,
+    master: RespPipe | DbReader,
+    replica: RespPipe | DbReader,
     *,
     rounds: int,
     interval_s: float,
@@ -195,8 +235,14 @@ def recheck(
     ack: ReplicaAck | None = None,
     ack_wait_s: float = 5.0,
     judge_hot_keys: int = 0,
+    mode: str = "full",
 ) -> tuple[DataFrame, RecheckStats]:
-    """The persisting divergences (the diff's candidate columns, re-read values) and what happened."""
+    """The persisting divergences (the diff's candidate columns, re-read values) and what happened.
+
+    `master`/`replica`: a pipe to one server (keys read there, db by db), or a DbReader (a fleet side
+    whose keys live on several nodes). The replication stream (`ack`) and hot-key judging need a pipe
+    on both sides: with a DbReader they are not used (two independent systems).
+    """
     stats = RecheckStats()
     rows = candidates.select("db", "key", *MASTER_FIELDS).collect()
     stats.candidates = len(rows)
@@ -204,7 +250,9 @@ def recheck(
         return candidates, stats
     pending: dict[Key, KeyState | None] = {(r["db"], bytes(r["key"])): _snapshot_state(r) for r in rows}
     divergent: dict[Key, tuple[KeyState | None, KeyState | None]] = {}
-    m_reader, r_reader = KeyReader(master, page, window_bytes), KeyReader(replica, page, window_bytes)
+    m_reader, r_reader = (_reader(side, page, window_bytes) for side in (master, replica))
+    if not (isinstance(m_reader, KeyReader) and isinstance(r_reader, KeyReader)):
+        ack, judge_hot_keys = None, 0
     for n in range(rounds):
         if not pending:
             break
@@ -212,19 +260,25 @@ def recheck(
             time.sleep(interval_s)
         keys = list(pending)
         if ack is not None:
-            result = _round_with_ack(keys, m_reader, r_reader, ack, ack_wait_s, tolerance_ms)
+            assert isinstance(m_reader, KeyReader) and isinstance(r_reader, KeyReader)
+            result = _round_with_ack(keys, m_reader, r_reader, ack, ack_wait_s, tolerance_ms, mode)
         else:
-            result = _round_without_ack(keys, pending, m_reader, r_reader, tolerance_ms, last=n == rounds - 1)
+            last = n == rounds - 1
+            result = _round_without_ack(keys, pending, m_reader, r_reader, tolerance_ms, last, mode)
         divergent.update(result.divergent)
         stats.converged += result.converged
         stats.confirmed += len(result.divergent) if ack is not None else 0
         pending = result.again
         stats.rounds_run += 1
         stats.per_round_remaining.append(len(pending))
-    if judge_hot_keys and pending:
+    if judge_hot_keys and pending and isinstance(master, RespPipe) and isinstance(replica, RespPipe):
         pending = _judge_hot(pending, master, replica, divergent, stats, judge_hot_keys, ack_wait_s)
     stats.in_flight = len(pending)
-    return _divergent_frame(spark, divergent, tolerance_ms), stats
+    return _divergent_frame(spark, divergent, tolerance_ms, mode), stats
+
+
+def _reader(side: RespPipe | DbReader, page: int, window_bytes: int) -> Reader:
+    return KeyReader(side, page, window_bytes) if isinstance(side, RespPipe) else side
 
 
 def _judge_hot(
@@ -265,10 +319,13 @@ def _state(key: bytes, value: Any) -> KeyState | None:
 
 
 def _divergent_frame(
-    spark: SparkSession, divergent: dict[Key, tuple[KeyState | None, KeyState | None]], tolerance_ms: int
+    spark: SparkSession,
+    divergent: dict[Key, tuple[KeyState | None, KeyState | None]],
+    tolerance_ms: int,
+    mode: str = "full",
 ) -> DataFrame:
     """The judged keys as diff rows (db, key, category, m_*, r_*), classified by the diff's own rule."""
     m_reads = [(k[0], s) for k, (s, _) in divergent.items() if s is not None]
     r_reads = [(k[0], s) for k, (_, s) in divergent.items() if s is not None]
     joined = join_sides(latest_read(states_frame(spark, m_reads)), latest_read(states_frame(spark, r_reads)))
-    return classify(joined, tolerance_ms).where("category IS NOT NULL").drop("unreadable")
+    return apply_mode(classify(joined, tolerance_ms), mode).where("category IS NOT NULL").drop("unreadable")

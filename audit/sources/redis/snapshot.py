@@ -36,6 +36,7 @@ from audit.sources.redis.client import client_list_text, info_text
 from audit.sources.redis.info import parse_info
 from audit.sources.redis.keys import ERROR, OK, UNSTABLE, VANISHED, BatchPlan, KeyReader, Rows, head_request
 from audit.sources.redis.resp import RespPipe, bulk, command_prefix
+from audit.sources.redis.scan_filter import filter_meta
 
 SNAPSHOT_SCHEMA = pa.schema(
     [
@@ -71,6 +72,10 @@ class SnapshotOptions:
     max_latency_ms: float | None = 10.0
     max_other_ops_per_s: float | None = None
     sample_every_s: float = 1.0
+    match: bytes | None = None
+    """SCAN MATCH pattern: the server skips keys that do not match (one include glob of a key filter)."""
+    key_filter: Callable[[list[bytes]], list[bytes]] | None = None
+    """Keeps the keys to read of each SCAN page (a pair's `keys:` filter); the others are not read."""
 
     def pace_settings(self) -> PaceSettings:
         cap = self.max_keys_per_s
@@ -95,6 +100,8 @@ class SnapshotStats:
     keys_unstable: int = 0
     keys_vanished: int = 0
     keys_error: int = 0
+    keys_filtered_out: int = 0
+    """Keys SCAN returned that the key filter dropped (SCAN MATCH drops more: audit/sources/redis/scan_filter.py)."""
     commands: int = 0
     server_wait_s: float = 0.0
     errors_sample: list[str] = field(default_factory=list)
@@ -241,7 +248,7 @@ def snapshot_side(
     sampler = _Sampler(client, pipe, stats)
     try:
         for db, cursor in checkpoint.remaining():
-            _Scan(pipe, reader, db, pacer, sampler, sink, stats, on_keys).run(cursor)
+            _Scan(pipe, reader, db, pacer, sampler, sink, stats, on_keys, options).run(cursor)
         sink.close()
     except (OSError, ConnectionError, redis.RedisError) as e:
         raise SnapshotError(
@@ -267,6 +274,14 @@ def snapshot_side(
         "rate_limit_wait_s": round(pacer.waited_s, 3),
         "pacing": pacer.report(),
         "stats": asdict(stats),
+        "key_filter": filter_meta(
+            options.match,
+            options.key_filter is not None,
+            stats.keys_filtered_out,
+            start_state.get("info_keyspace") or {},
+            dbs,
+            stats.per_db,
+        ),
         "start": start_state,
         "end": end_state,
     }
@@ -404,14 +419,19 @@ class _Scan:
         sink: _ParquetSink,
         stats: SnapshotStats,
         on_keys: Callable[[int], None] | None,
+        options: SnapshotOptions,
     ) -> None:
         self.pipe, self.reader, self.db, self.pacer, self.sampler = pipe, reader, db, pacer, sampler
         self.sink, self.stats, self.on_keys = sink, stats, on_keys
-        self._scan_prefix = command_prefix(b"SCAN", 4)
+        match = options.match
+        self._scan_prefix = command_prefix(b"SCAN", 4 if match is None else 6)
+        self._match = b"" if match is None else bulk(b"MATCH") + bulk(match)
+        self._keep = options.key_filter
         self._head_wait = 0.0
 
     def _scan_cmd(self, cursor: bytes) -> bytes:
-        return self._scan_prefix + bulk(cursor) + bulk(b"COUNT") + bulk(b"%d" % self.pacer.batch_keys)
+        count = bulk(b"COUNT") + bulk(b"%d" % self.pacer.batch_keys)
+        return self._scan_prefix + bulk(cursor) + self._match + count
 
     def run(self, start: bytes = b"0") -> None:
         """Scan the db from cursor `start` (b"0": from the beginning)."""
@@ -469,6 +489,10 @@ class _Scan:
         if isinstance(reply, Exception):
             raise SnapshotError(f"SCAN in db {self.db} failed: {reply}")
         cursor, keys = reply
+        if self._keep is not None and keys:
+            kept = self._keep(keys)
+            self.stats.keys_filtered_out += len(keys) - len(kept)
+            return cursor, kept
         return cursor, keys
 
 

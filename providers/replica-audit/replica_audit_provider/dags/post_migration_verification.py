@@ -16,7 +16,9 @@ certificate's verdict is `passed`.
 
 `source` / `target`: `redis://[user:password@]host:port` (Pika too), `mysql://user:password@host:port`,
 or `conn:<airflow_conn_id>`, which keeps the password in an Airflow connection (type
-`replica_audit_redis`, `replica_audit_pika` or `replica_audit_mysql`).
+`replica_audit_redis`, `replica_audit_pika` or `replica_audit_mysql`); for a Redis Cluster or Sentinel,
+the endpoint as a mapping, e.g. `{url: redis://host:7000, topology: cluster}`. `options`: other fields
+of the pair, e.g. `{"compare": "keys", "keys": {"include": ["user:*"]}}`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from airflow.sdk import DAG, Param, TriggerRule
 from audit.verify import DEFAULT_NAME, DEFAULT_STRICTNESS, STRICTNESS, verifiable_kinds
 from replica_audit_provider.operators import SOURCE_RETRY_ARGS, AuditStageOperator, VerificationCertificateOperator
 
-ENDPOINT = r"^(conn:[A-Za-z0-9_.-]+|rediss?://\S+|(mysql|mariadb)://\S+)$"
+ENDPOINT = r"^(conn:[A-Za-z0-9_.-]+|rediss?://\S+|(mysql|mariadb)://\S+|\{.*\})$"
 OUT = "{{ params.out }}"
 RUN_ID = "{{ run_id }}"
 VERIFICATION = {  # the arguments of audit.verify.verification_inventory, rendered from the Params
@@ -41,6 +43,7 @@ VERIFICATION = {  # the arguments of audit.verify.verification_inventory, render
     "tables": "{{ params.tables }}",
     "name": "{{ params.name }}",
     "settings": "{{ params.settings }}",
+    "options": "{{ params.options }}",
 }
 
 
@@ -101,6 +104,12 @@ def _params() -> dict[str, Param]:
             type="object",
             title="Settings",
             description='inventory settings, e.g. {"max_keys_per_s": 5000, "recheck_rounds": 3}',
+        ),
+        "options": Param(
+            {},
+            type="object",
+            title="Pair options",
+            description='other fields of the pair, e.g. {"compare": "length", "keys": {"include": ["user:*"]}}',
         ),
     }
 

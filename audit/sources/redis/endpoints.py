@@ -1,0 +1,191 @@
+"""How a Redis pair names its servers: a standalone URL, a cluster seed, or a Sentinel service.
+
+```yaml
+master: redis://auditor:pw@10.0.0.5:6379                        # standalone (a plain URL, as before)
+master: {url: redis://auditor:pw@10.0.0.5:7000, topology: cluster}  # any node: shards are discovered
+master: {sentinels: ["10.0.0.1:26379", "redis://:spw@10.0.0.2:26379"], service: mymaster,
+         username: auditor, password: pw}                     # the data nodes' credentials
+```
+
+Credentials travel inside URLs (or `conn:<airflow_conn_id>`), held as ``SecretStr`` so that no repr,
+log line or error shows them; a node discovered from a cluster seed is reached with the seed's scheme
+and credentials (:func:`node_url`). :func:`parse_endpoint` turns an inventory value into one of the
+models and raises :class:`~audit.errors.ConfigError` naming the field.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from audit.errors import ConfigError
+from audit.inventory import ConnResolver, endpoint_url, redact_url
+
+TopologyKind = Literal["standalone", "cluster", "sentinel"]
+SCHEMES = ("redis", "rediss", "unix")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_url(value: SecretStr) -> SecretStr:
+    raw = value.get_secret_value()
+    if raw.startswith("conn:"):
+        if len(raw) == len("conn:"):
+            raise ValueError("conn: needs an Airflow connection id")
+        return value
+    scheme = urlsplit(raw).scheme
+    if scheme not in SCHEMES:
+        raise ValueError(f"expected redis://, rediss:// or unix:// (or conn:<id>), got scheme {scheme or 'none'!r}")
+    return value
+
+
+class NodeEndpoint(_Strict):
+    """One server URL: the server itself (standalone), or any node of a cluster (cluster)."""
+
+    url: SecretStr
+    topology: Literal["standalone", "cluster"] = "standalone"
+
+    _url_ok = field_validator("url")(_check_url)
+
+    @model_validator(mode="after")
+    def _no_unix_cluster(self) -> NodeEndpoint:
+        if self.topology == "cluster" and self.url.get_secret_value().startswith("unix:"):
+            raise ValueError("topology: cluster needs a TCP node (redis:// or rediss://): nodes announce host:port")
+        return self
+
+    def display(self) -> str:
+        """What the summary shows (audit.kernel.pair.display_endpoint calls it): never a password."""
+        return display(self)
+
+    def resolve(self, resolver: ConnResolver | None = None) -> str:
+        """The real URL (secret included): hand it to a client, never print it."""
+        url = endpoint_url(self.url, resolver)
+        assert url is not None
+        return url
+
+
+class SentinelEndpoint(_Strict):
+    """A Sentinel-managed group: the sentinels are asked, in order, for `service`'s master and replicas."""
+
+    sentinels: list[SecretStr] = Field(min_length=1, description="host:port, or redis://[user:pw@]host:port")
+    service: str = Field(min_length=1)
+    username: str | None = Field(None, description="the data nodes' user (the sentinels' go in their URLs)")
+    password: SecretStr | None = None
+    tls: bool = False
+    topology: Literal["sentinel"] = "sentinel"
+
+    @field_validator("sentinels")
+    @classmethod
+    def _addresses(cls, sentinels: list[SecretStr]) -> list[SecretStr]:
+        for s in sentinels:
+            sentinel_url(s.get_secret_value())  # raises ValueError naming the entry (without credentials)
+        return sentinels
+
+    def display(self) -> str:
+        """What the summary shows (audit.kernel.pair.display_endpoint calls it): never a password."""
+        return display(self)
+
+    def sentinel_urls(self) -> list[str]:
+        """The sentinels' real URLs (credentials included): for connecting only."""
+        return [sentinel_url(s.get_secret_value()) for s in self.sentinels]
+
+    def node_url(self, host: str, port: int) -> str:
+        """The URL of a data node the sentinels named, with this endpoint's credentials."""
+        scheme = "rediss" if self.tls else "redis"
+        pw = self.password.get_secret_value() if self.password else None
+        return _build(scheme, self.username, pw, host, port)
+
+
+RedisEndpoint = NodeEndpoint | SentinelEndpoint
+
+
+def _build(scheme: str, user: str | None, password: str | None, host: str, port: int) -> str:
+    auth = ""
+    if user or password:
+        auth = quote(user or "", safe="") + (f":{quote(password, safe='')}" if password else "") + "@"
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{auth}{shown}:{port}"
+
+
+def sentinel_url(entry: str) -> str:
+    """`host:port` -> `redis://host:port`; a URL stays as it is. ValueError for anything else."""
+    url = entry if "://" in entry else f"redis://{entry}"
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname or port is None:
+        shown = entry.split("@")[-1]
+        raise ValueError(f"sentinel {shown!r}: expected host:port or redis://[user:pw@]host:port")
+    return url
+
+
+def node_url(seed_url: str, host: str, port: int) -> str:
+    """The URL of another node of the seed's cluster: the seed's scheme and credentials, db 0."""
+    parts = urlsplit(seed_url)
+    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+    shown = f"[{host}]" if ":" in host else host
+    netloc = f"{userinfo}@{shown}:{port}" if userinfo else f"{shown}:{port}"
+    return urlunsplit((parts.scheme, netloc, "", "", ""))
+
+
+def display(endpoint: RedisEndpoint) -> str:
+    """How the summary and the report show an endpoint: addresses and users, never a password."""
+    if isinstance(endpoint, SentinelEndpoint):
+        hosts = ",".join(urlsplit(u).netloc.rpartition("@")[2] for u in endpoint.sentinel_urls())
+        return f"sentinel {hosts} service {endpoint.service}"
+    shown = redact_url(endpoint.url.get_secret_value())
+    return shown if endpoint.topology == "standalone" else f"{shown} (cluster)"
+
+
+def parse_endpoint(value: SecretStr | str | dict[str, Any] | None, where: str) -> RedisEndpoint | None:
+    """An inventory endpoint (as `Pair.master`/`Pair.replica` hold it) as a model; None stays None.
+
+    `where` names the field in errors, e.g. ``pairs[0] (sessions).master``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    if isinstance(value, str):
+        value = {"url": value}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a URL or a mapping")
+    sentinel = "sentinels" in value or "service" in value or value.get("topology") == "sentinel"
+    model: type[NodeEndpoint] | type[SentinelEndpoint] = SentinelEndpoint if sentinel else NodeEndpoint
+    try:
+        return model.model_validate(value)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"] if _IDENT.match(str(p)))
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{where}{'.' + loc if loc else ''}: {msg}") from None
+
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+__all__ = [
+    "NodeEndpoint",
+    "RedisEndpoint",
+    "SentinelEndpoint",
+    "TopologyKind",
+    "display",
+    "node_url",
+    "parse_endpoint",
+    "sentinel_url",
+]

@@ -1,0 +1,214 @@
+"""The redis kind's fleet checks: what a fleet's topology says, and each shard's replication state.
+
+:class:`TopologyCheck` (snapshot) discovers each side (audit/sources/redis/topology.py): the shards of a
+cluster, the master and replicas of a sentinel service, or a standalone server. It keeps each side's
+topology in the pair's state (without credentials: audit/sources/redis/fleet_state.py) for the other
+checks and stages, reads every node's INFO replication, and stages what the topology itself shows:
+`uncovered_slots`, `cluster_down`, `slot_migration`, and, in a replication audit, `wrong_master` for a
+replica that follows a node outside its shard. A node that cannot be reached leaves its shard
+unaudited: the other shards go on, and the pair ends with exit 3 naming the node (at recheck, once
+everything else is done).
+
+:class:`ShardReplicationCheck` (diff, recheck) samples each (shard master, replica) twice, a second
+apart, and runs the standalone detector on each (link_down, lagging, replica_ahead,
+lag_metric_unreliable / REDIS_SYNC_NO_ACK), every finding tagged with `detail.shard` and
+`detail.replica`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, replace
+from typing import Any
+
+import redis
+
+from audit.errors import SourceConnectError
+from audit.findings import Finding
+from audit.kernel.check import Check, Uncovered
+from audit.kernel.context import StageContext
+from audit.kernel.state import MetricValue
+from audit.sources.redis.client import connect
+from audit.sources.redis.fleet_health import (
+    NodeState,
+    probe,
+    replication_pairs,
+    shard_replication_findings,
+    topology_findings,
+    unreachable_error,
+    wrong_master_findings,
+)
+from audit.sources.redis.fleet_state import SIDES, endpoint_of, load_side, topology_json
+from audit.sources.redis.model import RedisPair
+from audit.sources.redis.replication import Sample, lag_of
+from audit.sources.redis.replication_check import SAMPLE_GAP_S, take_sample
+from audit.sources.redis.topology import Node, Shard, Topology, discover
+
+TOPOLOGY_SLOT = "topology"
+"""The topology check's data slot in the pair's state, which the other fleet checks read."""
+
+
+def side_topology(ctx: StageContext, side: str) -> Topology | None:
+    """A side's topology as the snapshot stage discovered it (None: the pair has no such side)."""
+    data = (ctx.state.check_data.get(TOPOLOGY_SLOT) or {}).get("sides", {}).get(side)
+    return load_side(ctx.pair, side, data, ctx.resolver) if data is not None else None
+
+
+def excluded_nodes(ctx: StageContext) -> set[str]:
+    """Nodes the keyspace must not read: unreachable ones, and replicas following another master."""
+    slot = ctx.state.check_data.get(TOPOLOGY_SLOT) or {}
+    return set(slot.get("unreachable", {})) | set(slot.get("wrong_master", []))
+
+
+def _side_notes(side: str, t: Topology) -> str:
+    replicas = sum(len(s.replicas) for s in t.shards)
+    what = f"{side}: {t.kind}"
+    if t.kind == "cluster":
+        what += f" ({t.source}), {len(t.shards)} shards, {replicas} replicas, cluster_state {t.cluster_state}"
+    elif t.kind == "sentinel":
+        what += f" service {t.service}: master {t.shards[0].master.addr}, {replicas} replicas"
+    return what
+
+
+class TopologyCheck(Check):
+    name = "topology"
+    coverage = ("shards", "nodes", "nodes_unreachable", "slots_uncovered")
+
+    def __init__(self, pair: RedisPair) -> None:
+        self.pair = pair
+
+    @property
+    def replication_audit(self) -> bool:
+        return self.pair.replica is None
+
+    def snapshot(self, ctx: StageContext) -> None:
+        sides: dict[str, Any] = {}
+        unreachable: dict[str, str] = {}
+        wrong: list[str] = []
+        found: list[Finding] = []
+        for side in SIDES:
+            ep = endpoint_of(self.pair, side)
+            if ep is None:
+                continue
+            topo = discover(ep, ctx.resolver, role=f"pair {self.pair.name} {side}")
+            sides[side] = topology_json(topo)
+            # a migration reads each side's shard masters only: their replicas need not answer
+            probed = topo if self.replication_audit else _masters_only(topo)
+            states = probe(probed, role=f"pair {self.pair.name} {side}")
+            unreachable.update({a: str(s.error) for a, s in states.items() if s.info is None})
+            found += [_tagged(f, side) for f in topology_findings(topo)]
+            if self.replication_audit:
+                wm = wrong_master_findings(topo, states)
+                found += wm
+                wrong += [str(f.evidence["replica"]) for f in wm if f.evidence.get("replica")]
+            ctx.state.servers[side] = _server_view(ep.display(), topo, states)
+            ctx.state.notes.append(_side_notes(side, topo))
+            self._metrics(ctx, topo, len([s for s in states.values() if s.info is None]))
+        ctx.data.update(sides=sides, unreachable=unreachable, wrong_master=wrong)
+        ctx.add_findings(found)
+        ctx.done(", ".join(f"{side} {d['kind']}" for side, d in sides.items()))
+
+    def _metrics(self, ctx: StageContext, topo: Topology, unreachable: int) -> None:
+        m = ctx.metrics
+        m["shards"] = int(m.get("shards") or 0) + len(topo.shards)
+        m["nodes"] = int(m.get("nodes") or 0) + len(topo.nodes)
+        m["nodes_unreachable"] = int(m.get("nodes_unreachable") or 0) + unreachable
+        m["slots_uncovered"] = int(m.get("slots_uncovered") or 0) + sum(b - a + 1 for a, b in topo.uncovered)
+
+    def recheck(self, ctx: StageContext) -> None:
+        """A node that could not be reached fails the pair (exit 3, naming it) once the rest is audited."""
+        down: dict[str, str] = ctx.data.get("unreachable") or {}
+        for side in SIDES:
+            topo = side_topology(ctx, side)
+            if topo is None or not down:
+                continue
+            states = {a: NodeState(a, None, why) for a, why in down.items() if topo.shard_of(a) is not None}
+            error = unreachable_error(topo, states, role=f"pair {self.pair.name} {side}")
+            if error is not None:
+                ctx.fail_after(error)
+                return
+
+    def uncovered(self, metrics: Mapping[str, MetricValue]) -> list[Uncovered]:
+        n = int(metrics.get("nodes_unreachable") or 0)
+        return [Uncovered(n, f"{n} node(s) could not be reached: their shards were not audited")]
+
+
+def _masters_only(topo: Topology) -> Topology:
+    return replace(topo, shards=tuple(Shard(s.master, (), s.slots) for s in topo.shards))
+
+
+def _tagged(f: Finding, side: str) -> Finding:
+    return replace(f, evidence={**f.evidence, "side": side})
+
+
+def _server_view(endpoint: str, topo: Topology, states: Mapping[str, NodeState]) -> dict[str, Any]:
+    first = states.get(topo.shards[0].master.addr) if topo.shards else None
+    role = (first.info or {}).get("role") if first is not None else None
+    return {
+        "endpoint": endpoint,
+        "topology": topo.kind,
+        "shards": len(topo.shards),
+        "replicas": sum(len(s.replicas) for s in topo.shards),
+        "role": role,
+    }
+
+
+class ShardReplicationCheck(Check):
+    """Each shard's master against each of its replicas: two INFO samples, the standalone detector."""
+
+    name = "replication"
+    coverage = ("replicas_sampled",)
+
+    def __init__(self, pair: RedisPair) -> None:
+        self.pair = pair
+
+    def _pairs(self, ctx: StageContext) -> list[tuple[Shard, Node]]:
+        topo = side_topology(ctx, "master")
+        skip = excluded_nodes(ctx)
+        if topo is None:
+            return []
+        return [(s, r) for s, r in replication_pairs(topo) if s.master.addr not in skip and r.addr not in skip]
+
+    def _sample(self, shard: Shard, replica: Node) -> Sample:
+        role = f"pair {self.pair.name} shard {shard.name}"
+        master = connect(shard.master.url, role=f"{role} master")
+        return take_sample(master, connect(replica.url, role=f"{role} replica {replica.addr}"))
+
+    def diff(self, ctx: StageContext) -> None:
+        ctx.data["first"] = {
+            f"{s.name} {r.addr}": asdict(self._sample(s, r)) for s, r in self._pairs(ctx) if _reachable(s, r)
+        }
+
+    def recheck(self, ctx: StageContext) -> None:
+        first: dict[str, Any] = ctx.data.get("first") or {}
+        oldest = min((v["at_ms"] for v in first.values()), default=time.time() * 1000)
+        time.sleep(max(0.0, SAMPLE_GAP_S - (time.time() * 1000 - oldest) / 1000))
+        per_replica: list[tuple[Shard, Node, list[Sample]]] = []
+        for shard, replica in self._pairs(ctx):
+            earlier = first.get(f"{shard.name} {replica.addr}")
+            if earlier is not None:
+                per_replica.append((shard, replica, [Sample(**earlier), self._sample(shard, replica)]))
+        gate = self.pair.gate
+        ctx.add_findings(shard_replication_findings(per_replica, gate.max_lag_bytes, gate.max_lag_seconds))
+        lags = [lag_of(samples[-1], r.port) for _, r, samples in per_replica]
+        ctx.metrics.update(
+            replicas_sampled=len(per_replica),
+            lag_bytes=max((b for b, _ in lags if b is not None), default=None),
+            lag_seconds=max((s for _, s in lags if s is not None), default=None),
+        )
+        ctx.state.replication_samples = [
+            {"at_ms": s[-1].at_ms, "shard": shard.name, "replica": r.addr, "lag": lag_of(s[-1], r.port)}
+            for shard, r, s in per_replica
+        ]
+        ctx.done(f"{len(per_replica)} replicas sampled twice")
+
+
+def _reachable(shard: Shard, replica: Node) -> bool:
+    """Whether both ends answer now (a node lost since the snapshot is the topology check's to report)."""
+    try:
+        for n in (shard.master, replica):
+            connect(n.url, role="probe").close()
+    except (SourceConnectError, redis.RedisError, OSError):
+        return False
+    return True

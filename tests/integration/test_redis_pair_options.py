@@ -1,0 +1,79 @@
+"""A standalone redis pair's keys filter, compare mode, field-level differences and repair plan, through
+the CLI on a real master and replica (divergences planted on the master with EVAL and
+redis.set_repl(redis.REPL_NONE): those writes do not replicate)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit.local.redis_server import RedisServer, wait_in_sync
+from audit.sources.redis.repair import parse_line
+from tests.integration.helpers import findings, latest_run, run_cli, summary, write_inventory
+
+pytestmark = pytest.mark.integration
+
+UNREPLICATED = "redis.set_repl(redis.REPL_NONE); return redis.call(unpack(ARGV))"
+
+
+def test_filter_fields_and_plan_on_a_standalone_pair(
+    fresh_pair: tuple[RedisServer, RedisServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    master, replica = fresh_pair
+    m = master.client()
+    for i in range(300):
+        m.set(f"user:{i}", f"v{i}")
+        m.set(f"tmp:{i}", i)
+    m.hset("user:big", mapping={f"f{i}": i for i in range(5000)})
+    m.rpush("user:list", *range(50))
+    wait_in_sync(master, replica)
+    for command in (
+        ("HSET", "user:big", "f17", "changed"),
+        ("HDEL", "user:big", "f18"),
+        ("LSET", "user:list", "3", "x"),
+        ("SET", "user:1", "secret-value"),
+        ("SET", "tmp:2", "ignored"),
+        ("SET", "user:new", "only here"),
+    ):
+        m.eval(UNREPLICATED, 0, *command)
+    pair: dict[str, Any] = {
+        "name": "cache",
+        "kind": "redis",
+        "master": master.url,
+        "replica": replica.url,
+        "keys": {"include": ["user:*"]},
+        "show_values": False,
+    }
+    inv = write_inventory(tmp_path / "inv.yaml", [pair])
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 1
+    run = latest_run(tmp_path / "out")
+    got = {bytes(r["key"]): (r["category"], json.loads(r["detail"])) for r in findings(run)}
+    assert {k: c for k, (c, _) in got.items()} == {
+        b"user:big": "value_mismatch",
+        b"user:list": "value_mismatch",
+        b"user:1": "value_mismatch",
+        b"user:new": "missing_on_replica",
+    }
+    big = got[b"user:big"][1]["fields"]
+    assert (big["total"], big["master_length"], big["replica_length"]) == (2, 4999, 5000)
+    assert {(i["field"], i["state"]) for i in big["items"]} == {('"f17"', "differs"), ('"f18"', "extra_on_replica")}
+    assert all(i["master"] is None and i["replica"] is None for i in big["items"])  # show_values: false
+    assert got[b"user:list"][1]["fields"]["items"] == [
+        {"index": 3, "state": "differs", "master": None, "replica": None}
+    ]
+    assert "secret-value" not in json.dumps(got[b"user:1"][1])
+    s = summary(run)["pairs"][0]
+    assert s["coverage"]["master_keys_filtered_out"] == 300 and s["coverage"]["replica_keys_filtered_out"] == 300
+    assert any("SCAN MATCH 'user:*'" in n for n in s["notes"])
+    plan = {parse_line(line) for line in (run / s["artifacts"]["repair plan"]).read_text().splitlines()}
+    assert plan - {None} == {
+        ("RESYNC", 0, b"user:big"),
+        ("RESYNC", 0, b"user:list"),
+        ("RESYNC", 0, b"user:1"),
+        ("RESYNC", 0, b"user:new"),
+    }
+    html = (run / "report.html").read_text()
+    assert "repair/cache.txt" in html and "f17" in html

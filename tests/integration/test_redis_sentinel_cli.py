@@ -1,0 +1,90 @@
+"""Kind redis over a Sentinel-managed group, end to end through the CLI: a real master, its replica and a
+sentinel watching them, shared by the module."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit.local.redis_sentinel import SentinelGroup, start_sentinel_group
+from tests.integration.helpers import findings, latest_run, run_cli, summary, write_inventory
+
+pytestmark = pytest.mark.integration
+
+UNREPLICATED = "redis.set_repl(redis.REPL_NONE); return redis.call(unpack(ARGV))"
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGroup]:
+    g = start_sentinel_group(Path(tmp_path_factory.mktemp("sentinel")))
+    yield g
+    g.stop()
+
+
+def sentinel_pair(group: SentinelGroup, service: str | None = None) -> dict[str, Any]:
+    master = {"sentinels": ["127.0.0.1:1", *group.sentinel_addresses], "service": service or group.service}
+    return {"name": "ha-cache", "kind": "redis", "master": master, "fleet_snapshot": "threads"}
+
+
+def audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pair: dict[str, Any]) -> tuple[int, Path]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    inv = write_inventory(tmp_path / "inv.yaml", [pair], recheck_interval_s=0.2, recheck_rounds=2)
+    code = run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch)
+    return code, latest_run(tmp_path / "out")
+
+
+def test_sentinel_group_healthy_under_writes_then_a_planted_divergence(
+    group: SentinelGroup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = group.master.client()
+    for db in (0, 2):
+        m.execute_command("SELECT", db)
+        for i in range(500):
+            m.set(f"k:{i}", i)
+    m.execute_command("SELECT", 0)
+    stop = threading.Event()
+
+    def writer() -> None:
+        c = group.master.client()
+        i = 0
+        while not stop.is_set():
+            c.set(f"k:{i % 500}", i)
+            i += 1
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        code, run = audit(tmp_path / "calm", monkeypatch, sentinel_pair(group))
+    finally:
+        stop.set()
+        t.join()
+    assert (code, findings(run)) == (0, [])
+    s = summary(run)["pairs"][0]
+    assert s["dbs"] == [0, 2] and s["coverage"]["master_keys"] == 1000
+    assert any(f"sentinel service {group.service}" in n for n in s["notes"])
+
+    group.master.client().eval(UNREPLICATED, 0, "SET", "only-on-master", "x")
+    try:
+        code, run = audit(tmp_path / "planted", monkeypatch, sentinel_pair(group))
+    finally:
+        group.master.client().delete("only-on-master")
+    assert code == 1
+    (row,) = findings(run)
+    detail = json.loads(row["detail"])
+    assert (bytes(row["key"]), row["category"]) == (b"only-on-master", "missing_on_replica")
+    assert detail["shard"] == f"127.0.0.1:{group.master.port}"
+    assert detail["replica"] == f"127.0.0.1:{group.replica.port}"
+
+
+def test_unknown_service_names_the_sentinels(
+    group: SentinelGroup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = audit(tmp_path, monkeypatch, sentinel_pair(group, service="nosuch"))
+    assert code == 3
+    err = capsys.readouterr().err
+    assert "'nosuch'" in err and group.sentinel_addresses[0] in err
