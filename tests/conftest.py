@@ -67,9 +67,20 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _group_for_xdist(items)
     if settings.get_current_profile_name() == "fuzz":
         return
     skip = pytest.mark.skip(reason="long fuzzing: run by `make fuzz`")
     for item in items:
         if item.get_closest_marker("fuzz") is not None:
             item.add_marker(skip)
+
+
+def _group_for_xdist(items: list[pytest.Item]) -> None:
+    """`make test` runs with pytest-xdist `--dist loadgroup`: a module's tests stay in one worker (they share
+    module-scoped servers and some build on each other's data), and every Airflow test shares one worker,
+    since each worker would otherwise install the provider and migrate an Airflow DB of its own."""
+    for item in items:
+        path = Path(str(item.fspath))
+        group = "airflow" if path.parent.name == "dags" else path.stem
+        item.add_marker(pytest.mark.xdist_group(group))
