@@ -2,7 +2,7 @@
 
 One file Data Context per output directory, `OUT/gx/`, created on first use and shared by every run:
 
-- a suite per kind, loaded from its file (`expectations/<kind>.json`, GX 1.x suite JSON whose thresholds
+- a suite per kind, loaded from its file (`audit/expectations/<kind>.json`, GX 1.x suite JSON whose thresholds
   are suite parameters: `{"$PARAMETER": "max_missing_on_replica"}`), refreshed from the file each time;
 - a pandas data source `replica-audit-gate` whose dataframe asset `gate-row` is the one-row frame;
 - a ValidationDefinition and a Checkpoint per suite, the Checkpoint with an UpdateDataDocsAction;
@@ -107,7 +107,7 @@ def _load_suite(suite_file: Path) -> dict[str, Any]:
     try:
         spec = json.loads(Path(suite_file).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        hint = " (set REPLICA_AUDIT_EXPECTATIONS to the expectations/ directory)" if isinstance(e, OSError) else ""
+        hint = " (REPLICA_AUDIT_EXPECTATIONS names the suites' directory)" if isinstance(e, OSError) else ""
         raise GateError(f"cannot read expectation suite {suite_file}: {e}{hint}") from e
     if not isinstance(spec, dict) or not isinstance(spec.get("expectations"), list):
         raise GateError(f"{suite_file} is not a GX suite (an object with an 'expectations' list)")

@@ -22,8 +22,8 @@ from audit.kernel.kind import KindSpec
 from audit.kernel.state import FailedExpectation, GateVerdict, PairState
 from audit.layout import RunDir
 
-EXPECTATIONS_DIR = Path(__file__).resolve().parents[2] / "expectations"
-"""The suites. Overridable with REPLICA_AUDIT_EXPECTATIONS for an installed (non-editable) package."""
+EXPECTATIONS_DIR = Path(__file__).resolve().parents[1] / "expectations"
+"""The suites, shipped inside the package. REPLICA_AUDIT_EXPECTATIONS points at a directory of edited ones."""
 
 METRICS_SCHEMA = pa.schema(
     [

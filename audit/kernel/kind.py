@@ -36,7 +36,7 @@ class KindSpec:
     checks: Callable[[Any], Sequence[Check]]
     """The kind's checks for one pair, in the order the stages call them."""
     suite: str
-    """File name in expectations/ of the GX suite that gates this kind."""
+    """File name in audit/expectations/ (or a path) of the GX suite that gates this kind."""
     endpoint_help: str = ""
     verifiable: bool = False
     """Whether a post-migration verification (two servers, no replication) can certify this kind."""

@@ -86,8 +86,6 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory, airflow_python: Path) 
         AIRFLOW__CORE__PLUGINS_FOLDER=str(plugins),  # empty: everything comes from the installed provider
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         GX_ANALYTICS_ENABLED="false",
-        # the suites are not inside the library's wheel yet: name them, as the docker image does
-        REPLICA_AUDIT_EXPECTATIONS=str(REPO / "expectations"),
         PATH=f"{airflow_python.parent}:{os.environ.get('PATH', '')}",
     )
     for args in (["db", "migrate"], ["dags", "reserialize"], ["dags", "unpause", "downstream_of_dag_pair"]):

@@ -15,7 +15,7 @@ from audit.errors import GateError
 from audit.gate.gx import GateResult, run_name, validate_gate
 
 REPO = Path(__file__).resolve().parents[2]
-SUITE = REPO / "expectations" / "redis.json"
+SUITE = REPO / "audit" / "expectations" / "redis.json"
 COLUMNS = [e["kwargs"]["column"] for e in json.loads(SUITE.read_text())["expectations"]]
 
 

@@ -1,4 +1,4 @@
-"""The GX suite of kind mysql (expectations/mysql.json), validated by real GX on the local Spark session."""
+"""The GX suite of kind mysql (audit/expectations/mysql.json), validated by real GX on the local Spark session."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from audit.findings import SEVERITY_BY_CATEGORY
 from audit.gate.gx import validate_gate
 
-SUITE = Path(__file__).resolve().parents[2] / "expectations" / "mysql.json"
+SUITE = Path(__file__).resolve().parents[2] / "audit" / "expectations" / "mysql.json"
 COLUMNS = [e["kwargs"]["column"] for e in json.loads(SUITE.read_text())["expectations"]]
 
 
