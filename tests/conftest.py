@@ -77,10 +77,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _group_for_xdist(items: list[pytest.Item]) -> None:
-    """`make test` runs with pytest-xdist `--dist loadgroup`: a module's tests stay in one worker (they share
-    module-scoped servers and some build on each other's data), and every Airflow test shares one worker,
-    since each worker would otherwise install the provider and migrate an Airflow DB of its own."""
+    """`make test` runs with pytest-xdist `--dist loadgroup`: a module's tests stay in one worker, in order
+    (they share module-scoped servers and some build on each other's data)."""
     for item in items:
-        path = Path(str(item.fspath))
-        group = "airflow" if path.parent.name == "dags" else path.stem
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(str(Path(str(item.fspath)).relative_to(REPO))))
