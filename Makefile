@@ -14,7 +14,7 @@ SRC := audit dags providers tests bench scripts
 # The suite in TEST_WORKERS pytest-xdist workers: most of its time is spent waiting on servers, Spark and
 # Airflow, not computing; a module's tests stay together (tests/conftest.py, _group_for_xdist). The
 # slowest tests are listed at the end, to keep the suite's time in sight.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 
 test: setup lint
 	@$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup --durations=15 tests

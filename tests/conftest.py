@@ -78,6 +78,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _group_for_xdist(items: list[pytest.Item]) -> None:
     """`make test` runs with pytest-xdist `--dist loadgroup`: a module's tests stay in one worker, in order
-    (they share module-scoped servers and some build on each other's data)."""
+    (they share module-scoped servers and some build on each other's data), and the Airflow tests share
+    one worker: four workers each installing the provider and migrating an Airflow DB took longer in all."""
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(str(Path(str(item.fspath)).relative_to(REPO))))
+        path = Path(str(item.fspath))
+        group = "airflow" if path.parent.name == "dags" else str(path.relative_to(REPO))
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -149,6 +149,9 @@ class MariaDBServer:
                     "--auth-root-authentication-method=normal",
                     "--skip-test-db",
                     "--skip-name-resolve",
+                    # its own temp dir: installs running at once (parallel tests) collided on /tmp's
+                    # "#sql-temptable-*" files and aborted with "Unknown table mysql.tmp_proxies_priv"
+                    f"--tmpdir={self.workdir}",
                     *_user_args(),
                     *SMALL_FOOTPRINT,
                 ],
