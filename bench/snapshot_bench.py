@@ -19,6 +19,7 @@ import argparse
 import cProfile
 import os
 import pstats
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,7 @@ def naive_dump(client: redis.Redis) -> int:
 
 
 def replica_audit(client: redis.Redis, url: str, out: Path) -> int:
+    shutil.rmtree(out, ignore_errors=True)  # a finished snapshot left in place would be resumed: no work
     meta = snapshot_side(client, side="master", endpoint=url, dbs=[0], out_dir=out, options=UNPACED)
     rows = pq.ParquetDataset(out / KEYS_FILE).read(columns=["db"]).num_rows
     ok = meta["stats"]["keys_ok"]
@@ -109,6 +111,8 @@ def drop_before_tree(tmp: Path) -> None:
 
 
 def both_sides(jobs: list[SideJob], processes: bool) -> int:
+    for job in jobs:
+        shutil.rmtree(job.out_dir, ignore_errors=True)  # each run reads everything (no resume)
     metas = snapshot_sides(jobs, UNPACED, processes=processes)
     return sum(int(m["stats"]["keys_scanned"]) for m in metas.values())
 
