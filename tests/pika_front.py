@@ -1,6 +1,6 @@
 """A Pika face on a real redis-server, for tests: no Pika server can be installed here.
 
-Only what a real Pika 4.0 does differently (reference/pika_commands.md) is changed; every other command
+Only what a real Pika 4.0 does differently is changed (as listed here); every other command
 goes to the real redis-server behind it:
 - DUMP, OBJECT, DEBUG, EVAL, MEMORY, ROLE, READONLY: `ERR unknown command`;
 - CLIENT SETINFO: `ERR Syntax error`; CLIENT LIST: `addr=… fd=… idle=…` only;

@@ -1,5 +1,6 @@
-"""Master/slave Pika binlog pairs written byte-exactly by the test writer, with the incidents of seed 002
-planted: what the slave's binlog looks like after each bug (reference/pika_redis.md §3.2)."""
+"""Master/slave Pika binlog pairs written byte-exactly by the test writer, with the Pika incidents
+of docs/incidents.md planted: what the slave's binlog looks like after each bug (docs/formats/pika-binlog.md,
+"How a slave's binlog relates to its master's")."""
 
 from __future__ import annotations
 

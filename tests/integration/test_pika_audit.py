@@ -1,4 +1,4 @@
-"""Pika audits end to end: binlog pairs written byte-exactly with each incident of seed 002 planted,
+"""Pika audits end to end: binlog pairs written byte-exactly with each Pika incident of docs/incidents.md planted,
 healthy pairs (full-sync padding, preallocated zero tails, lag) that must give no finding, damaged files,
 and the keyspace + INFO checks through Pika faces over real redis-servers."""
 

@@ -1,6 +1,6 @@
 """RocketMQ audits end to end through the CLI: the real broker-written commit log in ../shared/fixtures,
-a slave cut mid-record (healthy), a stale slave reattached to a redeployed master (seed 000 §3), and a
-foreign client's 8 bytes on the HA port (seed 000 §4)."""
+a slave cut mid-record (healthy), a stale slave reattached to a redeployed master (docs/incidents.md,
+RMQ_STALE_SLAVE), and a foreign client's 8 bytes on the HA port (docs/incidents.md, RMQ_FOREIGN_HA_CLIENT)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Pika `INFO replication` parsing and per-DB replication detectors, on the real Pika 4.0 output in
-../shared/fixtures/pika/ and on the older space-separated format quoted in reference/pika_redis.md §2.2."""
+../shared/fixtures/pika/ and on the older space-separated format."""
 
 from __future__ import annotations
 

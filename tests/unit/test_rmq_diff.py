@@ -86,7 +86,8 @@ def test_healthy_pair_has_no_findings_and_a_foreign_client_only_shows_in_the_log
     assert m["bytes_compared"] == m["common_bytes"] == m["bytes_equal_by_hash"]
     assert m["master_records"] == 300 and m["replica_records"] == len([o for o in offsets if o >= FILE_SIZE])
     assert m["master_records_compared"] == 0 and m["bytes_not_compared"] == 0
-    # Someone sent "999999999" to the master's HA port (seed 000 §4): the data stays clean, the log does not.
+    # Someone sent "999999999" to the master's HA port (docs/incidents.md, RMQ_FOREIGN_HA_CLIENT): the data
+    # stays clean, the log does not.
     log = parse_broker_log(
         [
             "2019-12-04 11:35:16 INFO ReadSocketService - slave[/127.0.0.2:38824] request offset 4123389851770370361",
@@ -115,7 +116,7 @@ def test_slave_cut_mid_record_is_only_a_torn_tail(spark: Any, healthy: tuple[Pat
 def test_stale_slave_reattached_to_a_redeployed_master(spark: Any, tmp_path: Path, new_host: str) -> None:
     # The old master wrote 120 records; its slave copied them all. The master is redeployed empty under
     # the same brokerName and has written 70 records so far; the slave reattached and reports its old
-    # max offset, so the new master sends it nothing until it catches up (seed 000 §3).
+    # max offset, so the new master sends it nothing until it catches up (docs/incidents.md, RMQ_STALE_SLAVE).
     old = write_store(
         tmp_path / "old", [msg(i, host="10.0.0.1:10911", t0=T_OLD, tag="old") for i in range(120)], file_size=FILE_SIZE
     )

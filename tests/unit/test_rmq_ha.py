@@ -1,4 +1,5 @@
-"""RocketMQ HA state: log and mqadmin parsers, the ack decoding, and the negative-lag findings of seed 000."""
+"""RocketMQ HA state: log and mqadmin parsers, the ack decoding, and the negative-lag findings of the broker log
+behind docs/incidents.md (RMQ_FOREIGN_HA_CLIENT), read as test data from ../shared/seeds/."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def diagnosed(findings: list[Finding]) -> list[tuple[str, str | None]]:
 
 
 @pytest.fixture(scope="module")
-def seed000() -> list[str]:
+def incident_log() -> list[str]:
     (path,) = sorted((SHARED / "seeds").glob("000_*.txt"))
     return path.read_text().splitlines()
 
@@ -71,8 +72,8 @@ def test_ascii_acks_decode_and_real_offsets_do_not() -> None:
     assert decode_ascii_offset(int.from_bytes(b"abc\r\n\x00\x00\x00", "big")) is None
 
 
-def test_seed_000_foreign_client_numbers_come_out_of_its_own_log(seed000: list[str]) -> None:
-    log = parse_broker_log(seed000)
+def test_foreign_client_numbers_come_out_of_the_incident_log(incident_log: list[str]) -> None:
+    log = parse_broker_log(incident_log)
     (request,) = log.requests
     assert (request.client, request.offset) == ("/127.0.0.2:38824", 4123389851770370361)
     episodes = ha_findings(master_max=None, replica_max=None, log=log)
@@ -86,8 +87,8 @@ def test_seed_000_foreign_client_numbers_come_out_of_its_own_log(seed000: list[s
     assert diagnosed([telnet]) == [("negative_lag", "RMQ_FOREIGN_HA_CLIENT")]
 
 
-def test_seed_000_headline_number_is_no_store_offset(seed000: list[str]) -> None:
-    log = parse_broker_log(seed000)
+def test_the_incident_headline_number_is_no_store_offset(incident_log: list[str]) -> None:
+    log = parse_broker_log(incident_log)
     first = next(
         f
         for f in ha_findings(master_max=None, replica_max=None, log=log)
