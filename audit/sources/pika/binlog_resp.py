@@ -43,35 +43,23 @@ def resp_head(buf: bytes, c: int, e: int) -> tuple[bytes, int, int] | None:
     CRLF must agree with the content's end (arguments after the second are checked, not kept: the digest
     covers them). Lengths are at most 10 digits (Pika's padding command writes 5, zero-padded).
     """
-    if c >= e or buf[c] != 42:  # '*'
+    array = _header(buf, c, e, 42)  # '*'
+    if array is None or array[1] < 1:
         return None
-    x = buf.find(_CRLF, c + 1, e)
-    d = buf[c + 1 : x]
-    if x < 0 or x - c > 11 or not d.isdigit():
+    p, argc = array
+    command = _header(buf, p, e, 36)  # '$'
+    if command is None:
         return None
-    argc = int(d)
-    p = x + 2
-    if argc < 1 or p >= e or buf[p] != 36:  # '$'
-        return None
-    x = buf.find(_CRLF, p + 1, e)
-    d = buf[p + 1 : x]
-    if x < 0 or x - p > 11 or not d.isdigit():
-        return None
-    s = x + 2
-    t = s + int(d)
+    s, n = command
+    t = s + n
     if t + 2 > e or not buf.startswith(_CRLF, t):
         return None
     if argc == 1:
         return (buf[s:t], -1, 0) if t + 2 == e else None
-    p = t + 2
-    if p >= e or buf[p] != 36:
+    key = _header(buf, t + 2, e, 36)
+    if key is None:
         return None
-    x = buf.find(_CRLF, p + 1, e)
-    d = buf[p + 1 : x]
-    if x < 0 or x - p > 11 or not d.isdigit():
-        return None
-    ks = x + 2
-    kn = int(d)
+    ks, kn = key
     p = ks + kn + 2
     if p > e or not buf.startswith(_CRLF, p - 2):
         return None
@@ -80,6 +68,18 @@ def resp_head(buf: bytes, c: int, e: int) -> tuple[bytes, int, int] | None:
 
 _DIGIT_EDGES = [10**d + d + 5 for d in range(1, 10)]  # `$N\r\n...\r\n` of d-digit N is N + d + 5 bytes
 _LEAST = [0, 0, *(10**d for d in range(1, 10))]  # the least N of d digits, by d
+
+
+def _header(buf: bytes, p: int, e: int, marker: int) -> tuple[int, int] | None:
+    """The `<marker>N\r\n` header at buf[p]: (where what follows it starts, N), or None if it is not one
+    before buf[e] (N at most 10 digits)."""
+    if p >= e or buf[p] != marker:
+        return None
+    x = buf.find(_CRLF, p + 1, e)
+    d = buf[p + 1 : x]
+    if x < 0 or x - p > 11 or not d.isdigit():
+        return None
+    return x + 2, int(d)
 
 
 def last_arg_header(size: int) -> bytes:
