@@ -7,6 +7,7 @@ import random
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -85,6 +86,14 @@ def test_healthy_pair_under_concurrent_writes_has_no_findings(tmp_path, monkeypa
         master.stop()
 
 
+def _audit_db_beside_a_sync_client(master, replica, db, tmp_path, monkeypatch) -> tuple[int, Path]:  # type: ignore[no-untyped-def]
+    """Audit one db of the pair through the CLI once the SYNC client has been attached for 1.5 s."""
+    time.sleep(1.5)
+    inv = write_inventory(tmp_path / "inv.yaml", [pair_entry("p", master, replica, dbs=[db])])
+    code = run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch)
+    return code, latest_run(tmp_path / "out")
+
+
 def test_sync_replica_is_diagnosed_while_data_is_fine(redis_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     master, replica = redis_pair
     master.client(5).set("x", "1")
@@ -93,12 +102,9 @@ def test_sync_replica_is_diagnosed_while_data_is_fine(redis_pair, tmp_path, monk
         ["redis-cli", "-p", str(master.port), "--replica"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        time.sleep(1.5)
-        inv = write_inventory(tmp_path / "inv.yaml", [pair_entry("p", master, replica, dbs=[5])])
-        code = run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch)
+        code, root = _audit_db_beside_a_sync_client(master, replica, 5, tmp_path, monkeypatch)
     finally:
         sync.terminate()
-    root = latest_run(tmp_path / "out")
     [f] = findings(root)
     assert (f["category"], f["diagnosis"]) == ("lag_metric_unreliable", "REDIS_SYNC_NO_ACK")
     assert code == 0  # the lag figure is unreliable, the data is not: the gate passes
@@ -234,12 +240,9 @@ def test_a_sync_replica_that_announced_its_port_is_diagnosed(redis_pair, tmp_pat
         sock.sendall(b"*3\r\n$8\r\nREPLCONF\r\n$14\r\nlistening-port\r\n$4\r\n7777\r\n")
         assert sock.recv(64).startswith(b"+OK")
         sock.sendall(b"*1\r\n$4\r\nSYNC\r\n")
-        time.sleep(1.5)
-        inv = write_inventory(tmp_path / "inv.yaml", [pair_entry("p", master, replica, dbs=[7])])
-        code = run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch)
+        code, root = _audit_db_beside_a_sync_client(master, replica, 7, tmp_path, monkeypatch)
     finally:
         sock.close()
-    root = latest_run(tmp_path / "out")
     [f] = findings(root)
     assert (f["category"], f["diagnosis"]) == ("lag_metric_unreliable", "REDIS_SYNC_NO_ACK")
     assert json.loads(f["detail"])["slave_port"] == 7777 and code == 0
