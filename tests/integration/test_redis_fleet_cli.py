@@ -57,6 +57,21 @@ def cluster_pair(cluster: LocalCluster, name: str = "sessions", **extra: Any) ->
     return {"name": name, "kind": "redis", "master": {"url": cluster.url(), "topology": "cluster"}, **extra}
 
 
+def migration_pair(
+    source: RedisServer, cluster: LocalCluster, name: str = "move-to-cluster", **extra: Any
+) -> dict[str, Any]:
+    """A standalone server migrated into a cluster: two independent systems, nodes read in threads."""
+    return {
+        "name": name,
+        "kind": "redis",
+        "master": source.url,
+        "replica": {"url": cluster.url(), "topology": "cluster"},
+        "check_replication": False,
+        "fleet_snapshot": "threads",
+        **extra,
+    }
+
+
 def audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pairs: list[dict[str, Any]]) -> tuple[int, Path]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     inv = write_inventory(tmp_path / "inv.yaml", pairs, **FAST)
@@ -234,17 +249,13 @@ def test_standalone_to_cluster_migration(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _migration_fixture(empty, standalone)
-    pair = {
-        "name": "move-to-cluster",
-        "kind": "redis",
-        "master": standalone.url,
-        "replica": {"url": empty.url(), "topology": "cluster"},
-        "check_replication": False,
-        "keys": {"include": ["user:*", "cart:*"], "exclude": ["tmp:*"]},
-        "compare": compare,
-        "fleet_snapshot": "threads",
-        "recheck_max_keys": 1 if compare == "keys" else 100,  # over it: reported without a recheck
-    }
+    pair = migration_pair(
+        standalone,
+        empty,
+        keys={"include": ["user:*", "cart:*"], "exclude": ["tmp:*"]},
+        compare=compare,
+        recheck_max_keys=1 if compare == "keys" else 100,  # over it: reported without a recheck
+    )
     code, run = audit(tmp_path, monkeypatch, [pair])
     assert code == 1
     got = {bytes(r["key"]).decode(): r["category"] for r in findings(run) if r["check"] == "keyspace"}
@@ -312,15 +323,7 @@ def test_resharding_during_the_audit_is_followed(
         code, run = audit(tmp_path / "repl", monkeypatch, [cluster_pair(cluster, fleet_snapshot="threads")])
         cats = sorted(r["category"] for r in findings(run))
         assert (code, cats) == (0, ["slot_migration", "slot_migration"])
-        migration = {
-            "name": "resharding",
-            "kind": "redis",
-            "master": standalone.url,
-            "replica": {"url": cluster.url(), "topology": "cluster"},
-            "check_replication": False,
-            "fleet_snapshot": "threads",
-        }
-        code, run = audit(tmp_path / "move", monkeypatch, [migration])
+        code, run = audit(tmp_path / "move", monkeypatch, [migration_pair(standalone, cluster, "resharding")])
         assert [r["category"] for r in findings(run) if r["check"] == "keyspace"] == []
         assert code == 0
     finally:
@@ -408,14 +411,7 @@ def test_migration_into_a_cluster_with_a_node_down_compares_the_other_shards(
     for node in cluster.nodes:  # the other shards keep serving while one master is away
         cluster.node(node).config_set("cluster-require-full-coverage", "no")
     down.stop()
-    pair = {
-        "name": "move-to-cluster",
-        "kind": "redis",
-        "master": standalone.url,
-        "replica": {"url": cluster.url(), "topology": "cluster"},
-        "check_replication": False,
-        "fleet_snapshot": "threads",
-    }
+    pair = migration_pair(standalone, cluster)
     try:
         code, run = audit(tmp_path, monkeypatch, [pair])
         assert code == 3
