@@ -348,28 +348,18 @@ class Checkpoint:
 
     def saver(self, out_dir: Path, stats: SnapshotStats) -> Callable[[int, int, bytes], None]:
         def save(parts: int, db: int, cursor: bytes) -> None:
-            _write_checkpoint(
-                out_dir,
-                {
-                    "dbs": self.dbs,
-                    "db": db,
-                    "cursor": cursor.hex(),
-                    "parts": parts,
-                    "counts": asdict(stats),
-                    "complete": False,
-                },
-            )
+            _write_checkpoint(out_dir, Checkpoint(self.dbs, db, cursor, parts, asdict(stats)))
 
         return save
 
     @staticmethod
     def mark_complete(out_dir: Path, dbs: list[int], parts: int, stats: SnapshotStats) -> None:
-        _write_checkpoint(
-            out_dir, {"dbs": dbs, "db": None, "cursor": "30", "parts": parts, "counts": asdict(stats), "complete": True}
-        )
+        _write_checkpoint(out_dir, Checkpoint(dbs, None, b"0", parts, asdict(stats), complete=True))
 
 
-def _write_checkpoint(out_dir: Path, data: dict[str, Any]) -> None:
+def _write_checkpoint(out_dir: Path, point: Checkpoint) -> None:
+    """checkpoint.json as `Checkpoint.load` reads it (the cursor in hex), replaced whole."""
+    data = {**asdict(point), "cursor": point.cursor.hex()}
     tmp = out_dir / (CHECKPOINT_FILE + ".tmp")
     tmp.write_text(json.dumps(data, sort_keys=True))
     tmp.replace(out_dir / CHECKPOINT_FILE)
