@@ -85,3 +85,19 @@ def test_bracketing_the_replicas_offset(
 ) -> None:
     agrees, _ = bracket([Sample(o, v) for o, v in samples], Sample(*replica))
     assert agrees is expected
+
+
+def test_split_for_recheck_parts_complement_each_other_however_often_evaluated(spark) -> None:  # type: ignore[no-untyped-def]
+    from audit.sources.redis.recheck import split_for_recheck
+
+    rows = [(db, f"k{i}".encode(), "value_mismatch") for db in (0, 1) for i in range(500)]
+    cands = spark.createDataFrame(rows, "db int, key binary, category string").repartition(7)
+    keys = lambda df: [(r["db"], bytes(r["key"])) for r in df.collect()]  # noqa: E731
+    to_check, rest = split_for_recheck(cands, 300, len(rows))
+    assert rest is not None
+    first, again, remaining = keys(to_check), keys(to_check), keys(rest)
+    assert sorted(first) == sorted(again) == sorted((db, key) for db, key, _ in rows)[:300]  # the first by (db, key)
+    assert len(remaining) == 700 and not set(first) & set(remaining)
+    assert set(first) | set(remaining) == {(db, key) for db, key, _ in rows}
+    everything, none = split_for_recheck(cands, 1000, len(rows))
+    assert none is None and everything is cands

@@ -275,11 +275,11 @@ class FleetKeyspaceCheck(Check):
         counted as `recheck_unrechecked`, as for a standalone pair."""
         from audit.diff.findings import keyspace_findings
         from audit.sources.redis.ack import RedisOffsetAck
-        from audit.sources.redis.recheck import recheck
+        from audit.sources.redis.recheck import recheck, split_for_recheck
 
         s = self.settings
         total = cands.count()
-        to_check = cands.limit(s.recheck_max_keys) if total > s.recheck_max_keys else cands
+        to_check, rest = split_for_recheck(cands, s.recheck_max_keys, total)
         survivors, st = recheck(
             ctx.spark(),
             to_check,
@@ -298,8 +298,7 @@ class FleetKeyspaceCheck(Check):
             setattr(stats, name, getattr(stats, name) + getattr(st, name))
         stats.rounds_run = max(stats.rounds_run, st.rounds_run)
         found = keyspace_findings(survivors, st.rounds_run, extra)
-        if total > s.recheck_max_keys:
-            rest = cands.join(to_check.select("db", "key"), on=["db", "key"], how="left_anti")
+        if rest is not None:
             found = found.unionByName(keyspace_findings(rest, 0, extra))
             unrechecked = int(ctx.metrics.get("recheck_unrechecked") or 0) + total - s.recheck_max_keys
             ctx.metrics["recheck_unrechecked"] = unrechecked

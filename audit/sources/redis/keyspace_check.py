@@ -191,14 +191,14 @@ class KeyspaceCheck(Check):
     # --- recheck --------------------------------------------------------------------------------------
     def recheck(self, ctx: StageContext) -> None:
         from audit.diff.findings import keyspace_findings
-        from audit.sources.redis.recheck import recheck
+        from audit.sources.redis.recheck import recheck, split_for_recheck
 
         clients = self._clients(ctx)
         spark = ctx.spark()
         s = self.settings
         cands = spark.read.parquet(str(ctx.work_dir() / CANDIDATES))
         total = int(ctx.metrics.get("candidates") or 0)
-        to_check = cands.limit(s.recheck_max_keys) if total > s.recheck_max_keys else cands
+        to_check, rest = split_for_recheck(cands, s.recheck_max_keys, total)
         pipes = [RespPipe(clients[side]) for side in SIDES]  # few keys: no rate limiter needed
         try:
             survivors, stats = recheck(
@@ -225,8 +225,7 @@ class KeyspaceCheck(Check):
             for p in pipes:
                 p.close()
         found = with_fields(keyspace_findings(survivors, stats.rounds_run), evidence)
-        if total > s.recheck_max_keys:
-            rest = cands.join(to_check.select("db", "key"), on=["db", "key"], how="left_anti")
+        if rest is not None:
             found = found.unionByName(keyspace_findings(rest, 0))
         if self.annotate is not None:
             found = self.annotate(ctx, found)

@@ -53,6 +53,19 @@ class RecheckStats:
     per_round_remaining: list[int] = field(default_factory=list)
 
 
+def split_for_recheck(cands: DataFrame, max_keys: int, total: int) -> tuple[DataFrame, DataFrame | None]:
+    """(the candidates to recheck, the rest to report without a recheck, or None when all fit).
+
+    The first `max_keys` by (db, key): an unordered `limit` may pick other rows each time it is evaluated
+    (once by the recheck, once by the anti-join), so a key could be both rechecked and reported
+    unrechecked, or neither. Ordered, the two parts always complement each other.
+    """
+    if total <= max_keys:
+        return cands, None
+    to_check = cands.orderBy("db", "key").limit(max_keys)
+    return to_check, cands.join(to_check.select("db", "key"), on=["db", "key"], how="left_anti")
+
+
 class DbReader(Protocol):
     """Reads keys of one db wherever they live (a cluster side: audit.sources.redis.routing.ClusterKeyReader)."""
 
