@@ -6,8 +6,9 @@ Loads bench/datasets.py's mix into a throwaway redis-server, starts a concurrent
 process (a steady loop of GET round trips, as an application would send) and measures, per phase:
 the server's instantaneous_ops_per_sec (INFO stats, sampled every 0.25 s), the concurrent client's
 ops/s and its p50/p99 latency. Phases: idle (the baseline, same run), a snapshot with no pacing at
-all, one capped by `max_keys_per_s`, and one with only the adaptive back-off (a latency bound of 1 ms
-over the least of 3 DBSIZE round trips). Prints the snapshot's keys/s and back-offs for each, and peak RSS.
+all, one capped by `max_keys_per_s`, and one with only the adaptive pacing (a bound of 1 ms on the stall
+a probe sent right behind a batch sees). Prints the snapshot's keys/s, batch shrinks and rate back-offs
+for each, the batch size it ended at, and peak RSS.
 """
 
 from __future__ import annotations
@@ -121,11 +122,13 @@ def main() -> None:
             sampler.join()
         finally:
             server.stop()
-    print(f"\n{'phase':<42} {'seconds':>7} {'keys/s':>9} {'backoffs':>8}  what the server and the app saw")
+    head = f"{'phase':<42} {'seconds':>7} {'keys/s':>9} {'shrinks/backoffs/batch':>22}"
+    print(f"\n{head}  what the server and the app saw")
     for name, t0, t1, meta in spans:
         rate = f"{meta['stats']['keys_scanned'] / (t1 - t0):>9,.0f}" if meta else f"{'':>9}"
-        backoffs = f"{meta['pacing']['backoffs']:>8}" if meta else f"{'':>8}"
-        print(f"{name:<42} {t1 - t0:>7.2f} {rate} {backoffs}  {phase_stats(samples, ops, t0, t1)}")
+        pacing = meta["pacing"] if meta else {}
+        steps = f"{pacing['batch_shrinks']}/{pacing['backoffs']}/{pacing['batch_keys_at_end']}" if meta else ""
+        print(f"{name:<42} {t1 - t0:>7.2f} {rate} {steps:>22}  {phase_stats(samples, ops, t0, t1)}")
     print(f"\npeak RSS of this process {peak_rss_mb():,.0f} MB; load average {os.getloadavg()[0]:.1f} at the end")
 
 

@@ -99,6 +99,22 @@ def test_max_keys_per_s_caps_the_snapshot_rate(server, tmp_path) -> None:  # typ
     assert meta["pacing"]["pacing_wait_s"] > 0  # the pacer, not a slow client, held it back
 
 
+@pytest.mark.parametrize("bound_ms", [1.0, 1000.0])
+def test_batches_that_stall_the_server_past_the_latency_bound_shrink(server, tmp_path, bound_ms) -> None:  # type: ignore[no-untyped-def]
+    c = server.client(9)
+    c.mset({f"k{i}": b"v" * 8192 for i in range(5000)})
+    # a probe behind a 1000-key batch of 8 KiB strings (8 MB of replies) waits several ms: past 1 ms,
+    # never near 1 s. (Bounds under about 0.5 ms measure the client's own round trip more than a stall.)
+    options = SnapshotOptions(scan_count=1000, max_latency_ms=bound_ms, sample_every_s=0.01)
+    meta = snapshot_side(c, side="master", endpoint="test", dbs=[9], out_dir=tmp_path, options=options)
+    pacing = meta["pacing"]
+    assert meta["stats"]["keys_ok"] == 5000 and pacing["samples"] > 0
+    if bound_ms == 1.0:
+        assert pacing["batch_shrinks"] >= 1 and pacing["batch_limit_keys_at_end"] < 1000
+    else:  # no false alarm on a server that keeps within the bound
+        assert pacing["batch_shrinks"] == 0 and pacing["backoffs"] == 0 and pacing["batch_limit_keys_at_end"] == 1000
+
+
 def test_sides_in_processes_read_what_threads_read(redis_pair, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import pyarrow.parquet as pq
 

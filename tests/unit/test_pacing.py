@@ -66,13 +66,37 @@ def test_one_odd_batch_moves_the_size_at_most_twofold() -> None:
     assert p.batch_keys == 500
 
 
-def test_latency_past_the_bound_halves_the_rate_then_it_recovers_to_no_cap() -> None:
-    p, clock = pacer(max_latency_ms=5.0, sample_every_s=1.0)
-    assert p.allowed is None and not p.sample_due()
+def test_a_stall_past_the_bound_shrinks_batches_to_fit_then_they_grow_back() -> None:
+    p, clock = pacer(max_latency_ms=1.0, sample_every_s=1.0, max_batch_keys=1000, min_batch_keys=10)
+    assert not p.sample_due()
     clock.now += 1.0
     assert p.sample_due()
+    # a request queued behind one 1000-key batch waited 2.5 ms: 0.8 * 1/2.5 of the batch fits the bound
+    assert p.observe(latency_ms=2.5, server_ops_per_s=None, own_ops_per_s=300_000, own_keys_per_s=100_000)
+    assert p.batch_keys == p.batch_limit == 320 and p.shrinks == 1
+    assert p.allowed is None and p.backoffs == 0  # the rate is left alone while the size can shrink
+    p.after_batch(320, 0.0)  # a server that keeps up no longer grows the batch past the limit
+    assert p.batch_keys == 320
+    # a stall far past the bound moves the size at most fourfold per sample
+    assert p.observe(latency_ms=100.0, server_ops_per_s=None, own_ops_per_s=0, own_keys_per_s=0)
+    assert p.batch_limit == 80
+    # within the bound but not under half of it: the limit holds
+    assert not p.observe(latency_ms=0.7, server_ops_per_s=None, own_ops_per_s=0, own_keys_per_s=0)
+    assert p.batch_limit == 80
+    limits = []
+    for _ in range(20):
+        assert not p.observe(latency_ms=0.2, server_ops_per_s=None, own_ops_per_s=0, own_keys_per_s=0)
+        limits.append(p.batch_limit)
+    assert limits[0] == 101  # up by a quarter per calm sample
+    assert limits[-1] == 1000  # back to max_batch_keys, never past it
+    p.after_batch(p.batch_keys, 0.0)
+    assert p.batch_keys == 160  # the batch itself regrows at most 2x per batch, as it always did
+
+
+def test_a_stall_at_the_smallest_batch_halves_the_rate_then_it_recovers_to_no_cap() -> None:
+    p, _ = pacer(max_latency_ms=5.0, max_batch_keys=10, min_batch_keys=10)
     backed = p.observe(latency_ms=20.0, server_ops_per_s=None, own_ops_per_s=300_000, own_keys_per_s=100_000)
-    assert backed and p.allowed == 50_000 and p.backoffs == 1
+    assert backed and p.allowed == 50_000 and p.backoffs == 1 and p.shrinks == 0
     p.observe(latency_ms=30.0, server_ops_per_s=None, own_ops_per_s=150_000, own_keys_per_s=50_000)
     assert p.allowed == 25_000
     rates = []
@@ -92,9 +116,10 @@ def test_other_clients_load_is_the_server_rate_less_the_auditors_own() -> None:
 
 
 def test_back_off_never_goes_below_the_floor_nor_recovers_past_the_cap() -> None:
-    p, _ = pacer(max_keys_per_s=1000, max_latency_ms=1.0, min_keys_per_s=100)
-    for _ in range(10):
+    p, _ = pacer(max_keys_per_s=1000, max_latency_ms=1.0, min_keys_per_s=100, min_batch_keys=10)
+    for _ in range(10):  # the batch shrinks to the floor first (1000 -> 250 -> 62 -> 15 -> 10), then the rate
         p.observe(latency_ms=50.0, server_ops_per_s=None, own_ops_per_s=0, own_keys_per_s=0)
+    assert p.batch_keys == 10 and p.shrinks == 4
     assert p.allowed == 100
     for _ in range(30):
         p.observe(latency_ms=0.1, server_ops_per_s=None, own_ops_per_s=0, own_keys_per_s=0)
@@ -118,5 +143,6 @@ def test_bad_settings_are_refused() -> None:
 
 def test_back_off_under_a_loose_cap_halves_the_actual_rate() -> None:
     p, _ = pacer(max_keys_per_s=1_000_000, max_latency_ms=5.0)
+    p.batch_keys = p.s.min_batch_keys  # the size is at its floor: the stall can only be met by the rate
     assert p.observe(latency_ms=50.0, server_ops_per_s=None, own_ops_per_s=0, own_keys_per_s=80_000)
     assert p.allowed == 40_000

@@ -49,12 +49,15 @@ RespUrl = Annotated[SecretStr, AfterValidator(_resp_url)]
 class KeyspaceSettings(Strict):
     """Tuning of a keyspace audit over the Redis protocol; the inventory's `defaults:` block supplies
     the values a pair does not set. Pacing (audit/pacing.py): a hard cap per server, a target time per
-    batch, and back-off when the server's latency or its other clients' load rise past a bound."""
+    batch, and back-off when a batch stalls the server or its other clients' load rises past a bound."""
 
     max_keys_per_s: float | None = Field(None, gt=0, description="hard cap per server (default: none)")
     batch_time_s: float = Field(0.05, gt=0, description="target time per batch (pt-table-checksum's --chunk-time)")
     max_latency_ms: float | None = Field(
-        10.0, gt=0, description="back off when the server takes longer than this to answer (None: never)"
+        10.0,
+        gt=0,
+        description="the longest another client may wait behind one batch: smaller batches, then a lower rate"
+        " (None: never)",
     )
     max_other_ops_per_s: float | None = Field(
         None, gt=0, description="back off when the server's other clients run more ops/s than this"

@@ -380,7 +380,7 @@ class _Sampler:
 
     def sample(self, pacer: Pacer) -> None:
         try:
-            latency_ms = min(self._ping_ms() for _ in range(3))  # the least of 3: not this process' hiccups
+            latency_ms = self._ping_ms()  # one round trip: the stall the batch in flight causes
             ops = parse_info(info_text(self._client, "stats")).get("instantaneous_ops_per_sec")
         except redis.RedisError:  # a server that refuses INFO stats still gets the latency bound
             latency_ms, ops = None, None
@@ -454,12 +454,12 @@ class _Scan:
                     (plan.payload if plan is not None else b"", plan.n_replies if plan is not None else 0),
                 ]
             )
+            if pacer.sample_due():  # now: the probe queues behind the batch just sent, as others' requests do
+                self.sampler.sample(pacer)
             self._finish(values)  # the server works on what was just sent meanwhile
             scan_t = scan_next if more else None
             heads = (keys, bulks, head_t, sent, cursor) if keys else None
             values = (plan, value_t, sent, plan_after) if plan is not None else None
-            if pacer.sample_due():
-                self.sampler.sample(pacer)
 
     def _finish(self, values: tuple[BatchPlan, int, float, bytes] | None) -> None:
         if values is None:
