@@ -74,7 +74,8 @@ def run_audit(m: RedisServer, r: RedisServer, work: Path) -> tuple[float, int, f
     out = work / "out"
     exe = str(Path(sys.executable).with_name("replica-audit"))
     secs, code, rss = timed_cmd([exe, "run", "--inventory", str(inv), "--out", str(out)], work, work / "audit.log")
-    runs = [p for p in out.iterdir() if p.is_dir()] if out.exists() else []
+    # a run directory has a manifest; `out` also holds shared folders (the GX Data Docs context)
+    runs = sorted(p.parent for p in out.glob("*/manifest.json")) if out.exists() else []
     if not runs:
         raise RuntimeError(f"replica-audit run wrote no run directory (exit {code}); see {work / 'audit.log'}")
     return secs, code, rss, runs[0]
@@ -94,6 +95,7 @@ def stage_split(run_dir: Path, started_ms: int, ended_ms: int) -> dict[str, floa
         if meta_path.exists():
             pacing = json.loads(meta_path.read_text()).get("pacing", {})
             split[f"  ({side} back-offs)"] = float(pacing.get("backoffs", 0))
+            split[f"  ({side} batch shrinks)"] = float(pacing.get("batch_shrinks", 0))
     m = state.get("metrics", {})
     for k in ("master_snapshot_s", "replica_snapshot_s", "master_keys_per_s", "replica_keys_per_s", "diff_s"):
         if k in m:
