@@ -177,8 +177,13 @@ def _with_full_columns(spark: SparkSession, narrow_candidates: DataFrame, paths:
     """Candidates (db, key, category, m_/r_read_at_ms, m_/r_reads) with every column of each side's read."""
     out = narrow_candidates
     for prefix, path in zip(("m_", "r_"), paths, strict=True):
+        on = ["db", "key", f"{prefix}read_at_ms"]
         full = _read(spark, path).select("db", "key", *[F.col(c).alias(f"{prefix}{c}") for c in VALUE_COLUMNS])
-        out = out.join(full, on=["db", "key", f"{prefix}read_at_ms"], how="left")
+        # An outer join cannot broadcast its preserved side, so `candidates LEFT JOIN snapshot` shuffled
+        # the whole snapshot for a few rows. The inner join may broadcast the few candidates (Spark
+        # decides by their size) and the left join that keeps candidates absent on a side is small-small.
+        found = full.join(narrow_candidates.select(*on).where(F.col(on[2]).isNotNull()), on=on, how="inner")
+        out = out.join(found, on=on, how="left")
     columns = [f"{p}{c}" for p in ("m_", "r_") for c in (*VALUE_COLUMNS, "reads")]
     # a key read twice in the same millisecond would match twice: keep one
     return out.dropDuplicates(["db", "key"]).select("db", "key", *columns, "category")
@@ -209,11 +214,13 @@ def diff_snapshots(
         "db", "key", "category", "m_read_at_ms", "r_read_at_ms", "m_reads", "r_reads"
     )
     keys.write.mode("overwrite").parquet(keys_path)
+    counts = {k: int(v or 0) for k, v in coverage.get.items()}
     full = _with_full_columns(spark, spark.read.parquet(keys_path), (master_path, replica_path))
-    full.write.mode("overwrite").parquet(candidates_path)
+    # a healthy pair has no candidate: then an empty file of the same schema, without reading the snapshots again
+    (full if counts["candidates"] else full.limit(0)).write.mode("overwrite").parquet(candidates_path)
     if "://" not in keys_path:
         shutil.rmtree(keys_path, ignore_errors=True)
-    return {k: int(v or 0) for k, v in coverage.get.items()}
+    return counts
 
 
 def diff_snapshots_wide(

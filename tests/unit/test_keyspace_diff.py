@@ -140,3 +140,22 @@ def test_the_narrow_job_writes_what_classifying_every_column_gives(spark, tmp_pa
         "ttl_mismatch",
     }
     assert outs["narrow"][0]["candidates"] == 8 and outs["narrow"][0]["master_scan_duplicates"] == 1
+
+
+def test_a_healthy_pair_writes_no_candidate_in_the_candidates_schema(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pyarrow.parquet as pq
+
+    from audit.diff.keyspace import diff_snapshots
+
+    paths = []
+    for side in ("m", "r"):
+        rows = [row(b"a"), row(b"b", ttl_ms=60_000, expire_at_ms=61_000), row(b"c", digest="z", length=3)]
+        cols = {n: [r.get(n) for r in rows] for n in SNAPSHOT_SCHEMA.names}
+        pq.write_table(pa.Table.from_pydict(cols, schema=SNAPSHOT_SCHEMA), tmp_path / f"{side}.parquet")
+        paths.append(str(tmp_path / f"{side}.parquet"))
+    coverage = diff_snapshots(spark, *paths, str(tmp_path / "cands"), 2000)
+    assert coverage["candidates"] == 0 and coverage["keys_compared"] == 3
+    # the recheck reads the file whatever it holds: empty, with every column a candidate has
+    read = spark.read.parquet(str(tmp_path / "cands"))
+    assert read.count() == 0
+    assert {"db", "key", "category", "m_digest", "r_digest", "m_reads", "r_reads"} <= set(read.columns)
