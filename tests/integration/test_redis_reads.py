@@ -99,20 +99,46 @@ def test_max_keys_per_s_caps_the_snapshot_rate(server, tmp_path) -> None:  # typ
     assert meta["pacing"]["pacing_wait_s"] > 0  # the pacer, not a slow client, held it back
 
 
+def _snapshot_stalling_batches(client: Any, tmp_path: Any, bound_ms: float) -> dict[str, Any]:
+    """Snapshot 5000 strings of 8 KiB in db 9 in batches of up to 1000 keys, sampling every 10 ms.
+
+    A probe behind a 1000-key batch (8 MB of replies) waits several ms: past 1 ms, never near 1 s.
+    (Bounds under about 0.5 ms measure the client's own round trip more than a stall.)
+    """
+    options = SnapshotOptions(scan_count=1000, max_latency_ms=bound_ms, sample_every_s=0.01)
+    return snapshot_side(client, side="master", endpoint="test", dbs=[9], out_dir=tmp_path, options=options)
+
+
 @pytest.mark.parametrize("bound_ms", [1.0, 1000.0])
 def test_batches_that_stall_the_server_past_the_latency_bound_shrink(server, tmp_path, bound_ms) -> None:  # type: ignore[no-untyped-def]
     c = server.client(9)
     c.mset({f"k{i}": b"v" * 8192 for i in range(5000)})
-    # a probe behind a 1000-key batch of 8 KiB strings (8 MB of replies) waits several ms: past 1 ms,
-    # never near 1 s. (Bounds under about 0.5 ms measure the client's own round trip more than a stall.)
-    options = SnapshotOptions(scan_count=1000, max_latency_ms=bound_ms, sample_every_s=0.01)
-    meta = snapshot_side(c, side="master", endpoint="test", dbs=[9], out_dir=tmp_path, options=options)
+    meta = _snapshot_stalling_batches(c, tmp_path, bound_ms)
     pacing = meta["pacing"]
     assert meta["stats"]["keys_ok"] == 5000 and pacing["samples"] > 0
     if bound_ms == 1.0:
         assert pacing["batch_shrinks"] >= 1 and pacing["batch_limit_keys_at_end"] < 1000
     else:  # no false alarm on a server that keeps within the bound
         assert pacing["batch_shrinks"] == 0 and pacing["backoffs"] == 0 and pacing["batch_limit_keys_at_end"] == 1000
+
+
+def test_a_user_refused_info_stats_still_gets_the_latency_bound(server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import redis
+
+    admin = server.client(9)
+    admin.mset({f"k{i}": b"v" * 8192 for i in range(5000)})
+    # INFO for the sections the snapshot records, not `stats` (Redis 7 ACL rules on a first argument)
+    sections = ["+info|server", "+info|replication", "+info|keyspace", "+client|list"]
+    admin.acl_setuser("noinfo", enabled=True, passwords=["+pw"], commands=["+@read", "+select", *sections], keys=["*"])
+    try:
+        c = redis.Redis(port=server.port, username="noinfo", password="pw", db=9, protocol=2, lib_name=None)
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            c.info("stats")
+        meta = _snapshot_stalling_batches(c, tmp_path, 1.0)
+    finally:
+        admin.acl_deluser("noinfo")
+    assert meta["stats"]["keys_ok"] == 5000
+    assert meta["pacing"]["batch_shrinks"] >= 1  # the probe's round trip counts without INFO stats
 
 
 def test_sides_in_processes_read_what_threads_read(redis_pair, tmp_path) -> None:  # type: ignore[no-untyped-def]

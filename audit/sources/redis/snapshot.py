@@ -16,6 +16,7 @@ batch, back-off on the server's latency or load); see that module for the knobs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import warnings
@@ -379,11 +380,13 @@ class _Sampler:
         return (time.perf_counter() - started) * 1000
 
     def sample(self, pacer: Pacer) -> None:
-        try:
+        # apart: a user refused INFO (NOPERM) still gets the latency bound; a lost server is the pipe's to report
+        latency_ms: float | None = None
+        ops = None
+        with contextlib.suppress(redis.RedisError):
             latency_ms = self._ping_ms()  # one round trip: the stall the batch in flight causes
+        with contextlib.suppress(redis.RedisError):
             ops = parse_info(info_text(self._client, "stats")).get("instantaneous_ops_per_sec")
-        except redis.RedisError:  # a server that refuses INFO stats still gets the latency bound
-            latency_ms, ops = None, None
         now, cmds, keys = time.monotonic(), self._pipe.commands_sent, self._stats.keys_scanned
         t0, c0, k0 = self._last
         dt = max(now - t0, 1e-6)
