@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -340,23 +340,23 @@ def _unassign_until_down(cluster: LocalCluster, owner: RedisServer, lo: int, hi:
     slots) until the owner's own claim is gone, so one pass over the nodes can leave a node "ok".
     """
     nodes = [owner, *(n for n in cluster.nodes if n != owner)]
-    deadline = time.time() + 30
-    while time.time() < deadline:
+
+    def unassign() -> None:
         for node in nodes:
             try:
                 cluster.node(node).execute_command("CLUSTER", "DELSLOTSRANGE", lo, hi)
             except redis.ResponseError:
                 pass  # already unassigned on this node
-        infos = [cluster.node(n).execute_command("CLUSTER", "INFO").decode() for n in cluster.nodes]
-        if all("cluster_state:fail" in i for i in infos):
-            return
-        time.sleep(0.1)
-    raise AssertionError("cluster_state did not become fail")
+
+    _wait_state(cluster, "fail", each_poll=unassign)
 
 
-def _wait_state(cluster: LocalCluster, state: str) -> None:
+def _wait_state(cluster: LocalCluster, state: str, each_poll: Callable[[], None] | None = None) -> None:
+    """Poll until every node reports cluster_state:`state` (30 s), calling `each_poll` before each look."""
     deadline = time.time() + 30
     while time.time() < deadline:
+        if each_poll is not None:
+            each_poll()
         infos = [cluster.node(n).execute_command("CLUSTER", "INFO").decode() for n in cluster.nodes]
         if all(f"cluster_state:{state}" in i for i in infos):
             return
