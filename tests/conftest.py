@@ -10,7 +10,8 @@ import pytest
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+FIXTURES = REPO / "tests" / "fixtures"
+"""Real captures (Pika 4.0 INFO and a live pair, a broker-written RocketMQ commit log): see each NOTICE.md."""
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ import pytest
 
 from audit.local.redis_server import RedisServer, free_port, start_pair, wait_in_sync
 from audit.local.sample import load_sample, plant_divergences
-from tests.conftest import REPO, SHARED
+from tests.conftest import FIXTURES, REPO
 from tests.integration.helpers import findings, latest_run, summary, write_inventory
 
 pytestmark = pytest.mark.airflow
@@ -233,7 +233,7 @@ def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(
         pika = _healthy_pika_logs(tmp_path / "pika")
         rmq = tmp_path / "rmq" / "commitlog"
         rmq.mkdir(parents=True)
-        shutil.copy(SHARED / "fixtures" / "rocketmq" / "00000000000000000000", rmq)
+        shutil.copy(FIXTURES / "rocketmq" / "00000000000000000000", rmq)
         inv = write_inventory(
             tmp_path / "inv.yaml",
             [

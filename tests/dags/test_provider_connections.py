@@ -18,7 +18,7 @@ import pytest
 
 from audit.local.mariadb_server import MariaDBServer, mariadb_available
 from audit.local.redis_server import RedisServer, free_port
-from tests.conftest import SHARED
+from tests.conftest import FIXTURES
 from tests.pika_front import PikaFront
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]
@@ -82,7 +82,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     mariadb = MariaDBServer(free_port(), work / "mariadb").start() if mariadb_available() else None
     store = work / "rmq" / "store"
     (store / "commitlog").mkdir(parents=True)
-    shutil.copy(SHARED / "fixtures" / "rocketmq" / "00000000000000000000", store / "commitlog")
+    shutil.copy(FIXTURES / "rocketmq" / "00000000000000000000", store / "commitlog")
     try:
         yield {"redis": redis_server, "pika": pika, "mariadb": mariadb, "store": store}
     finally:

@@ -1,4 +1,4 @@
-"""The real Pika 4.0 capture (../shared/fixtures/pika-live) through `replica-audit run`: binlogs that agree
+"""The real Pika 4.0 capture (tests/fixtures/pika-live) through `replica-audit run`: binlogs that agree
 record for record, and 900 SETEX keys the slave does not hold. The audit must connect the two facts:
 every missing key carries its last binlog record on both sides and the not-applied diagnosis, and the
 summary says it in one line.
@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from audit.local.redis_server import RedisServer, free_port
-from tests.conftest import SHARED
+from tests.conftest import FIXTURES
 from tests.integration.helpers import findings, latest_run, run_cli, summary, write_inventory
 from tests.pika_front import PikaFront, master_info, slave_info
 
 pytestmark = pytest.mark.integration
-CAPTURE = SHARED / "fixtures" / "pika-live"
+CAPTURE = FIXTURES / "pika-live"
 DBS = [0, 1, 2]
 
 

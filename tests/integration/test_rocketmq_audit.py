@@ -1,4 +1,4 @@
-"""RocketMQ audits end to end through the CLI: the real broker-written commit log in ../shared/fixtures,
+"""RocketMQ audits end to end through the CLI: the real broker-written commit log in tests/fixtures,
 a slave cut mid-record (healthy), a stale slave reattached to a redeployed master (docs/incidents.md,
 RMQ_STALE_SLAVE), and a foreign client's 8 bytes on the HA port (docs/incidents.md, RMQ_FOREIGN_HA_CLIENT)."""
 
@@ -12,12 +12,12 @@ import pytest
 
 from audit.local.rocketmq_commitlog import replicate, write_store
 from audit.sources.rocketmq.store import max_offset
-from tests.conftest import SHARED
+from tests.conftest import FIXTURES
 from tests.integration.helpers import findings, latest_run, run_cli, summary, write_inventory
 from tests.unit.test_rmq_diff import msg
 
 pytestmark = pytest.mark.integration
-FIXTURE = SHARED / "fixtures" / "rocketmq" / "00000000000000000000"
+FIXTURE = FIXTURES / "rocketmq" / "00000000000000000000"
 FILE_SIZE = 16 * 1024
 
 

@@ -40,7 +40,7 @@ from tests.binlog_gen import (
     slow_row,
     write_log,
 )
-from tests.conftest import SHARED
+from tests.conftest import FIXTURES
 from tests.fuzz_budget import examples, keep_on_failure
 
 
@@ -197,9 +197,9 @@ def test_a_mutated_log_never_raises_and_accepts_only_sound_records(data: st.Data
             assert not [r for r in got if r["row_kind"] == "record" and r["start"] == hit.start and r != hit.row]
 
 
-# -- a real Pika 4.0 capture (../shared/fixtures/pika-live) ---------------------------------------------------
+# -- a real Pika 4.0 capture (tests/fixtures/pika-live) ---------------------------------------------------
 
-LIVE = SHARED / "fixtures" / "pika-live" / "binlogs.tar.gz"
+LIVE = FIXTURES / "pika-live" / "binlogs.tar.gz"
 
 
 @functools.cache

@@ -1,5 +1,5 @@
 """Pika `INFO replication` parsing and per-DB replication detectors, on the real Pika 4.0 output in
-../shared/fixtures/pika/ and on the older space-separated format."""
+tests/fixtures/pika/ and on the older space-separated format."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 
 from audit.sources.pika.info import BinlogOffset, parse_pika_replication
 from audit.sources.pika.replication import PikaSample, offset_lag, pika_replication_findings, wrong_master
-from tests.conftest import SHARED
+from tests.conftest import FIXTURES
 
-FIXTURES = SHARED / "fixtures" / "pika"
+FIXTURES = FIXTURES / "pika"
 
 OLD_SLAVE = """# Replication(SLAVE)\r
 role:slave\r

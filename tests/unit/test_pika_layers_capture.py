@@ -1,4 +1,4 @@
-"""The layer diagnosis on the live Pika 4.0.0 capture in ../shared/fixtures/pika-live (its NOTICE.md says
+"""The layer diagnosis on the live Pika 4.0.0 capture in tests/fixtures/pika-live (its NOTICE.md says
 what is true of it): both binlogs hold the same records, yet the 900 keys written with SETEX (logged as
 `pksetexat key <absolute unix seconds> value`) exist on the master and not on the slave.
 
@@ -27,9 +27,9 @@ from audit.findings import findings_table
 from audit.kernel.staging import finding_from_row
 from audit.sources.pika.binlog import parse_file
 from audit.sources.pika.binlog_format import read_manifest
-from tests.conftest import SHARED
+from tests.conftest import FIXTURES
 
-CAPTURE = SHARED / "fixtures" / "pika-live"
+CAPTURE = FIXTURES / "pika-live"
 DBS = (0, 1, 2)
 
 

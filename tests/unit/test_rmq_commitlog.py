@@ -31,10 +31,10 @@ from audit.sources.rocketmq.format import (
 )
 from audit.sources.rocketmq.scan import data_end, iter_batches, scan_commitlog
 from audit.sources.rocketmq.store import commitlog_files, max_offset, min_offset, parse_file
-from tests.conftest import SHARED
+from tests.conftest import FIXTURES
 from tests.rocketmq_oracle import decode_record, iter_records, message_from_record
 
-FIXTURE = SHARED / "fixtures" / "rocketmq" / "00000000000000000000"
+FIXTURE = FIXTURES / "rocketmq" / "00000000000000000000"
 T0 = 1_700_000_000_000
 
 

@@ -35,13 +35,13 @@ from tests.commitlog_gen import (
     without_detail,
     write,
 )
-from tests.conftest import SHARED
+from tests.conftest import FIXTURES
 from tests.fuzz_budget import examples, keep_on_failure
 from tests.rocketmq_oracle import decode_record
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 
-FIXTURE = SHARED / "fixtures" / "rocketmq" / "00000000000000000000"
+FIXTURE = FIXTURES / "rocketmq" / "00000000000000000000"
 batch_sizes = st.sampled_from([1, 200, 1000, 1 << 20])
 
 

@@ -1,5 +1,5 @@
 """RocketMQ HA state: log and mqadmin parsers, the ack decoding, and the negative-lag findings of the broker log
-behind docs/incidents.md (RMQ_FOREIGN_HA_CLIENT), read as test data from ../shared/seeds/."""
+behind docs/incidents.md (RMQ_FOREIGN_HA_CLIENT), read as test data from tests/fixtures/rocketmq-incident/."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from audit.sources.rocketmq.ha import (
     replica_ahead_finding,
     smallest_printable_at_least,
 )
-from tests.conftest import SHARED
+from tests.conftest import FIXTURES
 
 # Proposed catalog entries (to be added to audit/signatures.yaml, in this order: the foreign client first,
 # since an impossible ack explains a negative lag whatever state the slave's files are in).
@@ -59,8 +59,7 @@ def diagnosed(findings: list[Finding]) -> list[tuple[str, str | None]]:
 
 @pytest.fixture(scope="module")
 def incident_log() -> list[str]:
-    (path,) = sorted((SHARED / "seeds").glob("000_*.txt"))
-    return path.read_text().splitlines()
+    return (FIXTURES / "rocketmq-incident" / "broker.log").read_text().splitlines()
 
 
 def test_ascii_acks_decode_and_real_offsets_do_not() -> None:
