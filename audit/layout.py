@@ -27,6 +27,11 @@ class RunDir:
     out: Path
     run_id: str
 
+    def __post_init__(self) -> None:
+        # absolute and resolved, as GX and the stages resolve what they write: paths recorded relative to
+        # the run's root must come out the same whether --out was given relative, absolute or via a symlink
+        object.__setattr__(self, "out", Path(self.out).resolve())
+
     @property
     def root(self) -> Path:
         return self.out / self.run_id

@@ -96,3 +96,17 @@ def test_resume_goes_on_from_the_last_completed_stage(dirfiles_kind, tmp_path, m
     assert snapshots == []  # the snapshots were done: only diff, recheck and gate ran again
     assert latest_run(tmp_path / "out").name == run_id
     assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out"), "--resume", "nope"], monkeypatch) == 2
+
+
+def test_a_relative_out_directory_works_for_run_and_for_each_stage(dirfiles_kind, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # `-o out` from the working directory: the gate's result path was once taken relative to the relative
+    # run root while GX had resolved it, so the gate failed on every relative --out
+    inv = two_pairs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(["run", "-i", str(inv), "-o", "out"], monkeypatch) == 0
+    root = latest_run(tmp_path / "out")
+    assert {p["status"] for p in summary(root)["pairs"]} == {"passed"}
+    for stage in ("diff", "recheck", "gate"):
+        assert run_cli([stage, "-i", str(inv), "-o", "out", "--run-id", root.name], monkeypatch) == 0, stage
+    state = json.loads((root / "work" / "good" / "state.json").read_text())
+    assert state["gate"]["results_path"] == "gate/validation_good.json"
