@@ -139,15 +139,23 @@ def _print_summary(summary: dict[str, Any], run_root: Path) -> None:
     print_summary(out, summary, run_root)
 
 
+def _warm_up(spark: bool) -> None:
+    """What the last stages need, loaded while the first ones wait (audit/background.py): the Spark
+    session, then GX's modules (the gate), then matplotlib's (the report), one after the other."""
+    from audit.diff.spark import warm_up as spark_warm_up
+    from audit.gate.gx import warm_up as gx_warm_up
+    from audit.report.charts import warm_up as charts_warm_up
+
+    gx = gx_warm_up(after=spark_warm_up() if spark else None)
+    charts_warm_up(after=gx)
+
+
 def _audit(
     inv: Inventory, pairs: list[Pair], out_dir: Path, run_id: str | None, resume: bool, history: str | None
 ) -> None:
     run_dir = start_run(inv, out_dir, run_id)
     _say(f"run [bold]{run_dir.run_id}[/] → {run_dir.root}")
-    if any(kind_spec(p.kind).uses_spark for p in pairs):
-        from audit.diff.spark import warm_up
-
-        warm_up()
+    _warm_up(any(kind_spec(p.kind).uses_spark for p in pairs))
     bar, advance = _progress()
     if bar is not None:
         bar.start()

@@ -19,7 +19,7 @@ from audit import defaults
 from audit.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
@@ -136,16 +136,17 @@ def get_spark() -> SparkSession:
 def warm_up() -> threading.Thread:
     """Start the session in the background: the JVM's start-up then overlaps the snapshots, which do not
     need it, instead of delaying the first diff. `get_spark()` waits for it (one lock)."""
+    from audit.background import in_background
 
-    def start() -> None:
-        try:
-            get_spark()
-        except Exception:  # a failed start is reported by the stage that needs the session
-            pass
+    return in_background("spark-warm-up", get_spark)
 
-    thread = threading.Thread(target=start, name="spark-warm-up", daemon=True)
-    thread.start()
-    return thread
+
+def local_copy(frame: DataFrame) -> DataFrame:
+    """`frame` computed once, its rows held by the driver: for a small result (a recheck's survivors) that
+    several actions read. Each action on a lazy frame runs its whole plan again (the joins and the
+    classification, a few Spark jobs each); on the copy it starts from the rows. Only for frames bounded
+    in size: every row passes through the driver's memory."""
+    return frame.sparkSession.createDataFrame(frame.toArrow())
 
 
 def stop_spark() -> None:

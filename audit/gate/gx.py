@@ -45,6 +45,7 @@ DATASOURCE, ASSET, BATCH = "replica-audit-gate", "gate-row", "whole-frame"
 _PARAM = "$PARAMETER"
 # GX keeps a process-wide "current context"; one validation at a time per process keeps calls apart.
 _lock = threading.Lock()
+_warming: threading.Thread | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,16 @@ def _import_gx_quietly() -> None:
             logger = logging.getLogger(logger_name)
             if logging.NOTSET < logger.level < logging.WARNING:
                 logger.setLevel(logging.WARNING)
+
+
+def warm_up(after: threading.Thread | None = None) -> threading.Thread:
+    """Import GX in the background (seconds of module loading, overlapping the snapshots and the diff
+    instead of delaying the gate), once `after` has finished; the gate waits for it."""
+    global _warming
+    from audit.background import in_background
+
+    _warming = in_background("gx-warm-up", _import_gx_quietly, after)
+    return _warming
 
 
 def _param(value: Any) -> str | None:
@@ -259,6 +270,8 @@ def validate_gate(
     frame = _frame(gate_row)
     params = dict(parameters)
     try:
+        if _warming is not None:
+            _warming.join()
         _import_gx_quietly()
         with _locked(context_dir):
             result, page, index = _run_checkpoint(context_dir, spec, frame, params, run)

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from audit.diff.compare_modes import apply_mode, mode_category
 from audit.diff.keyspace import classify, join_sides, latest_read
+from audit.diff.spark import local_copy
 from audit.sources.redis.ack import ReplicaAck, wait_for
 from audit.sources.redis.keys import ERROR, UNSTABLE, VANISHED, KeyReader, KeyState
 from audit.sources.redis.resp import RespPipe
@@ -337,8 +338,9 @@ def _divergent_frame(
     tolerance_ms: int,
     mode: str = "full",
 ) -> DataFrame:
-    """The judged keys as diff rows (db, key, category, m_*, r_*), classified by the diff's own rule."""
+    """The judged keys as diff rows (db, key, category, m_*, r_*), classified by the diff's own rule; computed
+    once (at most `recheck_max_keys` rows), as the evidence, the findings and the repair plan all read it."""
     m_reads = [(k[0], s) for k, (s, _) in divergent.items() if s is not None]
     r_reads = [(k[0], s) for k, (_, s) in divergent.items() if s is not None]
     joined = join_sides(latest_read(states_frame(spark, m_reads)), latest_read(states_frame(spark, r_reads)))
-    return apply_mode(classify(joined, tolerance_ms), mode).where("category IS NOT NULL").drop("unreadable")
+    return local_copy(apply_mode(classify(joined, tolerance_ms), mode).where("category IS NOT NULL").drop("unreadable"))

@@ -1,0 +1,46 @@
+"""audit/background.py: start-up work in a daemon thread, in order, best effort; and the CLI's warm-ups."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+from audit.background import in_background
+
+
+def test_work_runs_after_the_thread_it_follows() -> None:
+    order: list[str] = []
+    first = in_background("first", lambda: (time.sleep(0.2), order.append("first")))
+    second = in_background("second", lambda: order.append("second"), after=first)
+    second.join(5)
+    assert order == ["first", "second"] and second.daemon and second.name == "second"
+
+
+def test_a_failure_ends_the_thread_quietly(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+
+    def fails() -> None:
+        raise ImportError("no such module")
+
+    failing = in_background("fails", fails)
+    after = in_background("after", lambda: None, after=failing)
+    after.join(5)
+    assert not failing.is_alive() and not after.is_alive() and raised == []
+
+
+def test_the_run_warm_up_loads_what_the_gate_and_the_report_need() -> None:
+    # in a fresh interpreter: this one has GX and matplotlib loaded already
+    code = (
+        "import sys, threading\n"
+        "from audit.cli.main import _warm_up\n"
+        "assert 'great_expectations' not in sys.modules and 'matplotlib' not in sys.modules\n"
+        "_warm_up(False)\n"
+        "for t in threading.enumerate():\n"
+        "    if t.name.endswith('warm-up'): t.join(300)\n"
+        "print('great_expectations' in sys.modules, 'matplotlib.figure' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
+    assert done.stdout.split() == ["True", "True"]
