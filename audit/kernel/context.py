@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from audit.kernel.state import CheckState, MetricValue, PairState
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from audit.findings import Finding
@@ -83,6 +84,10 @@ class StageContext:
     def add_findings_frame(self, frame: DataFrame) -> None:
         """A Spark DataFrame already in the findings schema (audit.diff.findings.to_findings)."""
         self.staging.add_frame(self.stage, self.position, self.check, frame)
+
+    def add_findings_table(self, table: pa.Table) -> None:
+        """Findings already in the driver (a small frame's `toArrow()`): written without a Spark job."""
+        self.staging.add_table(self.stage, self.position, self.check, table)
 
     # --- connections -------------------------------------------------------------------------------
     def url(self, side: str) -> str | None:

@@ -65,6 +65,11 @@ class FindingsStaging:
         if rows:
             pq.write_table(findings_table(rows), self._next_path(stage, position, check, "parquet"))
 
+    def add_table(self, stage: str, position: int, check: str, table: pa.Table) -> None:
+        """An Arrow table in the findings schema, as a Spark frame's `toArrow()` gives it."""
+        if table.num_rows:
+            pq.write_table(table, self._next_path(stage, position, check, "parquet"))
+
     def add_frame(self, stage: str, position: int, check: str, frame: DataFrame) -> None:
         """A Spark DataFrame in the findings schema (see audit.diff.findings.to_findings)."""
         frame.write.mode("overwrite").parquet(str(self._next_path(stage, position, check, "spark")))

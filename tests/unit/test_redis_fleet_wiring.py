@@ -11,7 +11,7 @@ import pytest
 from audit.errors import ConfigError
 from audit.inventory import parse_inventory
 from audit.kernel.kind import kind_spec
-from audit.sources.redis.divergence import filter_note, with_fields
+from audit.sources.redis.divergence import filter_note, with_fields, with_fields_table
 from audit.sources.redis.fleet_state import topology_from_json, topology_json
 from audit.sources.redis.keys import KeyState
 from audit.sources.redis.recheck import category_of
@@ -169,11 +169,19 @@ def test_diff_applies_the_compare_mode(spark, tmp_path) -> None:  # type: ignore
     assert counts == {"full": 3, "length": 2, "keys": 0}
 
 
-def test_fields_spliced_into_the_findings_detail(spark) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("where", ["spark", "arrow"])
+def test_fields_spliced_into_the_findings_detail(spark, where: str) -> None:  # type: ignore[no-untyped-def]
+    # the same splice on a Spark frame and on findings already in the driver (an Arrow table)
     findings = spark.createDataFrame(
-        [(0, b"k", '{"master":{"type":"hash"}}'), (0, b"other", '{"a":1}')], "db int, key binary, detail string"
+        [(0, b"k", '{"master":{"type":"hash"}}'), (1, b"k", '{"b":2}'), (0, b"other", '{"a":1}'), (0, b"none", None)],
+        "db int, key binary, detail string",
     )
-    out = with_fields(findings, [(0, b"k", '{"total":1,"items":[{"field":"\\"f\\""}]}')]).collect()
-    details = {bytes(r["key"]): json.loads(r["detail"]) for r in out}
-    assert details[b"k"] == {"master": {"type": "hash"}, "fields": {"total": 1, "items": [{"field": '"f"'}]}}
-    assert details[b"other"] == {"a": 1}
+    evidence = [(0, b"k", '{"total":1,"items":[{"field":"\\"f\\""}]}'), (0, b"none", '{"total":0}')]
+    if where == "spark":
+        out = [r.asDict() for r in with_fields(findings, evidence).collect()]
+    else:
+        out = with_fields_table(findings.toArrow(), evidence).to_pylist()
+    details = {(r["db"], bytes(r["key"])): r["detail"] and json.loads(r["detail"]) for r in out}
+    assert details[(0, b"k")] == {"master": {"type": "hash"}, "fields": {"total": 1, "items": [{"field": '"f"'}]}}
+    assert details[(1, b"k")] == {"b": 2}  # the same key in another db has no evidence
+    assert details[(0, b"other")] == {"a": 1} and details[(0, b"none")] is None

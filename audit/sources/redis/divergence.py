@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import redis
 from hiredis import ReplyError
 
@@ -74,8 +75,25 @@ def first_value_mismatches(survivors: DataFrame, limit: int) -> list[Any]:
     return survivors.where("category = 'value_mismatch'").select(*cols).limit(limit).collect()
 
 
+def spliced(detail: str | None, fields: str) -> str | None:
+    """`fields` added to a finding's detail JSON object as `"fields"`: its closing brace is replaced."""
+    return None if detail is None else detail[:-1] + ',"fields":' + fields + "}"
+
+
+def with_fields_table(findings: pa.Table, evidence: list[tuple[int, bytes, str]]) -> pa.Table:
+    """:func:`with_fields` on findings already in the driver (an Arrow table): no Spark join for a few rows."""
+    if not evidence:
+        return findings
+    by_key = {(db, key): fields for db, key, fields in evidence}
+    rows = zip(findings["db"].to_pylist(), findings["key"].to_pylist(), findings["detail"].to_pylist(), strict=True)
+    details = [d if (f := by_key.get((db, key))) is None else spliced(d, f) for db, key, d in rows]
+    at = findings.schema.get_field_index("detail")
+    return findings.set_column(at, findings.schema.field(at), pa.array(details, findings.schema.field(at).type))
+
+
 def with_fields(findings: DataFrame, evidence: list[tuple[int, bytes, str]]) -> DataFrame:
-    """`detail.fields` spliced into the findings' detail JSON (an object: its closing brace is replaced)."""
+    """`detail.fields` spliced into the findings' detail JSON (an object: its closing brace is replaced, as
+    :func:`spliced` does)."""
     if not evidence:
         return findings
     from pyspark.sql import functions as F
@@ -88,11 +106,16 @@ def with_fields(findings: DataFrame, evidence: list[tuple[int, bytes, str]]) -> 
     return joined.withColumn("detail", detail).select(*findings.columns)
 
 
-def write_repair(ctx: StageContext, findings: DataFrame, extra: Mapping[str, Any] | None = None) -> None:
-    """repair/<pair>.txt from the keyspace findings; linked as an artifact when it lists any key."""
+def write_repair(ctx: StageContext, findings: DataFrame | pa.Table, extra: Mapping[str, Any] | None = None) -> None:
+    """repair/<pair>.txt from the keyspace findings (a Spark frame, or an Arrow table already in the
+    driver); linked as an artifact when it lists any key."""
     from audit.sources.redis.repair import write_plan
 
-    rows = findings.select("category", "db", "key").toLocalIterator()
+    columns = ["category", "db", "key"]
+    if isinstance(findings, pa.Table):
+        rows: Iterable[Any] = findings.select(columns).to_pylist()
+    else:
+        rows = findings.select(*columns).toLocalIterator()
     counts = write_plan(
         rows,
         ctx.run.root,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import redis
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ from audit.sources.redis.divergence import (
     first_value_mismatches,
     selecting,
     with_fields,
+    with_fields_table,
     write_repair,
 )
 from audit.sources.redis.info import keyspace_dbs
@@ -224,12 +226,11 @@ class KeyspaceCheck(Check):
         finally:
             for p in pipes:
                 p.close()
-        found = with_fields(keyspace_findings(survivors, stats.rounds_run), evidence)
-        if rest is not None:
-            found = found.unionByName(keyspace_findings(rest, 0))
-        if self.annotate is not None:
-            found = self.annotate(ctx, found)
-        ctx.add_findings_frame(found)
+        found = self._findings(ctx, keyspace_findings(survivors, stats.rounds_run), evidence, rest)
+        if isinstance(found, pa.Table):
+            ctx.add_findings_table(found)
+        else:
+            ctx.add_findings_frame(found)
         if self.extras.repair_plan and total:  # no candidate, no finding: nothing to repair
             write_repair(ctx, found)
         ctx.metrics.update(
@@ -240,6 +241,24 @@ class KeyspaceCheck(Check):
             recheck_rounds=stats.rounds_run,
             recheck_unrechecked=max(0, total - s.recheck_max_keys),
         )
+
+    def _findings(
+        self, ctx: StageContext, found: DataFrame, evidence: list[tuple[int, bytes, str]], rest: DataFrame | None
+    ) -> DataFrame | pa.Table:
+        """The rechecked findings with their field evidence, plus `rest` (reported without a recheck).
+
+        Every candidate rechecked and no kind's annotation: at most recheck_max_keys rows, brought into the
+        driver once (a projection of the survivors, which Spark computes there) and written from it. A
+        Spark join, write and second pass for the repair plan would cost a few jobs for a few rows.
+        """
+        from audit.diff.findings import keyspace_findings
+
+        if rest is None and self.annotate is None:
+            return with_fields_table(found.toArrow(), evidence)
+        found = with_fields(found, evidence)
+        if rest is not None:
+            found = found.unionByName(keyspace_findings(rest, 0))
+        return found if self.annotate is None else self.annotate(ctx, found)
 
     # --- what the summary, the gate and a certificate need ----------------------------------------------
     def uncovered(self, metrics: Mapping[str, MetricValue]) -> list[Uncovered]:
