@@ -9,7 +9,7 @@ import pytest
 from audit.diff.keyspace import classify, join_sides, latest_read
 from audit.sources.redis.hotkeys import Sample, bracket
 from audit.sources.redis.keys import KeyState
-from audit.sources.redis.recheck import _same_master_value, category_of, states_frame
+from audit.sources.redis.recheck import _divergent_frame, _same_master_value, category_of, states_frame
 
 
 def state(key: bytes, **kw: Any) -> KeyState:
@@ -53,6 +53,25 @@ def test_the_per_key_rule_is_the_diffs_rule(spark) -> None:  # type: ignore[no-u
         ms = state(key, **mkw) if mkw is not None else None
         rs = state(key, **rkw) if rkw is not None else None
         assert category_of(ms, rs, tolerance) == by_spark.get(key), key
+
+
+def test_the_survivors_are_the_rows_the_diffs_rule_gives(spark) -> None:  # type: ignore[no-untyped-def]
+    # the recheck builds its survivors in the driver; the same rows, columns and types as the Spark rule's
+    tolerance = 2000
+    divergent = {
+        (0, k): (state(k, **mkw) if mkw is not None else None, state(k, **rkw) if rkw is not None else None)
+        for k, mkw, rkw in CASES
+    }
+    built = _divergent_frame(spark, divergent, tolerance)
+    m = [(0, s) for s, _ in divergent.values() if s is not None]
+    r = [(0, s) for _, s in divergent.values() if s is not None]
+    joined = join_sides(latest_read(states_frame(spark, m)), latest_read(states_frame(spark, r)))
+    by_spark = classify(joined, tolerance).where("category IS NOT NULL").drop("unreadable")
+    assert dict(built.dtypes) == dict(by_spark.dtypes)
+    rows = {bytes(x["key"]): x.asDict() for x in built.collect()}
+    assert rows == {bytes(x["key"]): x.asDict() for x in by_spark.collect()}
+    assert set(rows) == {b"gone", b"extra", b"type", b"value", b"length", b"unstable", b"ttl-one-sided", b"ttl-drift"}
+    assert _divergent_frame(spark, {}, tolerance).count() == 0
 
 
 def test_a_master_value_that_moved_is_not_the_same() -> None:

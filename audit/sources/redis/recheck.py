@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from audit.diff.compare_modes import apply_mode, mode_category
-from audit.diff.keyspace import classify, join_sides, latest_read
-from audit.diff.spark import local_copy
+from audit.diff.compare_modes import mode_category
+from audit.diff.keyspace import VALUE_COLUMNS
 from audit.sources.redis.ack import ReplicaAck, wait_for
 from audit.sources.redis.keys import ERROR, UNSTABLE, VANISHED, KeyReader, KeyState
 from audit.sources.redis.resp import RespPipe
@@ -41,6 +40,20 @@ if TYPE_CHECKING:
 
 MASTER_FIELDS = ("m_type", "m_digest", "m_length", "m_expire_at_ms", "m_status")
 Key = tuple[int, bytes]
+_READS = pa.field("reads", pa.int64())  # reads of the key the diff kept: one per live read
+SURVIVORS_SCHEMA = pa.schema(
+    [
+        ("db", pa.int32()),
+        ("key", pa.binary()),
+        *[
+            (f"{p}{f.name}", f.type)
+            for p in ("m_", "r_")
+            for f in (*[SNAPSHOT_SCHEMA.field(c) for c in VALUE_COLUMNS], _READS)
+        ],
+        ("category", pa.string()),
+    ]
+)
+"""The candidates' diff rows (audit/diff/keyspace.py) as the recheck reports its survivors."""
 
 
 @dataclass
@@ -338,9 +351,21 @@ def _divergent_frame(
     tolerance_ms: int,
     mode: str = "full",
 ) -> DataFrame:
-    """The judged keys as diff rows (db, key, category, m_*, r_*), classified by the diff's own rule; computed
-    once (at most `recheck_max_keys` rows), as the evidence, the findings and the repair plan all read it."""
-    m_reads = [(k[0], s) for k, (s, _) in divergent.items() if s is not None]
-    r_reads = [(k[0], s) for k, (_, s) in divergent.items() if s is not None]
-    joined = join_sides(latest_read(states_frame(spark, m_reads)), latest_read(states_frame(spark, r_reads)))
-    return local_copy(apply_mode(classify(joined, tolerance_ms), mode).where("category IS NOT NULL").drop("unreadable"))
+    """The judged keys as diff rows (db, key, category, m_*, r_*), classified by :func:`category_of`, the
+    per-key twin of the diff's rule (the recheck judged them with it; tests/unit/test_recheck.py holds
+    it to the Spark rule). Built in the driver (at most `recheck_max_keys` rows) as a local frame: the
+    evidence, the findings and the repair plan all read it, and Spark computes their projections of
+    it on the driver, with no job of its own."""
+    rows = []
+    for (db, key), (m, r) in divergent.items():
+        category = category_of(m, r, tolerance_ms, mode)
+        if category is not None:
+            sides = {**_side_columns("m_", _present(m)), **_side_columns("r_", _present(r))}
+            rows.append({"db": db, "key": key, **sides, "category": category})
+    return spark.createDataFrame(pa.Table.from_pylist(rows, schema=SURVIVORS_SCHEMA))
+
+
+def _side_columns(prefix: str, state: KeyState | None) -> dict[str, Any]:
+    """One side's columns of a diff row: the read's values and its read count (null where it lacks the key)."""
+    values = {f"{prefix}{name}": None if state is None else getattr(state, name) for name in VALUE_COLUMNS}
+    return {**values, f"{prefix}reads": None if state is None else 1}
