@@ -19,7 +19,7 @@ from audit import defaults
 from audit.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
@@ -139,14 +139,6 @@ def warm_up() -> threading.Thread:
     from audit.background import in_background
 
     return in_background("spark-warm-up", get_spark)
-
-
-def local_copy(frame: DataFrame) -> DataFrame:
-    """`frame` computed once, its rows held by the driver: for a small result (a recheck's survivors) that
-    several actions read. Each action on a lazy frame runs its whole plan again (the joins and the
-    classification, a few Spark jobs each); on the copy it starts from the rows. Only for frames bounded
-    in size: every row passes through the driver's memory."""
-    return frame.sparkSession.createDataFrame(frame.toArrow())
 
 
 def stop_spark() -> None:
