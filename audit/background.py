@@ -3,7 +3,8 @@ the JVM: Spark's session (audit/diff/spark.py), GX's modules (audit/gate/gx.py),
 (audit/report/charts.py). Each costs seconds that would otherwise delay the stage that needs it.
 
 The work is best effort: a failure is ignored here, and the stage that needs the result does the work
-again and reports what fails. Whoever needs it joins the thread first.
+again and reports what fails. A :class:`Preload` is such work with its waiting side: the run starts
+it, the stage that needs it waits for it.
 """
 
 from __future__ import annotations
@@ -30,3 +31,23 @@ def in_background(name: str, work: Callable[[], object], after: threading.Thread
     thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     return thread
+
+
+class Preload:
+    """Work a later stage needs (`work`, run by :func:`in_background` when started) and the wait for it.
+
+    A Preload never started (a single stage run from the CLI, an Airflow task) waits for nothing: the
+    stage then does the work itself.
+    """
+
+    def __init__(self, name: str, work: Callable[[], object]) -> None:
+        self._name, self._work = name, work
+        self._thread: threading.Thread | None = None
+
+    def start(self, after: threading.Thread | None = None) -> threading.Thread:
+        self._thread = in_background(self._name, self._work, after)
+        return self._thread
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()

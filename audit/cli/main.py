@@ -143,11 +143,10 @@ def _warm_up(spark: bool) -> None:
     """What the last stages need, loaded while the first ones wait (audit/background.py): the Spark
     session, then GX's modules (the gate), then matplotlib's (the report), one after the other."""
     from audit.diff.spark import warm_up as spark_warm_up
-    from audit.gate.gx import warm_up as gx_warm_up
-    from audit.report.charts import warm_up as charts_warm_up
+    from audit.gate import gx
+    from audit.report import charts
 
-    gx = gx_warm_up(after=spark_warm_up() if spark else None)
-    charts_warm_up(after=gx)
+    charts.PRELOAD.start(after=gx.PRELOAD.start(after=spark_warm_up() if spark else None))
 
 
 def _audit(

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from audit.background import Preload
 from audit.errors import GateError
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -45,7 +46,6 @@ DATASOURCE, ASSET, BATCH = "replica-audit-gate", "gate-row", "whole-frame"
 _PARAM = "$PARAMETER"
 # GX keeps a process-wide "current context"; one validation at a time per process keeps calls apart.
 _lock = threading.Lock()
-_warming: threading.Thread | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,14 +90,8 @@ def _import_gx_quietly() -> None:
                 logger.setLevel(logging.WARNING)
 
 
-def warm_up(after: threading.Thread | None = None) -> threading.Thread:
-    """Import GX in the background (seconds of module loading, overlapping the snapshots and the diff
-    instead of delaying the gate), once `after` has finished; the gate waits for it."""
-    global _warming
-    from audit.background import in_background
-
-    _warming = in_background("gx-warm-up", _import_gx_quietly, after)
-    return _warming
+PRELOAD = Preload("gx-warm-up", _import_gx_quietly)
+"""GX's modules (seconds of loading), started by `run` while the snapshots and the diff run."""
 
 
 def _param(value: Any) -> str | None:
@@ -270,8 +264,7 @@ def validate_gate(
     frame = _frame(gate_row)
     params = dict(parameters)
     try:
-        if _warming is not None:
-            _warming.join()
+        PRELOAD.wait()
         _import_gx_quietly()
         with _locked(context_dir):
             result, page, index = _run_checkpoint(context_dir, spec, frame, params, run)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import base64
 import io
-import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from audit.background import Preload
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -37,7 +38,6 @@ SEVERITY_COLORS = {"critical": "#c0392b", "warning": "#e0a100", "info": "#5d8aa8
 """One colour per finding severity, shared with the pages' CSS (style.css.j2): red, amber, steel blue."""
 SEVERITIES = ("critical", "warning", "info")
 BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-_warming: threading.Thread | None = None
 
 
 def _load_matplotlib() -> None:
@@ -50,21 +50,13 @@ def _load_matplotlib() -> None:
     import matplotlib.font_manager
 
 
-def warm_up(after: threading.Thread | None = None) -> threading.Thread:
-    """Load matplotlib in the background (see audit/background.py); the first chart waits for it."""
-    global _warming
-    from audit.background import in_background
-
-    _warming = in_background("charts-warm-up", _load_matplotlib, after)
-    return _warming
+PRELOAD = Preload("charts-warm-up", _load_matplotlib)
+"""matplotlib (about a second), started by `run` while the first stages run; the first chart waits for it."""
 
 
 def _figure(width: float, height: float) -> Figure:
-    if _warming is not None:
-        _warming.join()
-    import matplotlib
-
-    matplotlib.use("Agg")
+    PRELOAD.wait()
+    _load_matplotlib()
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), dpi=90)

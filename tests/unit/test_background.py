@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from audit.background import in_background
+from audit.background import Preload, in_background
 
 
 def test_work_runs_after_the_thread_it_follows() -> None:
@@ -29,6 +29,16 @@ def test_a_failure_ends_the_thread_quietly(monkeypatch) -> None:  # type: ignore
     after = in_background("after", lambda: None, after=failing)
     after.join(5)
     assert not failing.is_alive() and not after.is_alive() and raised == []
+
+
+def test_a_preload_is_waited_for_once_started_and_not_before() -> None:
+    done: list[str] = []
+    preload = Preload("slow", lambda: (time.sleep(0.2), done.append("loaded")))
+    preload.wait()  # never started: nothing to wait for
+    assert done == []
+    preload.start()
+    preload.wait()
+    assert done == ["loaded"]
 
 
 def test_the_run_warm_up_loads_what_the_gate_and_the_report_need() -> None:
