@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from audit.diff.keyspace import classify, join_sides, latest_read
 from audit.sources.redis.hotkeys import Sample, bracket
-from audit.sources.redis.keys import KeyState
-from audit.sources.redis.recheck import _divergent_frame, _same_master_value, category_of, states_frame
+from audit.sources.redis.keys import VANISHED, KeyState
+from audit.sources.redis.recheck import _divergent_frame, _same_master_value, category_of
+from audit.sources.redis.snapshot import SNAPSHOT_SCHEMA
 
 
 def state(key: bytes, **kw: Any) -> KeyState:
@@ -25,6 +27,15 @@ def state(key: bytes, **kw: Any) -> KeyState:
         "read_at_ms": 1000,
     }
     return KeyState(**{**base, **kw})
+
+
+def states_frame(spark, reads: list[tuple[int, KeyState]]):  # type: ignore[no-untyped-def]
+    """Reads as a snapshot frame (vanished keys left out, as a snapshot leaves them): the Spark rule's input."""
+    present = [(db, s) for db, s in reads if s.status != VANISHED]
+    rows: dict[str, list[Any]] = {"db": [db for db, _ in present]}
+    for name in SNAPSHOT_SCHEMA.names[1:]:
+        rows[name] = [getattr(s, name) for _, s in present]
+    return spark.createDataFrame(pa.Table.from_pydict(rows, schema=SNAPSHOT_SCHEMA))
 
 
 CASES: list[tuple[bytes, dict[str, Any] | None, dict[str, Any] | None]] = [

@@ -223,14 +223,6 @@ def _round_without_ack(
     return out
 
 
-def states_frame(spark: SparkSession, reads: list[tuple[int, KeyState]]) -> DataFrame:
-    present = [(db, s) for db, s in reads if s.status != VANISHED]
-    rows: dict[str, list[Any]] = {"db": [db for db, _ in present]}
-    for name in SNAPSHOT_SCHEMA.names[1:]:
-        rows[name] = [getattr(s, name) for _, s in present]
-    return spark.createDataFrame(pa.Table.from_pydict(rows, schema=SNAPSHOT_SCHEMA))
-
-
 def _snapshot_state(row: Any) -> KeyState | None:
     """The master's side of a diff candidate row, as the state the first round compares against."""
     if row["m_type"] is None:
