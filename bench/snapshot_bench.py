@@ -4,8 +4,10 @@
 
 Loads the mix of the end-to-end pair (bench/datasets.py: 70% strings of 16-200 bytes, the rest hashes,
 lists, sets and zsets of 5-50 elements, 20% with a TTL), then times on the same data: (a) bare SCAN,
-(b) what a naive tool does (SCAN + a redis-py pipeline of DUMP + PTTL per key), (c) `snapshot_side`
-(type, TTL, length and digest per key; pacing's back-off off, no cap). For each: keys/s, the client's
+(b) what a naive tool does (SCAN + a redis-py pipeline of DUMP + PTTL per key), (c) the server floor:
+SCAN, then TYPE, PTTL and the whole value in one command per key, with the types known beforehand (the
+least a reader of type, TTL and value can ask of the server), (d) `snapshot_side` (type, TTL, length
+and digest per key; pacing's back-off off, no cap). For each: keys/s, the client's
 CPU, and redis-server's CPU (INFO cpu) per million keys, so a faster client that made the server pay
 would show. With --sides a replica is attached and both servers are snapshotted at once, one thread
 per side (how the pipeline did it) and one process per side (`snapshot_sides`). With --before REV
@@ -33,6 +35,7 @@ from datasets import load_mix, peak_rss_mb, wait_replica_synced
 
 from audit.local.redis_server import RedisServer, free_port
 from audit.sources.redis.client import connect
+from audit.sources.redis.resp import RespPipe
 from audit.sources.redis.sides import SideJob, snapshot_sides
 from audit.sources.redis.snapshot import KEYS_FILE, SnapshotOptions, snapshot_side
 
@@ -61,6 +64,56 @@ def naive_dump(client: redis.Redis) -> int:
         n += len(pipe.execute()) // 2
         if cursor == 0:
             return n
+
+
+# The whole value of each type in one command: what any reader of type + TTL + value must make the
+# server run at least (the floor below), whatever the client does.
+_WHOLE_VALUE: dict[bytes, tuple[bytes, ...]] = {
+    b"string": (b"GET",),
+    b"hash": (b"HGETALL",),
+    b"set": (b"SMEMBERS",),
+    b"zset": (b"ZRANGE", b"0", b"-1", b"WITHSCORES"),
+    b"list": (b"LRANGE", b"0", b"-1"),
+    b"stream": (b"XRANGE", b"-", b"+"),
+}
+
+
+def _scan_page(client: redis.Redis, cursor: int) -> tuple[int, list[bytes]]:
+    cursor, keys = client.scan(cursor, count=1000)
+    return int(cursor), [k if isinstance(k, bytes) else k.encode() for k in keys]
+
+
+def key_types(client: redis.Redis) -> dict[bytes, bytes]:
+    """Every key's type (read before the floor is timed: the floor's client knows the types for free)."""
+    pipe, cursor = RespPipe(client), 0
+    types: dict[bytes, bytes] = {}
+    try:
+        while True:
+            cursor, keys = _scan_page(client, cursor)
+            types.update(zip(keys, pipe.execute([(b"TYPE", k) for k in keys]), strict=True))
+            if cursor == 0:
+                return types
+    finally:
+        pipe.close()
+
+
+def server_floor(client: redis.Redis, types: dict[bytes, bytes]) -> int:
+    """SCAN, then TYPE + PTTL + the whole value of every key in one pipeline per page: the least work a
+    reader of type, TTL and value can ask of the server (no length command, no paging, no digest)."""
+    pipe, cursor, n = RespPipe(client), 0, 0
+    try:
+        while True:
+            cursor, keys = _scan_page(client, cursor)
+            cmds: list[tuple[bytes, ...]] = []
+            for k in keys:
+                value = _WHOLE_VALUE[types[k]]
+                cmds += [(b"TYPE", k), (b"PTTL", k), (value[0], k, *value[1:])]
+            pipe.execute(cmds)
+            n += len(keys)
+            if cursor == 0:
+                return n
+    finally:
+        pipe.close()
 
 
 def replica_audit(client: redis.Redis, url: str, out: Path) -> int:
@@ -161,9 +214,11 @@ def main() -> None:
                 f"loaded {dbsize:,} keys in {load_s:.1f} s; redis used_memory "
                 f"{client.info('memory')['used_memory_human']}; rss before snapshots {peak_rss_mb():.0f} MB"
             )
+            types = key_types(client)
             methods: list[tuple[str, list[redis.Redis], Callable[[], int]]] = [
                 ("raw SCAN COUNT 1000 (baseline 1)", [client], lambda: raw_scan(client)),
                 ("SCAN + redis-py DUMP/PTTL (baseline 2)", [client], lambda: naive_dump(client)),
+                ("server floor: SCAN+TYPE+PTTL+whole value", [client], lambda: server_floor(client, types)),
                 (
                     "replica-audit snapshot_side",
                     [client],
@@ -219,11 +274,19 @@ def report(results: list[tuple[str, float, int, float, float]]) -> None:
             f"{name:<40} {secs:>8.2f} {n:>10,} {n / secs:>10,.0f} {n / secs / base:>8.3f} "
             f"{cpu:>12.2f} {cpu / n * 1e6:>7.2f} {srv:>11.2f} {srv / n * 1e6:>15.2f}"
         )
-    rate = results[2][2] / results[2][1]
+    rate = results[3][2] / results[3][1]
     print(
         f"\ntarget: >= {TARGET:,} keys/s (aim {AIM:,}) with type, TTL and digest per key: "
         f"{rate:,.0f} keys/s, reached {'yes' if rate >= TARGET else 'no'}; "
         f"{rate / (results[1][2] / results[1][1]):.2f}x the naive DUMP, {rate / base:.3f} of raw SCAN"
+    )
+    floor_n, floor_srv = results[2][2], results[2][4]
+    ours_srv = results[3][4] / results[3][2]
+    print(
+        f"server floor: redis-server spends {floor_srv / floor_n * 1e6:.2f} us per key just to answer SCAN, TYPE, "
+        f"PTTL and the whole value, so one redis-server core serves at most {floor_n / floor_srv:,.0f} keys/s "
+        f"to any reader of this mix; snapshot_side costs it {ours_srv * 1e6:.2f} us per key "
+        f"({ours_srv / (floor_srv / floor_n):.2f}x the floor)"
     )
 
 
