@@ -7,7 +7,8 @@ One file Data Context per output directory, `OUT/gx/`, created on first use and 
 - a pandas data source `replica-audit-gate` whose dataframe asset `gate-row` is the one-row frame;
 - a ValidationDefinition and a Checkpoint per suite, the Checkpoint with an UpdateDataDocsAction;
 - every run's validation results (`uncommitted/validations/<suite>/<run>@<pair>/...`) and one Data Docs
-  site, `OUT/gx/data_docs/`, whose index lists every run.
+  site, `OUT/gx/data_docs/`, whose index lists the latest runs (`INDEX_VALIDATIONS`; every run keeps
+  its page), rendered by GX's views with their compiled templates kept (audit/gate/docs_views.py).
 
 The gate's input is one row, so it is validated with pandas: no Spark session, no JVM. (Spark stays
 the engine where the data is large: the diffs.) A parameter passed as None is not gated: its bound
@@ -43,6 +44,9 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 SITE = "replica_audit"
 """The Data Docs site of the shared context (`OUT/gx/data_docs/`)."""
 DATASOURCE, ASSET, BATCH = "replica-audit-gate", "gate-row", "whole-frame"
+INDEX_VALIDATIONS = 100
+"""How many of the latest validation results the Data Docs index lists. GX reads each listed result's
+file at every gate: unbounded, a year of daily runs made each gate seconds slower (docs/gx.md)."""
 _PARAM = "$PARAMETER"
 # GX keeps a process-wide "current context"; one validation at a time per process keeps calls apart.
 _lock = threading.Lock()
@@ -164,11 +168,24 @@ def _locked(context_dir: Path) -> Iterator[None]:
 
 
 def _site() -> dict[str, Any]:
+    """The Data Docs site: GX's builders with this project's cached views (audit/gate/docs_views.py), and
+    an index of the latest INDEX_VALIDATIONS results (every result's own page stays)."""
+
+    def view(name: str) -> dict[str, str]:
+        return {"module_name": "audit.gate.docs_views", "class_name": name}
+
     return {
         "class_name": "SiteBuilder",
         "show_how_to_buttons": False,
         "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": "data_docs/"},
-        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        "site_index_builder": {
+            "class_name": "DefaultSiteIndexBuilder",
+            "validation_results_limit": INDEX_VALIDATIONS,
+            "view": view("CachedIndexPageView"),
+        },
+        "site_section_builders": {
+            section: {"view": view("CachedPageView")} for section in ("expectations", "validations", "profiling")
+        },
     }
 
 
@@ -177,6 +194,9 @@ def open_context(context_dir: Path) -> Any:
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
+    from audit.gate import docs_views
+
+    docs_views.use_cache_dir(context_dir / ".jinja_cache")
     context = gx.get_context(mode="file", project_root_dir=context_dir.parent)
     if Path(context.root_directory).resolve() != context_dir.resolve():  # GX puts the context in <root>/gx
         raise GateError(f"GX context directory {context_dir} must be named gx/")

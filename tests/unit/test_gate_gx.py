@@ -159,3 +159,36 @@ def test_missing_suite_file_names_it(tmp_path: Path) -> None:
 def test_bad_name_is_a_gate_error(tmp_path: Path) -> None:
     with pytest.raises(GateError, match="name"):
         _run(tmp_path, _row(), _params(), name="a/b")
+
+
+def test_the_index_lists_the_latest_results_and_every_result_keeps_its_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GX reads every listed result at every gate: an unbounded index made each gate slower with history
+    monkeypatch.setattr("audit.gate.gx.INDEX_VALIDATIONS", 2)
+    results = [_run(tmp_path, _row(), _params(), run=f"run-{i}") for i in (1, 2, 3)]
+    index = (tmp_path / "gx" / "data_docs" / "index.html").read_text()
+    assert run_name("run-3", "pair-1") in index and run_name("run-2", "pair-1") in index
+    assert run_name("run-1", "pair-1") not in index
+    assert all(r.validation_page is not None and Path(r.validation_page).is_file() for r in results)
+
+
+def test_a_gate_reuses_the_templates_an_earlier_gate_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import jinja2
+
+    compiled: list[str | None] = []
+    compile_ = jinja2.Environment.compile
+
+    def counting(self: jinja2.Environment, source: Any, name: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(name)
+        return compile_(self, source, name, *args, **kwargs)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counting)
+    _run(tmp_path, _row(), _params(), run="run-1")
+    first = len(compiled)
+    assert first > 10  # GX builds new views, each with a new Environment, at every gate
+    assert any((tmp_path / "gx" / ".jinja_cache").iterdir())
+    compiled.clear()
+    second = _run(tmp_path, _row(missing_on_replica=1), _params(), run="run-2")
+    assert compiled == []
+    assert second.validation_page is not None and "missing_on_replica" in Path(second.validation_page).read_text()
