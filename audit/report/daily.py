@@ -22,6 +22,7 @@ from audit.errors import ConfigError
 from audit.history import ENV_VAR, HistoryStore, open_history
 from audit.history.record import TIME_FORMAT, format_time
 from audit.report import charts
+from audit.report.html import data_docs_links
 from audit.report.offsets import OFFSET_METRICS, REPLICATION_UNIT, run_offsets
 
 DAYS = 7
@@ -82,13 +83,16 @@ def _summary_pair(out: Path, run_id: str, pair: str) -> dict[str, Any] | None:
     return next((p for p in summary.get("pairs", []) if p.get("pair") == pair), None)
 
 
-def _links(out: Path, run_id: str, entry: dict[str, Any] | None) -> dict[str, str | None]:
-    """Links from `<out>/reports/` to the run's report and Data Docs, only for files that exist."""
+def _links(out: Path, run_id: str, pair: str, entry: dict[str, Any] | None) -> dict[str, str | None]:
+    """Links from `<out>/reports/` to the run's report and Data Docs, only for files that exist. The Data
+    Docs link is the pair's validation page when the run has one: the site's index lists only the latest
+    results (audit/gate/gx.py), so an older run is found by its own page."""
     root = out / run_id
     report = f"../{run_id}/report.html" if (root / "report.html").is_file() else None
-    docs_rel = ((entry or {}).get("gate") or {}).get("data_docs") or "gate/data_docs/index.html"
-    docs = f"../{run_id}/{docs_rel}" if (root / docs_rel).is_file() else None
-    return {"report": report, "data_docs": docs}
+    gate = (entry or {}).get("gate")
+    pages = dict(data_docs_links(root, pair, gate or {"data_docs": "gate/data_docs/index.html"}))
+    docs_rel = pages.get("validation result") or pages.get("Data Docs index")
+    return {"report": report, "data_docs": f"../{run_id}/{docs_rel}" if docs_rel else None}
 
 
 def _pair_names(store: HistoryStore, runs: list[dict[str, Any]], out: Path) -> list[str]:
@@ -138,7 +142,7 @@ def pair_trend(store: HistoryStore, pair: str, out: Path, since: str, until: str
         return None
     for h in history:
         h["entry"] = _summary_pair(out, h["run_id"], pair)
-        h.update(_links(out, h["run_id"], h["entry"]))
+        h.update(_links(out, h["run_id"], pair, h["entry"]))
     labels = [_label(h["started_at"]) for h in history]
     categories = sorted({c for h in history for c in h["counts"]})
     finished = [h["status"] not in ("error", "incomplete") for h in history]
