@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 if __name__ == "__main__":
-    from audit.cli.main import main
+    from audit.cli.main import console
 
-    main()
+    console()

@@ -110,3 +110,43 @@ def test_a_relative_out_directory_works_for_run_and_for_each_stage(dirfiles_kind
         assert run_cli([stage, "-i", str(inv), "-o", "out", "--run-id", root.name], monkeypatch) == 0, stage
     state = json.loads((root / "work" / "good" / "state.json").read_text())
     assert state["gate"]["results_path"] == "gate/validation_good.json"
+
+
+ENDS = """
+import atexit, pathlib, sys
+atexit.register(pathlib.Path(sys.argv[1]).write_text, "exit handlers ran")
+from audit.cli.main import console
+sys.argv = ["replica-audit", *sys.argv[2:]]
+console()
+raise SystemExit(99)  # console() never returns
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "stream", "text"),
+    [(["--version"], 0, "stdout", "replica-audit "), (["run"], 2, "stderr", "--inventory")],
+)
+def test_the_command_ends_with_its_code_its_output_and_the_exit_handlers(
+    tmp_path: Path, args: list[str], code: int, stream: str, text: str
+) -> None:
+    # console() skips the interpreter's teardown: nothing written may be lost, and the code is the command's
+    import subprocess
+    import sys
+
+    marker = tmp_path / "marker"
+    done = subprocess.run([sys.executable, "-c", ENDS, str(marker), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == code, done.stderr[-2000:]
+    assert text in getattr(done, stream)
+    assert marker.read_text() == "exit handlers ran"
+
+
+def test_the_installed_command_is_the_console_entry_point() -> None:
+    import subprocess
+    import sys
+
+    from audit.pipeline import tool_version
+
+    exe = Path(sys.executable).with_name("replica-audit")
+    done = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, f"replica-audit {tool_version()}")
+    assert "from audit.cli.main import console" in exe.read_text()
