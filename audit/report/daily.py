@@ -89,8 +89,8 @@ def _links(out: Path, run_id: str, pair: str, entry: dict[str, Any] | None) -> d
     results (audit/gate/gx.py), so an older run is found by its own page."""
     root = out / run_id
     report = f"../{run_id}/report.html" if (root / "report.html").is_file() else None
-    gate = (entry or {}).get("gate")
-    pages = dict(data_docs_links(root, pair, gate or {"data_docs": "gate/data_docs/index.html"}))
+    index = ((entry or {}).get("gate") or {}).get("data_docs") or "gate/data_docs/index.html"
+    pages = dict(data_docs_links(root, pair, {"data_docs": index}))
     docs_rel = pages.get("validation result") or pages.get("Data Docs index")
     return {"report": report, "data_docs": f"../{run_id}/{docs_rel}" if docs_rel else None}
 
