@@ -45,21 +45,19 @@ def use_cache_dir(directory: Path) -> None:
     _cache = jinja2.FileSystemBytecodeCache(str(directory))
 
 
-def _with_cache(env: jinja2.Environment) -> None:
-    env.bytecode_cache = _cache
+class _KeepsCompiledTemplates:
+    """Mixed in before a GX view: its Environment, once built, gets the shared bytecode cache."""
+
+    env: jinja2.Environment
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.env.bytecode_cache = _cache
 
 
-class CachedPageView(DefaultJinjaPageView):  # type: ignore[misc]
+class CachedPageView(_KeepsCompiledTemplates, DefaultJinjaPageView):  # type: ignore[misc]
     """GX's page view (a validation result, an expectation suite) with the shared bytecode cache."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _with_cache(self.env)
 
-
-class CachedIndexPageView(DefaultJinjaIndexPageView):  # type: ignore[misc]
+class CachedIndexPageView(_KeepsCompiledTemplates, DefaultJinjaIndexPageView):  # type: ignore[misc]
     """GX's index page view with the shared bytecode cache."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _with_cache(self.env)
