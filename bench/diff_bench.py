@@ -4,8 +4,10 @@
 
 Generates master/replica `keys.parquet` files of N rows (SNAPSHOT_SCHEMA) with planted differences:
 0.1% changed digest, 0.05% missing on the replica, 0.05% extra on the replica, 0.05% TTL drift.
-Then runs, in the same process: Spark baselines (count, distinct keys), the previous diff job (every
-column through the join), the diff as `RedisSource.diff` runs it (diff_snapshots), and DuckDB's full
+Then runs, in the same process: Spark baselines (count, distinct keys), the oldest diff job (every
+column through the join; skipped with --no-wide), the first pass alone as it was (each side's latest
+read by its own aggregate, then a sort-merge join) and as it is (one aggregate over both sides' reads),
+the diff as `RedisSource.diff` runs it (diff_snapshots), and DuckDB's full
 outer join of the same files (`pip install duckdb` into the venv: a bench-only dependency; skipped
 with a note when absent). Checks the candidates against the plant; prints peak RSS (driver and JVM).
 """
@@ -22,8 +24,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from audit import defaults
+from audit.diff import keyspace
 from audit.diff.keyspace import diff_snapshots, diff_snapshots_wide
 from audit.diff.spark import configure, get_spark
 from audit.sources.redis.snapshot import SNAPSHOT_SCHEMA
@@ -130,6 +135,13 @@ def main() -> None:
             t = time.perf_counter()
             diff_snapshots_wide(spark, *paths, str(out) + "-wide", defaults.TTL_TOLERANCE_MS)
             timings.append(("previous diff job (every column joined)", time.perf_counter() - t))
+        for name, pair in (
+            ("first pass: two aggregates + join (previous)", two_aggregates_and_join),
+            ("first pass: one aggregate (narrow_pair)", one_aggregate),
+        ):
+            t = time.perf_counter()
+            first_pass(pair(spark, paths), str(out) + "-first")
+            timings.append((name, time.perf_counter() - t))
         t = time.perf_counter()
         coverage = diff_snapshots(spark, *paths, str(out), defaults.TTL_TOLERANCE_MS)  # what RedisSource.diff runs
         timings.append(("replica-audit diff (total)", time.perf_counter() - t))
@@ -143,9 +155,9 @@ def main() -> None:
             f"shuffle.partitions={spark.conf.get('spark.sql.shuffle.partitions')}, "
             f"driver.memory={spark.conf.get('spark.driver.memory')}, master={spark.conf.get('spark.master')}"
         )
-        print(f"\n{'method':<42} {'seconds':>8} {'rows/s per side':>16} {'vs distinct':>12}")
+        print(f"\n{'method':<46} {'seconds':>8} {'rows/s per side':>16} {'vs distinct':>12}")
         for name, secs in timings:
-            print(f"{name:<42} {secs:>8.2f} {args.rows / secs:>16,.0f} {secs / base:>11.2f}x")
+            print(f"{name:<46} {secs:>8.2f} {args.rows / secs:>16,.0f} {secs / base:>11.2f}x")
 
         want = planted(args.rows)
         got = {r["category"]: r["count"] for r in spark.read.parquet(str(out)).groupBy("category").count().collect()}
@@ -166,6 +178,28 @@ def main() -> None:
             f"\ntarget: 10M keys per side diffed in < {TARGET_S:.0f} s: {total:.1f} s, "
             f"reached {'yes' if total < TARGET_S and args.rows >= TARGET_ROWS else 'no'}{scaled}"
         )
+
+
+def two_aggregates_and_join(spark: SparkSession, paths: list[str]) -> DataFrame:
+    """The previous first pass: each side's latest read by its own aggregate, then a sort-merge full outer join."""
+    sides = []
+    for side, path in enumerate(paths):
+        rows = keyspace._narrow_rows(spark.read.schema(keyspace.SNAPSHOT_DDL).parquet(path), "full", side)
+        latest = [F.max_by(c, "order").alias(c) for c in keyspace.NARROW_COLUMNS]
+        sides.append(rows.groupBy("db", "key").agg(*latest, F.count(F.lit(1)).alias("reads")))
+    return keyspace.join_sides(*sides)
+
+
+def one_aggregate(spark: SparkSession, paths: list[str]) -> DataFrame:
+    """The current first pass (what diff_snapshots runs)."""
+    master, replica = (spark.read.schema(keyspace.SNAPSHOT_DDL).parquet(p) for p in paths)
+    return keyspace.narrow_pair(master, replica)
+
+
+def first_pass(joined: DataFrame, out: str) -> None:
+    """Classify the joined sides and write the candidates' keys, as diff_snapshots' first pass does."""
+    classified = keyspace.classify(joined, defaults.TTL_TOLERANCE_MS)
+    keyspace.candidates(classified).select("db", "key", "category").write.mode("overwrite").parquet(out)
 
 
 def _jvm_pid(spark: object) -> int | None:

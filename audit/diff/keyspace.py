@@ -4,11 +4,12 @@ Each transform is `DataFrame -> DataFrame`, testable on a handful of rows (chisp
 of :func:`classify` holds one row per key with a `category` (null when both sides agree); the caller
 keeps the non-null rows as recheck candidates and aggregates the rest into coverage metrics.
 
-:func:`diff_snapshots` (the job) sends only fixed-width columns through the shuffle (:func:`narrow`): per
-key a hash of the type (`th`), a status code (`st`), the absolute expiry, one 64-bit hash of (digest,
-length) (`vh`) and the read time, instead of the 32-character digest, the TTL, the length and the error
-text. Fixed-width columns let the SCAN-duplicate step be a hash aggregate (a `max_by` per column)
-rather than a sort, which bench/diff_bench.py measured 25-40% faster. The few keys that differ then get
+:func:`diff_snapshots` (the job) sends only fixed-width columns through the shuffle (:func:`narrow_pair`):
+per read a hash of the type (`th`), a status code (`st`), the absolute expiry, one 64-bit hash of
+(digest, length) (`vh`) and the read time, instead of the 32-character digest, the TTL, the length and
+the error text. Fixed-width columns let the SCAN-duplicate step and the join be one hash aggregate over
+both sides' reads (a `max_by` per column and side) rather than sorts, which bench/diff_bench.py
+measured faster at each step. The few keys that differ then get
 their full columns back from the snapshots, by a join with the candidates. The output is the same as
 classifying the full columns (tests/unit/test_keyspace_diff.py); a difference hides behind a hash only
 if two different values collide in 64 bits.
@@ -42,14 +43,8 @@ STATUS_CODES = {"ok": 0, "unstable": 1, "error": 2}
 _ORDER_SHIFT = 1 << 19  # read_at_ms (< 2**44 until the year 2527) times this, plus 19 bits of vh, fits a long
 
 
-def narrow(snapshot: DataFrame, mode: str = "full") -> DataFrame:
-    """Latest read of each (db, key) as fixed-width columns: th, st, expire_at_ms, vh, read_at_ms, reads.
-
-    The later read wins; reads within the same millisecond are told apart by the low bits of `vh`, so
-    every column comes from the same read. The compare mode (audit/diff/compare_modes.py) decides what
-    the columns carry: `length` hashes the element count instead of the value, `keys` keeps presence
-    and readability only (type, value, status `unstable` and expiry then always agree).
-    """
+def _narrow_rows(snapshot: DataFrame, mode: str, side: int) -> DataFrame:
+    """Each read as fixed-width columns, tagged with its side (0 master, 1 replica)."""
     st = F.lit(len(STATUS_CODES))
     for name, code in reversed(STATUS_CODES.items()):
         st = F.when(F.col("status") == name, F.lit(code)).otherwise(st)
@@ -58,9 +53,10 @@ def narrow(snapshot: DataFrame, mode: str = "full") -> DataFrame:
     if mode == "keys":
         th, vh, expire = F.lit(0).cast("long"), F.xxhash64("key"), F.lit(None).cast("long")
         st = F.when(F.col("status") == "error", F.lit(STATUS_CODES["error"])).otherwise(F.lit(STATUS_CODES["ok"]))
-    rows = snapshot.select(
+    return snapshot.select(
         "db",
         "key",
+        F.lit(side).alias("side"),
         th.alias("th"),
         st.alias("st"),
         expire.alias("expire_at_ms"),
@@ -68,8 +64,42 @@ def narrow(snapshot: DataFrame, mode: str = "full") -> DataFrame:
         "read_at_ms",
         (F.col("read_at_ms") * F.lit(_ORDER_SHIFT) + F.pmod(vh, F.lit(_ORDER_SHIFT))).alias("order"),
     )
-    latest = [F.max_by(c, "order").alias(c) for c in ("th", "st", "expire_at_ms", "vh", "read_at_ms")]
-    return rows.groupBy("db", "key").agg(*latest, F.count(F.lit(1)).alias("reads"))
+
+
+NARROW_COLUMNS = ("th", "st", "expire_at_ms", "vh", "read_at_ms")
+
+
+def narrow_pair(master: DataFrame, replica: DataFrame, mode: str = "full") -> DataFrame:
+    """The joined sides as fixed-width columns m_*/r_*: th, st, expire_at_ms, vh, read_at_ms, reads.
+
+    One aggregate by (db, key) over both sides' reads does the SCAN-duplicate step and the full outer
+    join at once: one shuffle, no sort (docs/performance.md has the measurements against two aggregates
+    and a sort-merge join). A side's columns are null where it lacks the key (`max_by` skips the rows
+    whose ordering is null, the other side's). The later read wins; reads within the same millisecond
+    are told apart by the low bits of `vh`, so every column comes from the same read. The compare mode
+    (audit/diff/compare_modes.py) decides what the columns carry: `length` hashes the element count
+    instead of the value, `keys` keeps presence and readability only (type, value, status `unstable`
+    and expiry then always agree).
+    """
+    # Shuffled as they are, before any aggregate: a partial aggregate per input split would shuffle
+    # buffers twice the rows' width and gain nothing, as nearly every key is read once per side.
+    rows = _narrow_rows(master, mode, 0).unionByName(_narrow_rows(replica, mode, 1)).repartition("db", "key")
+    latest = []
+    for side, prefix in enumerate(("m_", "r_")):
+        mine = F.col("side") == side
+        order = F.when(mine, F.col("order"))
+        latest += [F.max_by(c, order).alias(prefix + c) for c in NARROW_COLUMNS]
+        latest.append(F.sum(mine.cast("long")).alias(prefix + "reads"))
+    joined = rows.groupBy("db", "key").agg(*latest)
+    return joined.select(
+        "db",
+        "key",
+        *[
+            F.when(F.col(f"{p}reads") > 0, F.col(f"{p}reads")).alias(f"{p}reads") if c == "reads" else f"{p}{c}"
+            for p in ("m_", "r_")
+            for c in (*NARROW_COLUMNS, "reads")
+        ],
+    )
 
 
 def _prefixed(df: DataFrame, prefix: str) -> DataFrame:
@@ -206,8 +236,8 @@ def diff_snapshots(
     """
     from pyspark.sql import Observation
 
-    sides = [narrow(_read(spark, p), mode) for p in (master_path, replica_path)]
-    classified = classify(join_sides(*sides), ttl_tolerance_ms)
+    joined = narrow_pair(_read(spark, master_path), _read(spark, replica_path), mode)
+    classified = classify(joined, ttl_tolerance_ms)
     coverage = Observation("coverage")
     keys_path = candidates_path.rstrip("/") + ".keys"
     keys = candidates(classified.observe(coverage, *coverage_aggregates(classified.columns))).select(

@@ -107,6 +107,8 @@ def test_the_narrow_job_writes_what_classifying_every_column_gives(spark, tmp_pa
             row(b"bad", status="error", error="NOPERM", digest=None),
             row(b"dup", digest="old", read_at_ms=1),
             row(b"dup", digest="new", read_at_ms=2),
+            row(b"gone-twice", read_at_ms=1),
+            row(b"gone-twice", read_at_ms=2),
             row(b"uns", status="unstable", digest=None),
             row(b"\x00\xffbin", digest="x"),
         ],
@@ -122,6 +124,8 @@ def test_the_narrow_job_writes_what_classifying_every_column_gives(spark, tmp_pa
             row(b"ttl", ttl_ms=660_000, expire_at_ms=661_000),
             row(b"bad", digest="zzz"),
             row(b"dup", digest="new"),
+            row(b"rdup", digest="new", read_at_ms=2),
+            row(b"rdup", digest="old", read_at_ms=1),
             row(b"uns"),
             row(b"\x00\xffbin", digest="y"),
         ],
@@ -139,7 +143,22 @@ def test_the_narrow_job_writes_what_classifying_every_column_gives(spark, tmp_pa
         "type_mismatch",
         "ttl_mismatch",
     }
-    assert outs["narrow"][0]["candidates"] == 8 and outs["narrow"][0]["master_scan_duplicates"] == 1
+    coverage = outs["narrow"][0]
+    assert coverage["candidates"] == 10
+    assert (coverage["master_scan_duplicates"], coverage["replica_scan_duplicates"]) == (2, 1)
+
+
+def test_narrow_pair_keeps_each_sides_latest_read_and_nulls_for_an_absent_side(spark) -> None:  # type: ignore[no-untyped-def]
+    from audit.diff.keyspace import narrow_pair
+
+    master = snap(spark, [row(b"k", digest="old", read_at_ms=1), row(b"k", digest="new", read_at_ms=3), row(b"m")])
+    replica = snap(spark, [row(b"k", digest="new", read_at_ms=2), row(b"r", read_at_ms=7), row(b"r", read_at_ms=5)])
+    got = {bytes(r.key): r for r in narrow_pair(master, replica).collect()}
+    assert (got[b"k"].m_read_at_ms, got[b"k"].r_read_at_ms, got[b"k"].m_reads, got[b"k"].r_reads) == (3, 2, 2, 1)
+    assert got[b"k"].m_vh == got[b"k"].r_vh  # the master's later read (digest "new") won
+    assert got[b"m"].r_reads is None and got[b"m"].r_th is None and got[b"m"].r_read_at_ms is None
+    assert got[b"r"].m_reads is None and got[b"r"].m_th is None
+    assert (got[b"r"].r_read_at_ms, got[b"r"].r_reads) == (7, 2)
 
 
 def test_a_healthy_pair_writes_no_candidate_in_the_candidates_schema(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
