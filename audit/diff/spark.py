@@ -4,7 +4,9 @@ Settings come from, in order: `configure()` (the CLI's --spark-master / --spark-
 (REPLICA_AUDIT_SPARK_MASTER, REPLICA_AUDIT_SPARK_CONF="k=v;k=v"), then the defaults below. The
 master is any Spark master URL (`local[*]`, `spark://host:7077`, `yarn`, `k8s://https://...`) or a
 Spark Connect URL (`sc://host:15002`). Only a local master gets the local sizing (few shuffle
-partitions, a 4 GiB driver); on a cluster, its own defaults and the given settings rule.
+partitions, a 4 GiB driver); on a cluster, its own defaults and the given settings rule. The driver JVM
+maps the class-data-sharing archive when one was built (audit/diff/class_cache.py), unless the settings
+give their own `spark.driver.extraJavaOptions`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from audit import defaults
+from audit.diff import class_cache
 from audit.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -86,9 +89,13 @@ def session_conf() -> dict[str, str]:
     sizing = LOCAL_DEFAULTS if is_local(master) else {}
     conf = {"spark.master": master, **COMMON_DEFAULTS, **sizing, **given}
     if not master.startswith(CONNECT_SCHEME):
-        log4j = Path(__file__).with_name("log4j2.properties")
-        conf.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+        conf.setdefault("spark.driver.extraJavaOptions", " ".join([log4j_option(), *class_cache.java_options()]))
     return conf
+
+
+def log4j_option() -> str:
+    """The driver's log configuration (errors only), as a JVM option."""
+    return f"-Dlog4j2.configurationFile=file:{Path(__file__).with_name('log4j2.properties')}"
 
 
 def _builder(conf: dict[str, str]) -> object:
