@@ -9,7 +9,7 @@ start 3.6 s and 5.9 CPU seconds, first diff 7.4-7.9 s.
 
 The archive is built once, by `python -m audit.diff.class_cache` (`make setup` runs it): a JVM starts
 the session, runs a small keyspace diff and exits. An archive belongs to one JDK and one classpath, so
-its file name carries a hash of the java binary and of Spark's jars; a JVM whose classpath differs (a
+its file name carries hashes of Spark's installation, the java binary and the jars; a JVM whose classpath differs (a
 user's `spark.driver.extraClassPath`) does not use it and starts as before, silently. With no archive,
 nothing changes. `REPLICA_AUDIT_CACHE_DIR` moves it (default: `$XDG_CACHE_HOME/replica-audit`, or
 `~/.cache/replica-audit`).
@@ -57,14 +57,17 @@ def _spark_jars() -> Path:
     return Path(pyspark.__file__).parent / "jars"
 
 
-def fingerprint(java: Path, jars: Path) -> str:
-    """A hash of what an archive is valid for: the java binary (path, size, time) and the jars' names."""
+def archive_name(java: Path, jars: Path) -> str:
+    """`spark-driver-<installation>-<contents>.jsa`: the Spark installation (its jars folder: the archive
+    records the classpath's paths) and what the archive holds (the java binary's path, size and time,
+    and the jars' names)."""
+    installation = hashlib.sha256(str(jars).encode()).hexdigest()[:8]
     h = hashlib.sha256()
     st = java.stat()
-    h.update(f"{java}\0{st.st_size}\0{st.st_mtime_ns}\0{jars}\0".encode())
+    h.update(f"{java}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     for jar in sorted(p.name for p in jars.glob("*.jar")):
         h.update(jar.encode() + b"\0")
-    return h.hexdigest()[:16]
+    return f"spark-driver-{installation}-{h.hexdigest()[:12]}.jsa"
 
 
 def archive_path() -> Path | None:
@@ -72,7 +75,7 @@ def archive_path() -> Path | None:
     java = _java()
     if java is None:
         return None
-    return cache_dir() / f"spark-driver-{fingerprint(java, _spark_jars())}.jsa"
+    return cache_dir() / archive_name(java, _spark_jars())
 
 
 def java_options() -> list[str]:
@@ -102,7 +105,8 @@ def build(path: Path, timeout_s: float = 600) -> float:
             raise RuntimeError(f"the archive was not written (exit {done.returncode}): {' / '.join(tail)}")
         shutil.move(str(partial), path.with_suffix(".part"))
         os.replace(path.with_suffix(".part"), path)  # whole or absent: a JVM never maps a half-written file
-    for stale in path.parent.glob("spark-driver-*.jsa"):  # another JDK's or Spark's: never mapped again
+    installation = path.name.rsplit("-", 1)[0]
+    for stale in path.parent.glob(f"{installation}-*.jsa"):  # this installation's older JDK or Spark
         if stale != path:
             stale.unlink(missing_ok=True)
     return time.monotonic() - started

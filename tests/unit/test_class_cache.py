@@ -33,17 +33,22 @@ def test_no_archive_no_option_and_an_archive_is_offered_once_built(tmp_path, mon
     assert session_conf()["spark.driver.extraJavaOptions"] == "-Dmine=1"  # the user's options rule, alone
 
 
-def test_the_fingerprint_follows_the_java_binary_and_the_jars(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    java, other_java, jars = tmp_path / "java", tmp_path / "java17", tmp_path / "jars"
-    jars.mkdir()
+def test_the_name_follows_the_installation_the_java_binary_and_the_jars(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    java, other_java, jars, other_jars = tmp_path / "java", tmp_path / "java17", tmp_path / "jars", tmp_path / "j2"
+    for folder in (jars, other_jars):
+        folder.mkdir()
+        (folder / "spark-core_2.13-4.1.0.jar").write_bytes(b"")
     java.write_bytes(b"j")
     other_java.write_bytes(b"j")
-    (jars / "spark-core_2.13-4.1.0.jar").write_bytes(b"")
-    first = class_cache.fingerprint(java, jars)
-    assert class_cache.fingerprint(java, jars) == first
-    assert class_cache.fingerprint(other_java, jars) != first
+    first = class_cache.archive_name(java, jars)
+    installation = first.rsplit("-", 1)[0]
+    assert class_cache.archive_name(java, jars) == first
+    assert class_cache.archive_name(java, other_jars).rsplit("-", 1)[0] != installation  # another venv
+    other = class_cache.archive_name(other_java, jars)
+    assert other != first and other.startswith(installation)
     (jars / "spark-core_2.13-4.1.0.jar").rename(jars / "spark-core_2.13-4.1.1.jar")
-    assert class_cache.fingerprint(java, jars) != first
+    upgraded = class_cache.archive_name(java, jars)
+    assert upgraded != first and upgraded.startswith(installation)
 
 
 def _session(env: dict[str, str], log: Path) -> subprocess.CompletedProcess[str]:
@@ -56,11 +61,19 @@ def _session(env: dict[str, str], log: Path) -> subprocess.CompletedProcess[str]
 def test_a_built_archive_is_mapped_and_a_foreign_classpath_starts_without_it_silently(tmp_path) -> None:  # type: ignore[no-untyped-def]
     env = {**os.environ, "REPLICA_AUDIT_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("REPLICA_AUDIT_SPARK_CONF", None)
+    path = class_cache.archive_path()
+    assert path is not None
+    (tmp_path / "cache").mkdir()
+    stale = tmp_path / "cache" / f"{path.name.rsplit('-', 1)[0]}-000000000000.jsa"  # an older JDK's, say
+    foreign = tmp_path / "cache" / "spark-driver-00000000-000000000000.jsa"  # another venv's
+    for old in (stale, foreign):
+        old.write_bytes(b"old")
     build = [sys.executable, "-m", "audit.diff.class_cache"]
     built = subprocess.run(build, env=env, capture_output=True, text=True, timeout=900)
     assert built.returncode == 0, built.stdout + built.stderr
-    archives = list((tmp_path / "cache").glob("spark-driver-*.jsa"))
-    assert len(archives) == 1 and archives[0].stat().st_size > 10 * 2**20
+    archives = [p for p in (tmp_path / "cache").glob("spark-driver-*.jsa") if p != foreign]
+    assert archives == [tmp_path / "cache" / path.name] and archives[0].stat().st_size > 10 * 2**20
+    assert foreign.exists() and not stale.exists()
     again = subprocess.run(build, env=env, capture_output=True, text=True, timeout=60)
     assert "(present)" in again.stdout  # idempotent: a second call does not build again
 
