@@ -71,4 +71,4 @@ EOF
 # 5. The Spark driver JVM's class-data-sharing archive (audit/diff/class_cache.py): a fresh JVM then maps
 #    Spark's classes instead of loading them. Built once per JDK and Spark (about 40 s); without it runs
 #    only start slower, so a failure here does not fail the setup.
-"$VENV/bin/python" -m audit.diff.class_cache | sed 's/^/setup: /' || true
+"$VENV/bin/python" -m audit.diff.build_class_cache | sed 's/^/setup: /' || true

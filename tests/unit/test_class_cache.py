@@ -68,7 +68,7 @@ def test_a_built_archive_is_mapped_and_a_foreign_classpath_starts_without_it_sil
     foreign = tmp_path / "cache" / "spark-driver-00000000-000000000000.jsa"  # another venv's
     for old in (stale, foreign):
         old.write_bytes(b"old")
-    build = [sys.executable, "-m", "audit.diff.class_cache"]
+    build = [sys.executable, "-m", "audit.diff.build_class_cache"]
     built = subprocess.run(build, env=env, capture_output=True, text=True, timeout=900)
     assert built.returncode == 0, built.stdout + built.stderr
     archives = [p for p in (tmp_path / "cache").glob("spark-driver-*.jsa") if p != foreign]
