@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from audit.diff.class_cache import QUIET, archive_path
+from audit.diff.class_cache import QUIET, archive_path, cache_dirs
 
 
 def build(path: Path, timeout_s: float = 600) -> float:
@@ -79,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     path = archive_path()
     if path is None:
-        print("class-data-sharing archive: no java binary found; Spark runs start without one")
+        print(
+            "class-data-sharing archive: no java binary, or no folder it may write to "
+            f"({', '.join(map(str, cache_dirs()))}); Spark runs start without one"
+        )
         return 1
     if path.is_file() and not args.force:
         print(f"class-data-sharing archive: {path} (present)")

@@ -11,8 +11,7 @@ The archive is built once, by `python -m audit.diff.build_class_cache` (`make se
 the session, runs a small keyspace diff and exits. An archive belongs to one JDK and one classpath, so
 its file name carries hashes of Spark's installation, the java binary and the jars; a JVM whose classpath differs (a
 user's `spark.driver.extraClassPath`) does not use it and starts as before, silently. With no archive,
-nothing changes. `REPLICA_AUDIT_CACHE_DIR` moves it (default: `$XDG_CACHE_HOME/replica-audit`, or
-`~/.cache/replica-audit`).
+nothing changes. Where it is kept: :func:`cache_dirs`; `REPLICA_AUDIT_CACHE_DIR` names the folder.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 from pathlib import Path
 
 QUIET = "-Xlog:cds=off,cds+dynamic=off"
@@ -27,11 +27,23 @@ QUIET = "-Xlog:cds=off,cds+dynamic=off"
 changes what a run does, and the auditor's output stays readable."""
 
 
-def cache_dir() -> Path:
+def cache_dirs() -> list[Path]:
+    """Where archives are looked for, in order; a build writes to the first one it may write to.
+
+    The Python installation's own `var/cache/replica-audit` first: an archive belongs to the Spark
+    installation inside it, and goes when a venv is deleted (a clean clone per CI run would otherwise
+    leave 165 MiB behind each time). The user's cache when that is not writable (a system Python).
+    """
     given = os.environ.get("REPLICA_AUDIT_CACHE_DIR")
     if given:
-        return Path(given)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "replica-audit"
+        return [Path(given)]
+    user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "replica-audit"
+    return [Path(sys.prefix) / "var" / "cache" / "replica-audit", user]
+
+
+def _writable(folder: Path) -> bool:
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    return os.access(existing, os.W_OK)
 
 
 def _java() -> Path | None:
@@ -66,11 +78,15 @@ def archive_name(java: Path, jars: Path) -> str:
 
 
 def archive_path() -> Path | None:
-    """Where this JDK and Spark's archive is (or would be); None without a java binary."""
+    """This JDK and Spark's archive where one exists, else where a build would write it; None without
+    a java binary or a writable folder."""
     java = _java()
     if java is None:
         return None
-    return cache_dir() / archive_name(java, _spark_jars())
+    name = archive_name(java, _spark_jars())
+    folders = cache_dirs()
+    found = next((d / name for d in folders if (d / name).is_file()), None)
+    return found or next((d / name for d in folders if _writable(d)), None)
 
 
 def java_options() -> list[str]:

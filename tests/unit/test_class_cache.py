@@ -33,6 +33,23 @@ def test_no_archive_no_option_and_an_archive_is_offered_once_built(tmp_path, mon
     assert session_conf()["spark.driver.extraJavaOptions"] == "-Dmine=1"  # the user's options rule, alone
 
 
+def test_the_archive_lives_in_the_python_installation_else_in_the_users_cache(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    venv, home = tmp_path / "venv", tmp_path / "home"
+    monkeypatch.delenv("REPLICA_AUDIT_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    own, user = venv / "var" / "cache" / "replica-audit", home / "replica-audit"
+    assert class_cache.cache_dirs() == [own, user]
+    path = class_cache.archive_path()
+    assert path is not None and path.parent == own  # a venv's archive goes with the venv
+    user.mkdir(parents=True)
+    (user / path.name).write_bytes(b"x")  # one built where the installation was not writable
+    assert class_cache.archive_path() == user / path.name
+    (user / path.name).unlink()
+    monkeypatch.setattr(class_cache, "_writable", lambda folder: folder != own)
+    assert class_cache.archive_path() == user / path.name
+
+
 def test_the_name_follows_the_installation_the_java_binary_and_the_jars(tmp_path) -> None:  # type: ignore[no-untyped-def]
     java, other_java, jars, other_jars = tmp_path / "java", tmp_path / "java17", tmp_path / "jars", tmp_path / "j2"
     for folder in (jars, other_jars):
