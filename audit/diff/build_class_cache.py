@@ -28,6 +28,7 @@ def build(path: Path, timeout_s: float = 600) -> float:
     with tempfile.TemporaryDirectory(prefix="replica-audit-cds-") as tmp:
         partial = Path(tmp) / "archive.jsa"
         env = {**os.environ, "REPLICA_AUDIT_CACHE_DIR": tmp}  # no older archive to map while dumping
+        env.pop("REPLICA_AUDIT_SPARK_MASTER", None)  # the driver's classes are the point: a local job will do
         done = subprocess.run(
             [sys.executable, "-m", "audit.diff.build_class_cache", "--dump-to", str(partial)],
             env=env,
@@ -38,8 +39,9 @@ def build(path: Path, timeout_s: float = 600) -> float:
         if done.returncode != 0 or not partial.is_file():
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
             raise RuntimeError(f"the archive was not written (exit {done.returncode}): {' / '.join(tail)}")
-        shutil.move(str(partial), path.with_suffix(".part"))
-        os.replace(path.with_suffix(".part"), path)  # whole or absent: a JVM never maps a half-written file
+        part = path.with_name(f"{path.name}.{os.getpid()}.part")  # two builds at once do not mix
+        shutil.move(str(partial), part)
+        os.replace(part, path)  # whole or absent: a JVM never maps a half-written file
     installation = path.name.rsplit("-", 1)[0]
     for stale in path.parent.glob(f"{installation}-*.jsa"):  # this installation's older JDK or Spark
         if stale != path:
