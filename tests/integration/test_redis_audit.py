@@ -87,7 +87,19 @@ def test_healthy_pair_under_concurrent_writes_has_no_findings(tmp_path, monkeypa
 
 
 def _audit_db_beside_a_sync_client(master, replica, db, tmp_path, monkeypatch) -> tuple[int, Path]:  # type: ignore[no-untyped-def]
-    """Audit one db of the pair through the CLI once the SYNC client has been attached for 1.5 s."""
+    """Audit one db of the pair through the CLI once the SYNC client is online and has been for 1.5 s.
+
+    Online, not only connected: until the master's BGSAVE for it ends, the client waits (`wait_bgsave`),
+    and one that comes online between the audit's two samples shows a lag of 0 in both, which the
+    catalog rightly does not call REDIS_SYNC_NO_ACK yet. Under a loaded suite that BGSAVE took over 3 s.
+    """
+    deadline = time.monotonic() + 60
+    while not any(
+        isinstance(e, dict) and e.get("offset") == 0 and e.get("state") == "online"
+        for e in master.client(0).info("replication").values()
+    ):
+        assert time.monotonic() < deadline, "the SYNC client never came online"
+        time.sleep(0.1)
     time.sleep(1.5)
     inv = write_inventory(tmp_path / "inv.yaml", [pair_entry("p", master, replica, dbs=[db])])
     code = run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch)
