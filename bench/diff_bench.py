@@ -184,7 +184,7 @@ def two_aggregates_and_join(spark: SparkSession, paths: list[str]) -> DataFrame:
     """The previous first pass: each side's latest read by its own aggregate, then a sort-merge full outer join."""
     sides = []
     for side, path in enumerate(paths):
-        rows = keyspace._narrow_rows(spark.read.schema(keyspace.SNAPSHOT_DDL).parquet(path), "full", side)
+        rows = keyspace._narrow_rows(keyspace._read(spark, path), "full", side)
         latest = [F.max_by(c, "order").alias(c) for c in keyspace.NARROW_COLUMNS]
         sides.append(rows.groupBy("db", "key").agg(*latest, F.count(F.lit(1)).alias("reads")))
     return keyspace.join_sides(*sides)
@@ -192,7 +192,7 @@ def two_aggregates_and_join(spark: SparkSession, paths: list[str]) -> DataFrame:
 
 def one_aggregate(spark: SparkSession, paths: list[str]) -> DataFrame:
     """The current first pass (what diff_snapshots runs)."""
-    master, replica = (spark.read.schema(keyspace.SNAPSHOT_DDL).parquet(p) for p in paths)
+    master, replica = (keyspace._read(spark, p) for p in paths)
     return keyspace.narrow_pair(master, replica)
 
 

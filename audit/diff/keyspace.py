@@ -89,17 +89,9 @@ def narrow_pair(master: DataFrame, replica: DataFrame, mode: str = "full") -> Da
         mine = F.col("side") == side
         order = F.when(mine, F.col("order"))
         latest += [F.max_by(c, order).alias(prefix + c) for c in NARROW_COLUMNS]
-        latest.append(F.sum(mine.cast("long")).alias(prefix + "reads"))
-    joined = rows.groupBy("db", "key").agg(*latest)
-    return joined.select(
-        "db",
-        "key",
-        *[
-            F.when(F.col(f"{p}reads") > 0, F.col(f"{p}reads")).alias(f"{p}reads") if c == "reads" else f"{p}{c}"
-            for p in ("m_", "r_")
-            for c in (*NARROW_COLUMNS, "reads")
-        ],
-    )
+        # a sum of nulls only is null: `reads` is null, like the other columns, where the side lacks the key
+        latest.append(F.sum(F.when(mine, F.lit(1).cast("long"))).alias(prefix + "reads"))
+    return rows.groupBy("db", "key").agg(*latest)
 
 
 def _prefixed(df: DataFrame, prefix: str) -> DataFrame:
