@@ -416,6 +416,8 @@ def console() -> None:
         main()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)  # what the interpreter does with a message as the exit code
     _exit_now(code)
 
 

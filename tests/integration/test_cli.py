@@ -140,6 +140,20 @@ def test_the_command_ends_with_its_code_its_output_and_the_exit_handlers(
     assert marker.read_text() == "exit handlers ran"
 
 
+def test_a_message_as_exit_code_is_printed_and_ends_with_1(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # as the interpreter does with SystemExit("..."); _exit_now is captured so pytest's process lives on
+    from audit.cli import main as cli
+
+    def exits_with_a_message() -> None:
+        raise SystemExit("stopped: no inventory")
+
+    codes: list[int] = []
+    monkeypatch.setattr(cli, "main", exits_with_a_message)
+    monkeypatch.setattr(cli, "_exit_now", codes.append)
+    cli.console()
+    assert codes == [1] and "stopped: no inventory" in capsys.readouterr().err
+
+
 def test_the_installed_command_is_the_console_entry_point() -> None:
     import subprocess
     import sys
