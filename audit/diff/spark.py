@@ -142,7 +142,13 @@ def get_spark() -> SparkSession:
 
 def warm_up() -> threading.Thread:
     """Start the session in the background: the JVM's start-up then overlaps the snapshots, which do not
-    need it, instead of delaying the first diff. `get_spark()` waits for it (one lock)."""
+    need it, instead of delaying the first diff. `get_spark()` waits for it (one lock).
+
+    PySpark's modules are imported here, in the caller's thread, first: pyspark and pyspark.sql import
+    each other, and the run's own thread imports pyspark.sql (the diff modules) while the session
+    starts; two threads importing that cycle at once leave one of them a half-imported module."""
+    import pyspark.sql  # noqa: F401  (0.2 s)
+
     from audit.background import in_background
 
     return in_background("spark-warm-up", get_spark)

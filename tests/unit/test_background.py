@@ -54,3 +54,21 @@ def test_the_run_warm_up_loads_what_the_gate_and_the_report_need() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
     assert done.stdout.split() == ["True", "True"]
+
+
+def test_the_spark_warm_up_leaves_the_run_thread_free_to_import_pyspark() -> None:
+    # pyspark and pyspark.sql import each other: imported by two threads at once, one gets a
+    # half-imported module (a run ended "cannot import name 'SQLContext'" that way)
+    code = (
+        "import sys\n"
+        "from audit.diff.spark import warm_up\n"
+        "assert 'pyspark' not in sys.modules\n"
+        "warm_up()\n"
+        "spec = sys.modules['pyspark.sql'].__spec__\n"
+        "assert not getattr(spec, '_initializing', False), 'pyspark.sql still being imported'\n"
+        "import audit.diff.keyspace\n"
+        "print('imported')\n"
+    )
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+        assert done.stdout.split() == ["imported"], done.stderr[-2000:]
