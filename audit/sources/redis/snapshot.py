@@ -21,7 +21,7 @@ import json
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,10 @@ import redis
 from audit import defaults
 from audit.errors import SnapshotError
 from audit.pacing import Pacer, PaceSettings, keys_per_s_from_qps, qps_warning
+from audit.sources.redis.checkpoint import Checkpoint, SnapshotStats
 from audit.sources.redis.client import client_list_text, info_text
 from audit.sources.redis.info import parse_info
-from audit.sources.redis.keys import ERROR, OK, UNSTABLE, VANISHED, BatchPlan, KeyReader, Rows, head_request
+from audit.sources.redis.keys import ERROR, VANISHED, BatchPlan, KeyReader, Rows, head_request
 from audit.sources.redis.resp import RespPipe, bulk, command_prefix
 from audit.sources.redis.scan_filter import filter_meta
 
@@ -92,37 +93,6 @@ class SnapshotOptions:
             max_other_ops_per_s=self.max_other_ops_per_s,
             sample_every_s=self.sample_every_s,
         )
-
-
-@dataclass
-class SnapshotStats:
-    keys_scanned: int = 0
-    keys_ok: int = 0
-    keys_unstable: int = 0
-    keys_vanished: int = 0
-    keys_error: int = 0
-    keys_filtered_out: int = 0
-    """Keys SCAN returned that the key filter dropped (SCAN MATCH drops more: audit/sources/redis/scan_filter.py)."""
-    commands: int = 0
-    server_wait_s: float = 0.0
-    errors_sample: list[str] = field(default_factory=list)
-    per_db: dict[int, int] = field(default_factory=dict)
-
-    def add(self, db: int, rows: Rows) -> None:
-        n = len(rows) + rows.vanished
-        self.keys_scanned += n
-        self.per_db[db] = self.per_db.get(db, 0) + n
-        self.keys_vanished += rows.vanished
-        ok = rows.status.count(OK)
-        self.keys_ok += ok
-        if ok == len(rows):
-            return
-        self.keys_unstable += rows.status.count(UNSTABLE)
-        for k, status, err in zip(rows.key, rows.status, rows.error, strict=True):
-            if status == ERROR:
-                self.keys_error += 1
-                if len(self.errors_sample) < 10:
-                    self.errors_sample.append(f"db{db} {k[:64]!r}: {err}")
 
 
 class _ParquetSink:
@@ -226,7 +196,7 @@ def snapshot_side(
     resumes at the cursor after the last batch they hold. A side already complete is reused as it is.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint = Checkpoint.load(out_dir, dbs)
+    checkpoint = Checkpoint.load(out_dir, dbs, out_dir / KEYS_FILE)
     if checkpoint.complete and (out_dir / META_FILE).is_file():
         meta: dict[str, Any] = json.loads((out_dir / META_FILE).read_text())
         return {**meta, "reused": True}
@@ -289,81 +259,6 @@ def snapshot_side(
     (out_dir / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
     Checkpoint.mark_complete(out_dir, dbs, sink.parts, stats)
     return meta
-
-
-CHECKPOINT_FILE = "checkpoint.json"
-
-
-@dataclass
-class Checkpoint:
-    """Where an interrupted snapshot of one side stands: the dbs, the db being scanned, the SCAN cursor
-    after the last batch written, the parts written, the counts so far (`out_dir/checkpoint.json`)."""
-
-    dbs: list[int]
-    db: int | None = None
-    cursor: bytes = b"0"
-    parts: int = 0
-    counts: dict[str, Any] = field(default_factory=dict)
-    complete: bool = False
-
-    @classmethod
-    def load(cls, out_dir: Path, dbs: list[int]) -> Checkpoint:
-        """The side's checkpoint, or a fresh start (a leftover of other dbs, or none: parts cleared)."""
-        path = out_dir / CHECKPOINT_FILE
-        if path.is_file():
-            raw = json.loads(path.read_text())
-            if raw.get("dbs") == dbs:
-                return cls(
-                    dbs,
-                    raw.get("db"),
-                    bytes.fromhex(raw.get("cursor", "30")),
-                    raw.get("parts", 0),
-                    raw.get("counts") or {},
-                    bool(raw.get("complete")),
-                )
-        keys = out_dir / KEYS_FILE
-        if keys.is_dir():
-            for part in keys.iterdir():
-                part.unlink()
-        return cls(dbs)
-
-    def remaining(self) -> list[tuple[int, bytes]]:
-        """(db, cursor to start at) for the dbs still to scan."""
-        if self.db is None:
-            return [(db, b"0") for db in self.dbs]
-        later = self.dbs[self.dbs.index(self.db) + 1 :]
-        now = [(self.db, self.cursor)] if self.cursor != b"0" else []
-        return now + [(db, b"0") for db in later]
-
-    def stats(self) -> SnapshotStats:
-        stats = SnapshotStats()
-        for name, value in self.counts.items():
-            if name == "per_db":
-                stats.per_db = {int(k): int(v) for k, v in value.items()}
-            elif hasattr(stats, name):
-                setattr(stats, name, value)
-        return stats
-
-    def resumed_from(self) -> dict[str, Any] | None:
-        return None if self.db is None else {"db": self.db, "cursor": self.cursor.decode(), "parts": self.parts}
-
-    def saver(self, out_dir: Path, stats: SnapshotStats) -> Callable[[int, int, bytes], None]:
-        def save(parts: int, db: int, cursor: bytes) -> None:
-            _write_checkpoint(out_dir, Checkpoint(self.dbs, db, cursor, parts, asdict(stats)))
-
-        return save
-
-    @staticmethod
-    def mark_complete(out_dir: Path, dbs: list[int], parts: int, stats: SnapshotStats) -> None:
-        _write_checkpoint(out_dir, Checkpoint(dbs, None, b"0", parts, asdict(stats), complete=True))
-
-
-def _write_checkpoint(out_dir: Path, point: Checkpoint) -> None:
-    """checkpoint.json as `Checkpoint.load` reads it (the cursor in hex), replaced whole."""
-    data = {**asdict(point), "cursor": point.cursor.hex()}
-    tmp = out_dir / (CHECKPOINT_FILE + ".tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True))
-    tmp.replace(out_dir / CHECKPOINT_FILE)
 
 
 class _Sampler:
@@ -490,7 +385,6 @@ class _Scan:
 
 
 __all__ = [
-    "CHECKPOINT_FILE",
     "ERROR",
     "KEYS_FILE",
     "META_FILE",
