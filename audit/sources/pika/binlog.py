@@ -2,7 +2,8 @@
 
 The byte layout, the row kinds and what counts as damage are in audit/sources/pika/binlog_format.py
 (and docs/formats/pika-binlog.md); this module walks the 64 KiB blocks, reassembles fragments, decodes
-each item's header and RESP command, and reports damage and cut records where they are.
+each item's header and RESP command, and reports damage and cut records where they are. The rows'
+columns are audit/sources/pika/binlog_rows.py's.
 """
 
 from __future__ import annotations
@@ -11,74 +12,42 @@ import os
 import re
 import struct
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import xxhash
 
 from audit.sources.pika.binlog_format import (
     BLOCK_SIZE,
     HEADER_SIZE,
     ITEM_HEADER_SIZE,
-    ITEM_TYPE_FIRST,
     KEY_PREFIX_MAX,
     MAX_FRAGMENT,
-    RECORD_SCHEMA,
     ROW_CORRUPT,
     ROW_PADDING,
-    ROW_RECORD,
     ROW_TORN,
     RecordType,
 )
 from audit.sources.pika.binlog_resp import (
     BAD_HEAD,
     PREFIX,
-    PREFIX_PARTS,
-    Head,
     args_end,
-    command_name,
-    last_arg_header,
-    resp_head,
 )
+from audit.sources.pika.binlog_rows import ITEM_CHECK, BinlogRows, h64
 
 # The same 8 bytes as one little-endian word, for the hot loop:
 # length = w & 0xFFFFFF, seconds = (w >> 24) & 0xFFFFFFFF, type = w >> 56; an all-zero header is w == 0.
 _HEADER_WORD = struct.Struct("<Q")
 _LENGTH_MASK = 0xFFFFFF
 _TYPE_SHIFT = 56
-_h64 = xxhash.xxh3_64_intdigest
 _CRLF = b"\r\n"
-_KEYLESS = frozenset({"padding"})  # commands whose second argument is not a key
 _B = BLOCK_SIZE
 _MASK = BLOCK_SIZE - 1
 _LAST_HEADER_AT = BLOCK_SIZE - HEADER_SIZE  # a header at or past this block offset is skipped by Pika's reader
-_ITEM_CHECK = struct.Struct(
-    "<H"  # item type
-    "28x"  # exec_time, term, logic_id, filenum, offset: decoded later, in one numpy pass
-    "I"  # content_len
-)
-_ITEM_DTYPE = np.dtype(
-    [  # ITEM_HEADER as a packed numpy record
-        ("type", "<u2"),
-        ("exec_time", "<u4"),
-        ("term", "<u4"),
-        ("logic_id", "<u8"),
-        ("prev_filenum", "<u4"),
-        ("prev_offset", "<u8"),
-        ("content_len", "<u4"),
-    ]
-)
-assert _ITEM_DTYPE.itemsize == ITEM_HEADER_SIZE
-_NO_HEADER = bytes(ITEM_HEADER_SIZE)
-_KIND_CODE = {ROW_RECORD: 0, ROW_PADDING: 1, ROW_CORRUPT: 2, ROW_TORN: 3}
-_KIND_NAMES = pa.array(list(_KIND_CODE), pa.string())
 _CUT_BY_ZEROS = "record cut where the zero-filled tail starts"
 _ZERO_GAP = "zero-filled gap before more data"
 _NONZERO = re.compile(rb"[^\x00]")
 
 
-class _Scan:
+class _Scan(BinlogRows):
     """Columns for one file and the little state that crosses chunk boundaries.
 
     `run` scans one buffer whose first byte is at file offset `base` (a block boundary, so `i & _MASK`
@@ -91,126 +60,12 @@ class _Scan:
     """
 
     def __init__(self, db: int, filenum: int) -> None:
-        self.db = db
-        self.filenum = filenum
-        self.start: list[int] = []
-        self.end: list[int] = []
-        self.headers = bytearray()  # ITEM_HEADER_SIZE bytes per row, zeros for rows without an item
-        self.digest: list[int] = []  # unsigned; 0 for rows without an item
-        self.command: list[str | None] = []
-        self.key: list[bytes | None] = []
-        self.special: list[tuple[int, int, str | None, bool]] = []  # (row, kind code, detail, has item fields)
-        self.names: dict[bytes, tuple[str, bool]] = {}  # raw command -> (lower-cased name, has a key)
-        self.heads: dict[bytes, Head] = {}  # RESP prefix up to the key -> what it says (BAD_HEAD if bad)
-        self.value_heads: dict[int, bytes] = {}  # size of a last bulk string -> the `$N\r\n` it starts with
+        super().__init__(db, filenum)
         self.pad_start = -1  # file offset of an open padding run, carried across chunks
         self.bad_start = -1  # file offset of an open corrupt region (skipping continuations), carried
         self.bad_detail = ""
         self.done = False  # the log ended (zero header, or the end of final data)
         self.resume = 0  # file offset to continue from when a run stopped for want of data
-
-    # -- rows -------------------------------------------------------------------------------------------
-
-    def _name(self, raw: bytes) -> tuple[str, bool]:
-        got = self.names.get(raw)
-        if got is None:
-            name = command_name(raw)
-            got = (name, name not in _KEYLESS)
-            if len(self.names) < 4096:
-                self.names[raw] = got
-        return got
-
-    def _last_arg(self, size: int) -> bytes:
-        got = self.value_heads[size] = last_arg_header(size)
-        return got
-
-    def _head(self, prefix: bytes) -> Head:
-        """Decode a `*N\\r\\n$L\\r\\ncommand\\r\\n$K\\r\\n` prefix (N >= 2) once; BAD_HEAD when it is not one."""
-        m = PREFIX_PARTS.fullmatch(prefix)
-        got = BAD_HEAD
-        if m is not None and int(m.group(1)) >= 2 and int(m.group(2)) == len(m.group(3)):
-            name, has_key = self._name(m.group(3))
-            got = (name, has_key, int(m.group(4)), int(m.group(1)) - 2)
-        if len(self.heads) < 65536:
-            self.heads[prefix] = got
-        return got
-
-    def _row(self, kind: str, start: int, end: int, detail: str | None) -> None:
-        """A row with no item fields: padding, damage, torn tail."""
-        self.special.append((len(self.start), _KIND_CODE[kind], detail, False))
-        self.start.append(start)
-        self.end.append(end)
-        self.headers += _NO_HEADER
-        self.digest.append(0)
-        self.command.append(None)
-        self.key.append(None)
-
-    def _item(self, item: bytes, start: int, end: int) -> str | None:
-        """Decode one reassembled item and add its row; returns the damage detail when the header fails."""
-        n = len(item)
-        if n < ITEM_HEADER_SIZE:
-            return f"item of {n} bytes is shorter than its {ITEM_HEADER_SIZE}-byte header"
-        typ, clen = _ITEM_CHECK.unpack_from(item, 0)
-        if typ != ITEM_TYPE_FIRST:
-            return f"item header type {typ} != {ITEM_TYPE_FIRST}"
-        if clen != n - ITEM_HEADER_SIZE:
-            return f"content_len {clen} != {n - ITEM_HEADER_SIZE} remaining"
-        head = resp_head(item, ITEM_HEADER_SIZE, n)
-        if head is None:
-            self.special.append((len(self.start), _KIND_CODE[ROW_CORRUPT], "RESP content unparseable", True))
-            self.command.append(None)
-            self.key.append(None)
-        else:
-            command, has_key = self._name(head[0])
-            self.command.append(command)
-            self.key.append(
-                item[head[1] : head[1] + min(head[2], KEY_PREFIX_MAX)] if has_key and head[1] >= 0 else None
-            )
-        self.start.append(start)
-        self.end.append(end)
-        self.headers += item[:ITEM_HEADER_SIZE]
-        self.digest.append(_h64(memoryview(item)[ITEM_HEADER_SIZE:]))
-        return None
-
-    def batch(self) -> pa.RecordBatch:
-        n = len(self.start)
-        kind = np.zeros(n, dtype=np.int8)  # _KIND_CODE[ROW_RECORD] == 0
-        has_item = np.ones(n, dtype=bool)
-        detail: list[str | None] | None = None
-        if self.special:
-            detail = [None] * n
-            for row, code, why, item in self.special:
-                kind[row] = code
-                detail[row] = why
-                has_item[row] = item
-        no_item = None if has_item.all() else ~has_item
-        h = np.frombuffer(self.headers, dtype=_ITEM_DTYPE, count=n)
-
-        def col(values: np.ndarray[Any, Any]) -> pa.Array:
-            return pa.array(values.astype(np.int64, copy=False), mask=no_item)
-
-        return pa.RecordBatch.from_arrays(
-            [
-                _KIND_NAMES.take(pa.array(kind)),
-                pa.array(np.full(n, self.db, dtype=np.int32)),
-                pa.array(np.full(n, self.filenum, dtype=np.int32)),
-                pa.array(np.array(self.start, dtype=np.int64)),
-                pa.array(np.array(self.end, dtype=np.int64)),
-                col(h["exec_time"]),
-                col(h["term"]),
-                col(h["logic_id"].view(np.int64)),
-                col(h["prev_filenum"]),
-                col(h["prev_offset"].view(np.int64)),
-                col(h["content_len"]),
-                col(np.array(self.digest, dtype=np.uint64).view(np.int64)),
-                pa.array(self.command, pa.string()),
-                pa.array(self.key, pa.binary()),
-                pa.array(detail, pa.string()) if detail is not None else pa.nulls(n, pa.string()),
-            ],
-            schema=RECORD_SCHEMA,
-        )
-
-    # -- scanning ---------------------------------------------------------------------------------------
 
     def run(self, buf: bytes, base: int, i: int, limit: int, final: bool) -> None:
         """Scan buf[i:limit]; sets `done`, or `resume` when the rest needs bytes past `limit`.
@@ -227,8 +82,8 @@ class _Scan:
             return
         mv = memoryview(buf)
         word = _HEADER_WORD.unpack_from
-        check = _ITEM_CHECK.unpack_from
-        h64 = _h64
+        check = ITEM_CHECK.unpack_from
+        hash64 = h64
         prefix = PREFIX.match
         heads = self.heads
         value_head, last_arg = self.value_heads.get, self._last_arg
@@ -270,7 +125,7 @@ class _Scan:
                                 start(base + i)
                                 end(base + e)
                                 headers += buf[j:c]
-                                digest(h64(mv[c:e]))
+                                digest(hash64(mv[c:e]))
                                 command(got[0])
                                 key(
                                     buf[ks : ks + (got[2] if got[2] < KEY_PREFIX_MAX else KEY_PREFIX_MAX)]
