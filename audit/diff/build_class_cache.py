@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from audit.diff.class_cache import QUIET, archive_path, cache_dirs
+from audit.diff.class_cache import QUIET, archive_path, cache_dirs, superseded
 
 
 def build(path: Path, timeout_s: float = 600) -> float:
@@ -42,10 +42,8 @@ def build(path: Path, timeout_s: float = 600) -> float:
         part = path.with_name(f"{path.name}.{os.getpid()}.part")  # two builds at once do not mix
         shutil.move(str(partial), part)
         os.replace(part, path)  # whole or absent: a JVM never maps a half-written file
-    installation = path.name.rsplit("-", 1)[0]
-    for stale in path.parent.glob(f"{installation}-*.jsa"):  # this installation's older JDK or Spark
-        if stale != path:
-            stale.unlink(missing_ok=True)
+    for stale in superseded(path):
+        stale.unlink(missing_ok=True)
     return time.monotonic() - started
 
 

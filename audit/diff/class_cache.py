@@ -77,6 +77,13 @@ def archive_name(java: Path, jars: Path) -> str:
     return f"spark-driver-{installation}-{h.hexdigest()[:12]}.jsa"
 
 
+def superseded(path: Path) -> list[Path]:
+    """The archives beside `path` of the same Spark installation but another JDK or set of jars: what a
+    new build of `path` replaces (another installation's archives stay)."""
+    installation = path.name.rsplit("-", 1)[0]
+    return [p for p in path.parent.glob(f"{installation}-*.jsa") if p != path]
+
+
 def archive_path() -> Path | None:
     """This JDK and Spark's archive where one exists, else where a build would write it; None without
     a java binary or a writable folder."""

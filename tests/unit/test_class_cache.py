@@ -66,6 +66,13 @@ def test_the_name_follows_the_installation_the_java_binary_and_the_jars(tmp_path
     (jars / "spark-core_2.13-4.1.0.jar").rename(jars / "spark-core_2.13-4.1.1.jar")
     upgraded = class_cache.archive_name(java, jars)
     assert upgraded != first and upgraded.startswith(installation)
+    # a build of `upgraded` replaces this installation's older archives, never another venv's
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for name in (first, other, upgraded, class_cache.archive_name(java, other_jars)):
+        (cache / name).write_bytes(b"")
+    replaced = class_cache.superseded(cache / upgraded)
+    assert sorted(p.name for p in replaced) == sorted([first, other])
 
 
 def _session(env: dict[str, str], log: Path) -> subprocess.CompletedProcess[str]:
