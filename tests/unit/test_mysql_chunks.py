@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from audit.sources.mysql.chunks import RowDiff
-from audit.sources.mysql.model import Column, SideSql, TablePlan
+from audit.sources.mysql.values import Column, SideSql, TablePlan
 
 COLUMNS = (
     Column("k", "varbinary", "varbinary(16)", nullable=False),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from audit.sources.mysql.chunks import RowDiff
-from audit.sources.mysql.model import Column, SideSql, TablePlan
 from audit.sources.mysql.repair import RepairPlan, statements
+from audit.sources.mysql.values import Column, SideSql, TablePlan
 
 COLUMNS = (
     Column("k`ey", "varbinary", "varbinary(16)", nullable=False),

@@ -6,7 +6,6 @@ from decimal import Decimal
 
 import pytest
 
-from audit.sources.mysql.model import Column
 from audit.sources.mysql.sql import (
     column_expr,
     decode_value,
@@ -21,6 +20,7 @@ from audit.sources.mysql.sql import (
     row_string,
     table_ref,
 )
+from audit.sources.mysql.values import Column
 
 
 def col(name: str, data_type: str, column_type: str | None = None, **kw: object) -> Column:

@@ -16,8 +16,8 @@ from audit.errors import ConfigError
 from audit.findings import Finding
 from audit.sources.mysql.client import Server, TableGone, decode_texts
 from audit.sources.mysql.endpoint import SYSTEM_SCHEMAS, TablePattern
-from audit.sources.mysql.model import Column, SideSql, TableDef, TablePlan, UniqueKey
 from audit.sources.mysql.sql import column_expr, literal, table_ref
+from audit.sources.mysql.values import Column, SideSql, TableDef, TablePlan, UniqueKey
 
 TableName = tuple[str, str]
 _TABLE_TYPES = ("BASE TABLE", "SYSTEM VERSIONED")

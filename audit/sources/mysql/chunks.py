@@ -32,7 +32,6 @@ from typing import TypeVar
 from audit.pacing import Pacer, PaceSettings
 from audit.sources.mysql.client import Row, Server, TableGone
 from audit.sources.mysql.endpoint import MySQLSettings
-from audit.sources.mysql.model import Side, TablePlan
 from audit.sources.mysql.sql import (
     INT_TYPES,
     Bound,
@@ -46,6 +45,7 @@ from audit.sources.mysql.sql import (
     row_hash,
     table_ref,
 )
+from audit.sources.mysql.values import Side, TablePlan
 
 T = TypeVar("T")
 U = TypeVar("U")

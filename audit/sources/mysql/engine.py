@@ -20,11 +20,11 @@ from audit.sources.mysql import catalog
 from audit.sources.mysql.chunks import ZERO, ChunkDone, Digest, RowDiff, Sides, Uncovered
 from audit.sources.mysql.client import Server, connect_pair
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings, parse_tables
-from audit.sources.mysql.model import TablePlan
 from audit.sources.mysql.repair import RepairPlan
 from audit.sources.mysql.rows import RecheckResult, recheck, to_finding
 from audit.sources.mysql.spark_job import Job, TaskError, TaskStats, events, plan_segments
 from audit.sources.mysql.sql import KeyValue
+from audit.sources.mysql.values import TablePlan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -12,7 +12,7 @@ import json
 from audit.inventory import redact_url
 from audit.kernel.check import Check
 from audit.kernel.context import StageContext
-from audit.sources.mysql.kind import MySQLPair
+from audit.sources.mysql.model import MySQLPair
 
 SIDES = ("master", "replica")
 

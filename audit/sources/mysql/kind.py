@@ -11,47 +11,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Literal
-
-from pydantic import AfterValidator, Field, SecretStr
+from typing import TYPE_CHECKING
 
 from audit.connections import ConnKind
-from audit.errors import ConfigError
 from audit.kernel.kind import KindSpec
-from audit.kernel.pair import PairBase
-from audit.sources.mysql.endpoint import URL_HELP, MySQLSettings, parse_tables
+from audit.sources.mysql.endpoint import URL_HELP
+from audit.sources.mysql.model import MySQLPair
 
 if TYPE_CHECKING:
     from audit.kernel.check import Check
-
-_SCHEMES = ("mysql://", "mariadb://", "conn:")
-
-
-def _mysql_url(value: SecretStr) -> SecretStr:
-    if not value.get_secret_value().startswith(_SCHEMES):
-        raise ValueError(f"expected {URL_HELP}, or conn:<airflow_conn_id>")
-    return value
-
-
-def _tables(value: list[str] | None) -> list[str] | None:
-    try:
-        parse_tables(value)
-    except ConfigError as e:  # pydantic reports a ValueError under the pair's `tables` field
-        raise ValueError(str(e)) from None
-    return value
-
-
-MySQLUrl = Annotated[SecretStr, AfterValidator(_mysql_url)]
-
-
-class MySQLPair(PairBase):
-    kind: Literal["mysql"]
-    master: MySQLUrl
-    replica: MySQLUrl
-    tables: Annotated[list[str] | None, AfterValidator(_tables)] = Field(
-        None, description="schema.table or globs (shop.*); default: every base table outside the system schemas"
-    )
-    settings: MySQLSettings = Field(default_factory=MySQLSettings)
 
 
 def checks(pair: MySQLPair) -> Sequence[Check]:

@@ -20,8 +20,8 @@ from typing import TextIO
 
 from audit.sources.mysql.chunks import RowDiff
 from audit.sources.mysql.client import Row
-from audit.sources.mysql.model import Column, TablePlan
 from audit.sources.mysql.sql import decode_value, literal, quote_ident, table_ref
+from audit.sources.mysql.values import Column, TablePlan
 
 HEADER = """\
 -- replica-audit repair plan{pair}: run on the REPLICA {replica}, never on the master.

@@ -20,8 +20,8 @@ from audit.findings import Finding
 from audit.sources.mysql.chunks import Key, RowDiff, Sides, TableWork
 from audit.sources.mysql.client import Row
 from audit.sources.mysql.endpoint import MySQLSettings
-from audit.sources.mysql.model import Column, TablePlan
 from audit.sources.mysql.sql import decode_value, json_value
+from audit.sources.mysql.values import Column, TablePlan
 
 SHOWN_VALUE_CHARS = 200
 """Values longer than this are cut in a finding's detail (the repair plan has them whole)."""

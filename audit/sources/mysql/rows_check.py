@@ -15,7 +15,7 @@ from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
 from audit.kernel.state import MetricValue, PairState
 from audit.layout import RunDir
-from audit.sources.mysql.kind import MySQLPair
+from audit.sources.mysql.model import MySQLPair
 
 SIDES = ("master", "replica")
 UNCOVERED_SHOWN = 50

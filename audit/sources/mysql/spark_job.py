@@ -25,8 +25,8 @@ from audit.errors import AuditError
 from audit.sources.mysql.chunks import Event, Key, Segment, Sides, TableSql, TableWork, decode_key
 from audit.sources.mysql.client import Server, connect
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings
-from audit.sources.mysql.model import TablePlan
 from audit.sources.mysql.sql import INT_TYPES, quote_ident, table_ref
+from audit.sources.mysql.values import TablePlan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

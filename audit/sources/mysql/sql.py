@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Literal
 
-from audit.sources.mysql.model import Column
+from audit.sources.mysql.values import Column
 
 HashFunction = Literal["crc32", "md5"]
 KeyValue = int | Decimal | float | str | bytes

@@ -1,0 +1,114 @@
+"""The plain values the engine's modules pass each other (picklable: they travel to Spark tasks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Side = Literal["master", "replica"]
+SIDES: tuple[Side, Side] = ("master", "replica")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column as information_schema.COLUMNS describes it."""
+
+    name: str
+    data_type: str
+    """DATA_TYPE, lower case: int, varchar, decimal, ..."""
+    column_type: str
+    """COLUMN_TYPE: the full definition, e.g. `decimal(9,2)`, `int(10) unsigned`."""
+    nullable: bool = True
+    charset: str | None = None
+    collation: str | None = None
+    generated: bool = False
+
+    def definition(self) -> dict[str, object]:
+        return {
+            "type": self.column_type,
+            "nullable": self.nullable,
+            "charset": self.charset,
+            "collation": self.collation,
+            "generated": self.generated,
+        }
+
+
+@dataclass(frozen=True)
+class UniqueKey:
+    index: str
+    columns: tuple[str, ...]
+    primary: bool
+
+
+@dataclass(frozen=True)
+class TableDef:
+    schema: str
+    name: str
+    columns: tuple[Column, ...]
+    keys: tuple[UniqueKey, ...] = ()
+    """Unique keys usable for chunking (all columns NOT NULL, no prefix): PRIMARY first."""
+    rows_estimate: int = 0
+
+    @property
+    def display(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    def column(self, name: str) -> Column | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+    def signature(self) -> tuple[object, ...]:
+        """What must not change while the table is audited."""
+        return tuple((c.name, c.column_type, c.nullable, c.charset, c.generated) for c in self.columns)
+
+
+@dataclass(frozen=True)
+class SideSql:
+    """How one side reads a table: the normalised column expressions and the index to force."""
+
+    exprs: tuple[str, ...]
+    index: str | None
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """A table as both sides compare it: the common columns, the key (empty: keyless), the SQL per side."""
+
+    schema: str
+    name: str
+    columns: tuple[Column, ...]
+    """The compared columns (master's definitions), in the master's order; generated ones left out."""
+    key: tuple[str, ...]
+    master: SideSql
+    replica: SideSql
+    rows_estimate: int = 0
+    signatures: tuple[tuple[object, ...], tuple[object, ...]] = ((), ())
+
+    @property
+    def display(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    @property
+    def key_columns(self) -> tuple[Column, ...]:
+        by_name = {c.name: c for c in self.columns}
+        return tuple(by_name[k] for k in self.key)
+
+    @property
+    def key_positions(self) -> tuple[int, ...]:
+        names = [c.name for c in self.columns]
+        return tuple(names.index(k) for k in self.key)
+
+    def side(self, side: Side) -> SideSql:
+        return self.master if side == "master" else self.replica
+
+
+@dataclass
+class Coverage:
+    """What was compared, per table; summed into the run's metrics."""
+
+    chunks: int = 0
+    chunks_equal: int = 0
+    chunks_different: int = 0
+    master_rows: int = 0
+    replica_rows: int = 0
+    rows_fetched: int = 0
+    uncovered: list[dict[str, object]] = field(default_factory=list)
