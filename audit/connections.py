@@ -7,32 +7,23 @@ official providers' types it keeps reading): a server type becomes `scheme://use
 a store type the directory in its extra `store_dir` (or `path`, else the host).
 
 Login and password are percent-encoded; the URL holds the secret, so hand it to a client only
-(print it through :func:`audit.inventory.redact_url`).
+(print it through :func:`audit.urls.redact_url`).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 from audit.errors import ConfigError
-
-
-@dataclass(frozen=True, slots=True)
-class ConnKind:
-    family: str
-    """`server` (a URL is built) or `store` (a path is read)."""
-    scheme: str
-    default_port: int
-    with_schema: bool
+from audit.kernel.kind import ConnKind, registered_kinds
 
 
 def conn_types() -> dict[str, ConnKind]:
     """Connection type -> how it becomes an endpoint, from every registered kind (KindSpec.connection_types)."""
-    from audit.kernel.kind import registered_kinds
-
     found: dict[str, ConnKind] = {}
     for spec in registered_kinds().values():
         found.update(spec.connection_types)
@@ -132,3 +123,28 @@ def endpoint_from_json(conn_id: str, conn: Mapping[str, Any]) -> str:
         schema=conn.get("schema"),
         extra=extra,
     )
+
+
+# --- outside Airflow: AIRFLOW_CONN_<ID> ----------------------------------------------------------------
+_CONN_ENV = "AIRFLOW_CONN_{}"
+
+
+def env_conn_resolver(conn_id: str) -> str:
+    """Resolve `conn:<id>` outside Airflow from AIRFLOW_CONN_<ID>, the same variable Airflow reads."""
+    value = os.environ.get(_CONN_ENV.format(conn_id.upper()))
+    if not value:
+        raise ConfigError(f"conn:{conn_id}: no Airflow connection (set {_CONN_ENV.format(conn_id.upper())})")
+    if value.lstrip().startswith("{"):
+        return _url_from_conn_json(conn_id, value)
+    return value
+
+
+def _url_from_conn_json(conn_id: str, value: str) -> str:
+    """Airflow's JSON connection form -> endpoint, through the same table the provider's hooks use."""
+    try:
+        conn = json.loads(value)
+    except json.JSONDecodeError:
+        raise ConfigError(f"conn:{conn_id}: AIRFLOW_CONN_{conn_id.upper()} is not valid JSON") from None
+    if not isinstance(conn, dict):
+        raise ConfigError(f"conn:{conn_id}: AIRFLOW_CONN_{conn_id.upper()} must be a JSON object")
+    return endpoint_from_json(conn_id, conn)

@@ -13,21 +13,21 @@ URLs are kept as ``SecretStr`` and only ever shown through :func:`redact_url`.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
-from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Union
-from urllib.parse import urlsplit, urlunsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from audit.connections import env_conn_resolver
 from audit.errors import ConfigError
 from audit.kernel.kind import KindSpec, registered_kinds
 from audit.kernel.pair import PairBase, display_endpoint
+from audit.urls import ConnResolver, redact_url
+from audit.urls import endpoint_url as _endpoint_url
 
 __all__ = [
     "ConnResolver",
@@ -43,9 +43,6 @@ __all__ = [
 
 Pair = PairBase
 """A validated pair of any kind (each kind's model derives from PairBase)."""
-
-ConnResolver = Callable[[str], str]
-"""Maps an Airflow connection id to a URL; the plugin passes one backed by Airflow's connections."""
 
 
 class Inventory(BaseModel):
@@ -207,66 +204,7 @@ def load_inventory(path: str | Path) -> Inventory:
     return parse_inventory(text, source=str(p))
 
 
-# --- connections and endpoints ---------------------------------------------------------------------------
-_CONN_ENV = "AIRFLOW_CONN_{}"
-
-
-def env_conn_resolver(conn_id: str) -> str:
-    """Resolve `conn:<id>` outside Airflow from AIRFLOW_CONN_<ID>, the same variable Airflow reads."""
-    value = os.environ.get(_CONN_ENV.format(conn_id.upper()))
-    if not value:
-        raise ConfigError(f"conn:{conn_id}: no Airflow connection (set {_CONN_ENV.format(conn_id.upper())})")
-    if value.lstrip().startswith("{"):
-        return _url_from_conn_json(conn_id, value)
-    return value
-
-
-def _url_from_conn_json(conn_id: str, value: str) -> str:
-    """Airflow's JSON connection form -> endpoint, through the same table the provider's hooks use."""
-    from audit.connections import endpoint_from_json
-
-    try:
-        conn = json.loads(value)
-    except json.JSONDecodeError:
-        raise ConfigError(f"conn:{conn_id}: AIRFLOW_CONN_{conn_id.upper()} is not valid JSON") from None
-    if not isinstance(conn, dict):
-        raise ConfigError(f"conn:{conn_id}: AIRFLOW_CONN_{conn_id.upper()} must be a JSON object")
-    return endpoint_from_json(conn_id, conn)
-
-
 def endpoint_url(value: Any, resolver: ConnResolver | None = None) -> str | None:
-    """The real URL of a server endpoint (secret included): only hand it to a client, never print it."""
-    if isinstance(value, SecretStr):
-        raw = value.get_secret_value()
-    elif isinstance(value, str):
-        raw = value
-    else:
-        return None
-    if raw.startswith("conn:"):
-        return (resolver or env_conn_resolver)(raw[len("conn:") :])
-    return raw
-
-
-_PASSWORD_RE = re.compile(r"(?<=[:/])[^:/@]*:[^@]*@")
-
-
-def redact_url(url: str | None) -> str:
-    """`redis://user:secret@h:1/0` -> `redis://user:***@h:1/0`; never returns a password."""
-    if not url:
-        return ""
-    if url.startswith("conn:"):
-        return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return _PASSWORD_RE.sub("***@", url)
-    if parts.password is None and "@" not in parts.netloc:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:  # a port that is not a number: show nothing rather than fail on a typo
-        port = ""
-    netloc = f"{user}:***@{host}{port}" if parts.password is not None else f"{user}@{host}{port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    """The real URL of a server endpoint (secret included): only hand it to a client, never print it.
+    `conn:<id>` is resolved by `resolver`, else from AIRFLOW_CONN_<ID> (:func:`env_conn_resolver`)."""
+    return _endpoint_url(value, resolver or env_conn_resolver)

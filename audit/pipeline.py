@@ -23,14 +23,16 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from audit.connections import env_conn_resolver
 from audit.errors import AuditError, SourceError, StageInputError
-from audit.inventory import ConnResolver, Inventory, Pair
+from audit.inventory import Inventory, Pair
 from audit.kernel.context import Progress, StageContext
 from audit.kernel.kind import KindSpec, kind_spec
 from audit.kernel.staging import FindingsStaging
 from audit.kernel.state import CheckState, ErrorInfo, GateVerdict, PairState, StageStamp
 from audit.layout import RunDir, new_run_id, write_json
 from audit.outcome import EXIT_GATE_FAILED, EXIT_OK, exit_code_of_error
+from audit.urls import ConnResolver
 
 STAGES = ("snapshot", "diff", "recheck", "gate")
 log = logging.getLogger("replica_audit")
@@ -95,7 +97,9 @@ def _run_checks(
     for position, check in enumerate(spec.checks(pair)):
         if state.skipped(check.name):
             continue
-        ctx = StageContext(stage, check.name, position, pair, run, state, staging, resolver, progress, deferred)
+        ctx = StageContext(
+            stage, check.name, position, pair, run, state, staging, resolver or env_conn_resolver, progress, deferred
+        )
         getattr(check, stage)(ctx)
         if stage == "snapshot" and check.name not in state.checks:
             state.checks[check.name] = CheckState(status="done")

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from audit.errors import ConfigError
 from audit.history.record import RunRecord, format_time, now, read_run
-from audit.inventory import redact_url
+from audit.urls import redact_url
 
 if TYPE_CHECKING:
     import pandas as pd

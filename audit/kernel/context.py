@@ -18,10 +18,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from audit.findings import Finding
-    from audit.inventory import ConnResolver
     from audit.kernel.pair import PairBase
     from audit.kernel.staging import FindingsStaging
     from audit.layout import RunDir
+    from audit.urls import ConnResolver
 
 Progress = Callable[[str, int, int | None], None]
 """progress(task_label, advance, total) for the CLI's progress bars; the library never prints."""
@@ -92,7 +92,7 @@ class StageContext:
     # --- connections -------------------------------------------------------------------------------
     def url(self, side: str) -> str | None:
         """The side's server URL with its secret (hand it to a client only; never print it)."""
-        from audit.inventory import endpoint_url
+        from audit.urls import endpoint_url
 
         return endpoint_url(getattr(self.pair, side), self.resolver)
 

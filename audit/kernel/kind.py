@@ -18,7 +18,6 @@ from importlib import import_module
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from audit.connections import ConnKind
 from audit.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -27,6 +26,15 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "replica_audit.kinds"
 ENV_VAR = "REPLICA_AUDIT_KINDS"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnKind:
+    family: str
+    """`server` (a URL is built) or `store` (a path is read)."""
+    scheme: str
+    default_port: int
+    with_schema: bool
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ class PairBase(Strict):
 
 
 def display_endpoint(value: Any) -> str:
-    from audit.inventory import redact_url
+    from audit.urls import redact_url
 
     if value is None:
         return ""

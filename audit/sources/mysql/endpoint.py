@@ -16,8 +16,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from pydantic import BaseModel, Field, SecretStr, ValidationError
 
 from audit.errors import ConfigError
-from audit.inventory import redact_url
 from audit.kernel.pair import Strict as _Strict
+from audit.urls import redact_url
 
 DEFAULT_PORT = 3306
 URL_HELP = "mysql://user:password@host:3306 (options: ?connect_timeout=5&ssl_ca=/path/ca.pem)"

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 
-from audit.inventory import redact_url
 from audit.kernel.check import Check
 from audit.kernel.context import StageContext
 from audit.sources.mysql.model import MySQLPair
+from audit.urls import redact_url
 
 SIDES = ("master", "replica")
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from audit.connections import ConnKind
-from audit.kernel.kind import KindSpec
+from audit.kernel.kind import ConnKind, KindSpec
 from audit.sources.mysql.endpoint import URL_HELP
 from audit.sources.mysql.model import MySQLPair
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import redis
 
-from audit.inventory import redact_url
 from audit.kernel.check import Check
 from audit.kernel.context import StageContext
 from audit.kernel.state import Offsets
@@ -23,6 +22,7 @@ from audit.sources.pika.model import PikaPair
 from audit.sources.pika.replication import PikaSample, lag_total, pika_replication_findings, wrong_master
 from audit.sources.redis.client import connect, info_text
 from audit.sources.redis.replication_check import SAMPLE_GAP_S, host_port
+from audit.urls import redact_url
 
 SIDES = ("master", "replica")
 BINLOG_UNIT = "binlog position (bytes)"

@@ -9,7 +9,7 @@ import redis
 
 from audit import defaults
 from audit.errors import SourceConnectError
-from audit.inventory import redact_url
+from audit.urls import redact_url
 
 
 def host_port(url: str) -> str:

@@ -44,10 +44,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from audit.errors import AuditError
-from audit.inventory import redact_url
 from audit.sources.redis.keyfilter import KeyFilter
 from audit.sources.redis.snapshot import KEYS_FILE, META_FILE, SNAPSHOT_SCHEMA, SnapshotOptions
 from audit.sources.redis.topology import Topology
+from audit.urls import redact_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -13,10 +13,10 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from audit.inventory import ConnResolver
 from audit.kernel.pair import PairBase
 from audit.sources.redis.endpoints import NodeEndpoint, RedisEndpoint, SentinelEndpoint, node_url, parse_endpoint
 from audit.sources.redis.topology import Node, Shard, SlotMove, Topology
+from audit.urls import ConnResolver
 
 SIDES = ("master", "replica")
 UrlFor = Callable[[str, int], str]

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 from audit.errors import SourceError
-from audit.inventory import redact_url
 from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
 from audit.kernel.state import MetricValue, PairState
@@ -45,6 +44,7 @@ from audit.sources.redis.keyfilter import KeyFilter, KeysSpec
 from audit.sources.redis.model import KeyspaceSettings
 from audit.sources.redis.resp import RespPipe
 from audit.sources.redis.snapshot import KEYS_FILE, SnapshotOptions, capture_state
+from audit.urls import redact_url
 
 SIDES = ("master", "replica")
 Annotate = Callable[[StageContext, "DataFrame"], "DataFrame"]

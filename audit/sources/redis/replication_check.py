@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 
 import redis
 
-from audit.inventory import redact_url
 from audit.kernel.check import Check
 from audit.kernel.context import StageContext
 from audit.kernel.state import Offsets
@@ -25,6 +24,7 @@ from audit.sources.redis.info import as_int
 from audit.sources.redis.model import RedisPair
 from audit.sources.redis.replication import Sample, lag_of, replication_findings, wrong_master
 from audit.sources.redis.snapshot import capture_state
+from audit.urls import redact_url
 
 SIDES = ("master", "replica")
 SAMPLE_GAP_S = 1.1

@@ -23,11 +23,11 @@ import redis
 from hiredis import ReplyError
 
 from audit.errors import ConfigError, SourceConnectError
-from audit.inventory import ConnResolver, redact_url
 from audit.sources.redis.client import connect, host_port, info_text
 from audit.sources.redis.endpoints import NodeEndpoint, RedisEndpoint, SentinelEndpoint, node_url
 from audit.sources.redis.info import parse_info, replicas_listed
 from audit.sources.redis.resp import RespPipe
+from audit.urls import ConnResolver, redact_url
 
 SLOTS = 16384
 SlotRange = tuple[int, int]

@@ -84,7 +84,7 @@ class RedisAuditHook(_AuditHook):
     def _probe(self) -> str:
         import redis
 
-        from audit.inventory import redact_url
+        from audit.urls import redact_url
 
         url = self.get_conn()
         client = redis.Redis.from_url(
