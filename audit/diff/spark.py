@@ -146,8 +146,12 @@ def warm_up() -> threading.Thread:
 
     PySpark's modules are imported here, in the caller's thread, first: pyspark and pyspark.sql import
     each other, and the run's own thread imports pyspark.sql (the diff modules) while the session
-    starts; two threads importing that cycle at once leave one of them a half-imported module."""
-    import pyspark.sql  # noqa: F401  (0.2 s)
+    starts; two threads importing that cycle at once leave one of them a half-imported module. The
+    classic DataFrame's modules too (otherwise imported by the first DataFrame): GX, imported in the
+    background once the session is up (audit/background.py), imports pyspark's ML and Connect
+    modules, which import them while the run's thread would be reading its first DataFrame."""
+    import pyspark.sql  # 0.2-0.5 s
+    import pyspark.sql.classic.dataframe  # noqa: F401  (0.01 s)
 
     from audit.background import in_background
 
