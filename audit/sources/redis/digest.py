@@ -104,7 +104,9 @@ class UnorderedDigest:
 
 
 def _unordered_hex(tag: bytes, total: int, count: int) -> str:
-    return f"{_h128(tag + (total & _MASK128).to_bytes(16, 'little') + count.to_bytes(8, 'little')):032x}"
+    # xxh3's hex digest is its 128-bit integer in 32 hex digits, without formatting a Python int (0.4 us
+    # less per collection: bench/digest_bench.py)
+    return str(_h128_hex(tag + (total & _MASK128).to_bytes(16, "little") + count.to_bytes(8, "little")))
 
 
 # One-shot digests of a value read in one page: what the classes above give for a single page, without
