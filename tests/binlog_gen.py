@@ -92,7 +92,7 @@ def signed(h: int) -> int:
 
 
 def command_name(raw: bytes) -> str:
-    """The `command` column for a raw command name (audit/sources/pika/binlog.py: command_name)."""
+    """The `command` column for a raw command name (audit/sources/pika/binlog_resp.py: command_name)."""
     from audit.sources.pika.binlog_resp import command_name as name
 
     return name(raw)

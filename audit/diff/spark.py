@@ -11,6 +11,7 @@ give their own `spark.driver.extraJavaOptions`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -150,10 +151,11 @@ def warm_up() -> threading.Thread:
     classic DataFrame's modules too (otherwise imported by the first DataFrame): GX, imported in the
     background once the session is up (audit/background.py), imports pyspark's ML and Connect
     modules, which import them while the run's thread would be reading its first DataFrame."""
-    import pyspark.sql  # 0.2-0.5 s
-    import pyspark.sql.classic.dataframe  # noqa: F401  (0.01 s)
-
     from audit.background import in_background
+
+    with contextlib.suppress(ImportError):  # best effort, as the warm-up is: the stage that needs it reports
+        import pyspark.sql  # 0.2-0.5 s
+        import pyspark.sql.classic.dataframe  # noqa: F401  (0.01 s)
 
     return in_background("spark-warm-up", get_spark)
 

@@ -3,7 +3,7 @@
 It follows, step by step, `Binlog::Put` / `Produce` / `EmitPhysicalRecord` / `AppendPadding` /
 `SetProducerStatus` (src/pika_binlog.cc L175-406), `Version::StableSave` (L35-58) and the mmap'd
 `PosixMmapFile` that holds the open file (src/pstd/src/env.cc L342-420), at OpenAtomFoundation/pika
-@ 218b68bb; docs/formats/pika-binlog.md. The byte layout tables are in audit/sources/pika/binlog.py.
+@ 218b68bb; docs/formats/pika-binlog.md. The byte layout tables are in audit/sources/pika/binlog_format.py.
 
 What a running Pika leaves on disk, and so what this writes:
 - `manifest`: 64 KiB, the first 24 bytes `<IQQI` (pro_num, pro_offset, logic_id, term), rewritten after

@@ -166,7 +166,7 @@ def test_replica_of_another_master_is_not_diffed(tmp_path, monkeypatch) -> None:
             s.stop()
 
 
-def test_read_only_acl_user_and_password_never_written(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_read_only_acl_user_by_url_or_conn_and_password_never_written(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     secret = "Zq9-very-secret"
     master, replica = start_pair(tmp_path / "s")
     try:
@@ -176,11 +176,18 @@ def test_read_only_acl_user_and_password_never_written(tmp_path, monkeypatch, ca
             )
         master.client().set("k", "v")
         wait_in_sync(master, replica)
-        urls = [f"redis://auditor:{secret}@127.0.0.1:{s.port}" for s in (master, replica)]
+        # the master as a URL; the replica as an Airflow connection, read outside Airflow from
+        # AIRFLOW_CONN_<ID> in Airflow's JSON form (audit/connections.py), as the CLI does
+        master_url = f"redis://auditor:{secret}@127.0.0.1:{master.port}"
+        conn = {"conn_type": "redis", "host": "127.0.0.1", "port": replica.port, "login": "auditor"}
+        monkeypatch.setenv("AIRFLOW_CONN_RO_REPLICA", json.dumps({**conn, "password": secret}))
         inv = write_inventory(
-            tmp_path / "inv.yaml", [{"name": "ro", "kind": "redis", "master": urls[0], "replica": urls[1]}]
+            tmp_path / "inv.yaml", [{"name": "ro", "kind": "redis", "master": master_url, "replica": "conn:ro_replica"}]
         )
         assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 0
+        pair = summary(latest_run(tmp_path / "out"))["pairs"][0]
+        assert pair["metrics"]["replica_keys_scanned"] == 1
+        assert pair["servers"]["replica"]["endpoint"] == f"redis://auditor:***@127.0.0.1:{replica.port}"
         captured = capsys.readouterr()
         assert secret not in captured.out + captured.err
         for path in (tmp_path / "out").rglob("*"):

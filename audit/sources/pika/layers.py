@@ -2,7 +2,7 @@
 
 A write on a Pika master goes to its DB, then to its binlog; the slave writes each record it receives to
 its own binlog synchronously and applies it to its DB asynchronously (Pika's src/pika_repl_bgworker.cc; the
-formats are in audit/sources/pika/binlog.py). So a keyspace finding can be placed by looking up the last
+formats are in audit/sources/pika/binlog_format.py). So a keyspace finding can be placed by looking up the last
 record that wrote its key on each side (a Spark join of the findings with the two scans):
 
 | layer               | the master's last write of the key        | the slave's binlog                         |
