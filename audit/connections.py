@@ -18,8 +18,10 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from audit import urls
 from audit.errors import ConfigError
 from audit.kernel.kind import ConnKind, registered_kinds
+from audit.urls import ConnResolver
 
 
 def conn_types() -> dict[str, ConnKind]:
@@ -127,6 +129,12 @@ def endpoint_from_json(conn_id: str, conn: Mapping[str, Any]) -> str:
 
 # --- outside Airflow: AIRFLOW_CONN_<ID> ----------------------------------------------------------------
 _CONN_ENV = "AIRFLOW_CONN_{}"
+
+
+def endpoint_url(value: Any, resolver: ConnResolver | None = None) -> str | None:
+    """:func:`audit.urls.endpoint_url`, with `conn:<id>` read from AIRFLOW_CONN_<ID> when no `resolver` is
+    given (outside Airflow). The real URL, secret included: only hand it to a client, never print it."""
+    return urls.endpoint_url(value, resolver or env_conn_resolver)
 
 
 def env_conn_resolver(conn_id: str) -> str:

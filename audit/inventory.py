@@ -22,12 +22,11 @@ from typing import Annotated, Any, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from audit.connections import env_conn_resolver
+from audit.connections import endpoint_url, env_conn_resolver
 from audit.errors import ConfigError
 from audit.kernel.kind import KindSpec, registered_kinds
 from audit.kernel.pair import PairBase, display_endpoint
 from audit.urls import ConnResolver, redact_url
-from audit.urls import endpoint_url as _endpoint_url
 
 __all__ = [
     "ConnResolver",
@@ -202,9 +201,3 @@ def load_inventory(path: str | Path) -> Inventory:
     except OSError as e:
         raise ConfigError(f"inventory {p}: cannot read: {e.strerror}") from None
     return parse_inventory(text, source=str(p))
-
-
-def endpoint_url(value: Any, resolver: ConnResolver | None = None) -> str | None:
-    """The real URL of a server endpoint (secret included): only hand it to a client, never print it.
-    `conn:<id>` is resolved by `resolver`, else from AIRFLOW_CONN_<ID> (:func:`env_conn_resolver`)."""
-    return _endpoint_url(value, resolver or env_conn_resolver)

@@ -29,9 +29,9 @@ from pydantic import (
     model_validator,
 )
 
-from audit.connections import env_conn_resolver
+from audit.connections import endpoint_url
 from audit.errors import ConfigError
-from audit.urls import ConnResolver, endpoint_url, redact_url
+from audit.urls import ConnResolver, redact_url
 
 TopologyKind = Literal["standalone", "cluster", "sentinel"]
 SCHEMES = ("redis", "rediss", "unix")
@@ -74,7 +74,7 @@ class NodeEndpoint(_Strict):
     def resolve(self, resolver: ConnResolver | None = None) -> str:
         """The real URL (secret included): hand it to a client, never print it. `conn:<id>` without a
         resolver is read from AIRFLOW_CONN_<ID>."""
-        url = endpoint_url(self.url, resolver or env_conn_resolver)
+        url = endpoint_url(self.url, resolver)
         assert url is not None
         return url
 
