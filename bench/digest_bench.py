@@ -26,7 +26,7 @@ from datasets import peak_rss_mb
 
 from audit.defaults import BIG_KEY_ELEMENTS, STRING_WINDOW_BYTES
 from audit.sources.redis.digest import digest_strings, hash_hexdigest, set_hexdigest
-from audit.sources.redis.keys import BatchPlan, _value_suffixes, head_request
+from audit.sources.redis.keys import BatchPlan, head_request, value_commands
 from audit.sources.redis.resp import bulk
 
 _LEN = struct.Struct("<I")
@@ -68,7 +68,7 @@ def batch_parts(rng: random.Random, repeat: int) -> list[tuple[str, float]]:
     for _ in keys:
         t = b"string" if rng.random() < 0.7 else rng.choice([b"hash", b"list", b"set", b"zset"])
         head += [t, -1 if rng.random() < 0.8 else 86_400_000]
-    suffixes = _value_suffixes(BIG_KEY_ELEMENTS, STRING_WINDOW_BYTES)
+    suffixes = value_commands(BIG_KEY_ELEMENTS, STRING_WINDOW_BYTES)
     values = [rng.randbytes(rng.randint(16, 200)) for _ in range(1000)]
     return [
         ("pack TYPE/PTTL request (per key)", best_us(lambda: head_request([bulk(k) for k in keys]), 200, 1000, repeat)),

@@ -12,7 +12,8 @@ CPU, and redis-server's CPU (INFO cpu) per million keys, so a faster client that
 would show. With --sides a replica is attached and both servers are snapshotted at once, one thread
 per side (how the pipeline did it) and one process per side (`snapshot_sides`). With --before REV
 (e.g. de9fef6, the commit before issue 12) the snapshot_side of that revision runs too, from a detached
-git worktree in a subprocess against the same server: the "before" of the same run. Prints peak RSS.
+git worktree in a subprocess against the same server: the "before" of the same run, next to
+this tree's snapshot_side run the same way (a fresh interpreter each, start-up included). Prints peak RSS.
 """
 
 from __future__ import annotations
@@ -131,7 +132,10 @@ from pathlib import Path
 from audit.sources.redis.client import connect
 from audit.sources.redis.snapshot import SnapshotOptions, snapshot_side
 c = connect(sys.argv[1], role="before")
-o = SnapshotOptions(qps=10**9)
+try:  # unpaced, like this run's snapshot_side; revisions before pacing had only `qps`
+    o = SnapshotOptions(max_latency_ms=None)
+except TypeError:
+    o = SnapshotOptions(qps=10**9)
 m = snapshot_side(c, side="master", endpoint="before", dbs=[0], out_dir=Path(sys.argv[2]), options=o)
 print(json.dumps(m["stats"]["keys_scanned"]))
 """
@@ -141,11 +145,17 @@ def before_snapshot(rev: str, url: str, tmp: Path) -> Callable[[], int]:
     """A callable running `rev`'s snapshot_side in a subprocess (its CPU counts as this process' children)."""
     tree = tmp / "before-tree"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
+    return subprocess_snapshot(tree, url, tmp / "before-out")
+
+
+def subprocess_snapshot(tree: Path, url: str, out_dir: Path) -> Callable[[], int]:
+    """snapshot_side of the code in `tree`, in a fresh interpreter (its start-up counted, as for --before)."""
 
     def run() -> int:
         env = {**os.environ, "PYTHONPATH": str(tree)}
+        shutil.rmtree(out_dir, ignore_errors=True)  # a repeat must not resume the last run's checkpoint
         out = subprocess.run(
-            [sys.executable, "-c", OLD_SNAPSHOT, url, str(tmp / "before-out")],
+            [sys.executable, "-c", OLD_SNAPSHOT, url, str(out_dir)],
             env=env,
             check=True,
             capture_output=True,
@@ -227,6 +237,8 @@ def main() -> None:
             if args.before:
                 old = before_snapshot(args.before, servers[0].url, Path(tmp))
                 methods.append((f"snapshot_side at {args.before} (before)", [client], old))
+                now = subprocess_snapshot(ROOT, servers[0].url, Path(tmp) / "now-out")
+                methods.append(("snapshot_side, this tree, same harness", [client], now))
             if args.sides:
                 servers.append(
                     RedisServer(

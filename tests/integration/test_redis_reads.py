@@ -45,7 +45,8 @@ def test_big_keys_stream_in_pages_and_digest_as_if_read_whole(server) -> None:  
     whole = {s.key: s for s in reader(server, page=100_000).read(keys)}
     for k in keys:
         assert paged[k].status == OK and paged[k].digest == whole[k].digest, k
-    assert paged[b"h"].length == 5000 and paged[b"str"].length == 1000
+    lengths = {b"h": 5000, b"l": 2500, b"s": 3000, b"z": 2200, b"x": 1200, b"str": 1000}
+    assert {k: paged[k].length for k in keys} == lengths == {k: whole[k].length for k in keys}
 
 
 class InterferingPipe(RespPipe):
@@ -67,21 +68,25 @@ def test_keys_that_vanish_or_change_type_mid_read_are_handled(server) -> None:  
     c = server.client(9)
     c.set("gone", "1")
     c.rpush("morph", *range(10))
+    c.sadd("set-gone", "a", "b")
     c.hset("shrinks", mapping={f"f{i}": i for i in range(2000)})
     c.hset("shrinks", "one-more", "1")  # converts to hashtable: HSCAN pages of ~10
 
-    def change_type() -> None:  # between TYPE/PTTL and the length/value batch
+    def change_type() -> None:  # between TYPE/PTTL and the value batch
         c.delete("morph")
         c.set("morph", "now a string")
+        c.delete("set-gone")
 
-    def shrink() -> None:  # between the first HSCAN page and the next ones
+    def shrink() -> None:  # after HLEN and the first page of the re-read, before the next pages
         c.hdel("shrinks", *[f"f{i}" for i in range(1000)])
 
-    pipe = InterferingPipe(connect(server.url, role="test"), None, actions={2: change_type, 3: shrink})
+    # replies: 1 SELECT, 2 TYPE/PTTL, 3 the first pages, 4 HLEN of the long hash, 5 its re-read's first page
+    pipe = InterferingPipe(connect(server.url, role="test"), None, actions={2: change_type, 5: shrink})
     pipe.execute([(b"SELECT", b"9")])
-    states = {s.key: s for s in KeyReader(pipe, 10, 64).read([b"gone", b"morph", b"shrinks", b"never"])}
+    states = {s.key: s for s in KeyReader(pipe, 10, 64).read([b"gone", b"morph", b"set-gone", b"shrinks", b"never"])}
     assert states[b"never"].status == VANISHED
-    assert states[b"morph"].status == UNSTABLE  # TYPE said list, the length read got WRONGTYPE
+    assert states[b"set-gone"].status == VANISHED  # TYPE said set, SSCAN found it empty
+    assert states[b"morph"].status == UNSTABLE  # TYPE said list, LRANGE got WRONGTYPE
     assert states[b"shrinks"].status == UNSTABLE  # HLEN said 2001, the scan found fewer
     c.delete("gone")
     assert KeyReader(pipe, 10, 64).read([b"gone"])[0].status == VANISHED

@@ -133,6 +133,12 @@ def list_hexdigest(elements: Sequence[bytes]) -> str:
     return str(_h128_hex(b"".join(parts)))
 
 
+def stream_hexdigest(entries: Sequence[Sequence[object]]) -> str:
+    o = OrderedDigest("stream")
+    o.add_stream_entries(entries)
+    return o.hexdigest()
+
+
 _STRING_TAG = b"string"
 
 

@@ -1,13 +1,15 @@
 """Read keys in pipelined batches: type, TTL, length and an encoding-independent digest per key.
 
-Two requests per batch: ``TYPE`` + ``PTTL`` for every key, then the value. A string's value is one
-``GETRANGE 0 window-1`` (no STRLEN: a reply shorter than the window is the whole string, read
-atomically); the other types get their length command and the first page of the value (HSCAN/SSCAN/
-ZSCAN cursors, LRANGE and XRANGE windows). Per key that is 3 commands for a string and 4 for the
-others (the length of a collection is what tells a page read while the key changed). Keys longer than
-one page are continued page by page afterwards, so memory per key is bounded by the page size
-whatever the key's size. A key that changes type or is rewritten between the reads gets status
-``unstable`` (the recheck decides); a key that disappears gets ``vanished``.
+Two requests per batch: ``TYPE`` + ``PTTL`` for every key, then one value command per key. A string's
+value is one ``GETRANGE 0 window-1`` (no STRLEN: a reply shorter than the window is the whole string,
+read atomically); a collection's is its first page (HSCAN/SSCAN/ZSCAN from cursor 0, LRANGE and XRANGE
+windows). A first page that holds the whole value (cursor 0, or fewer elements than a page) was read by
+one command, so it is one state of the key and its element count is the length: 3 commands per key
+whatever its type. A key longer than one page is read again from its start after its length command
+(HLEN, SCARD, ZCARD, LLEN, XLEN), page by page, and the length is what tells a page read while the
+key changed; memory per key stays bounded by the page size whatever the key's size. A key that
+changes type or is rewritten between the reads gets status ``unstable`` (the recheck decides); a key
+that disappears gets ``vanished``.
 
 :class:`BatchPlan` is the batch's state between the two requests, so a caller can keep several batches
 in flight on one connection (the snapshot does); :meth:`KeyReader.read` is the one-batch-at-a-time
@@ -30,6 +32,7 @@ from audit.sources.redis.digest import (
     hash_hexdigest,
     list_hexdigest,
     set_hexdigest,
+    stream_hexdigest,
     zset_hexdigest,
 )
 from audit.sources.redis.resp import Command, RespPipe, bulk, command_prefix
@@ -46,7 +49,14 @@ _LEN_CMD = {
 }
 _SCAN_CMD = {b"hash": b"HSCAN", b"set": b"SSCAN", b"zset": b"ZSCAN"}
 _TYPE_NAMES = {t: t.decode() for t in _LEN_CMD}
-_ONE_PAGE = {b"hash": hash_hexdigest, b"set": set_hexdigest, b"zset": zset_hexdigest}
+_ONE_PAGE: dict[bytes, Callable[[Any], str]] = {
+    b"hash": hash_hexdigest,
+    b"set": set_hexdigest,
+    b"zset": zset_hexdigest,
+    b"list": list_hexdigest,
+    b"stream": stream_hexdigest,
+}
+_ONE_ITEM_PER_ELEMENT = frozenset((b"set", b"list", b"stream"))  # a hash or zset page is flat pairs
 _HEAD_PREFIX = (command_prefix(b"TYPE", 2), command_prefix(b"PTTL", 2))
 
 Call = Callable[[Command], Any]
@@ -131,15 +141,15 @@ class Rows:
         return kept + gone
 
 
-def _value_suffixes(page: int, window_bytes: int) -> dict[bytes, tuple[bytes, bytes, bytes]]:
-    """Per type: (length command prefix or b"", value command prefix, value command suffix after the key)."""
+def value_commands(page: int, window_bytes: int) -> dict[bytes, tuple[bytes, bytes]]:
+    """Per type, the first value command around the key: (prefix up to the key, suffix after it)."""
     p = bulk(b"%d" % page)
     zero, count = bulk(b"0"), bulk(b"COUNT")
-    out = {b"string": (b"", command_prefix(b"GETRANGE", 4), zero + bulk(b"%d" % (window_bytes - 1)))}
+    out = {b"string": (command_prefix(b"GETRANGE", 4), zero + bulk(b"%d" % (window_bytes - 1)))}
     for t, scan in _SCAN_CMD.items():
-        out[t] = (command_prefix(_LEN_CMD[t], 2), command_prefix(scan, 5), zero + count + p)
-    out[b"list"] = (command_prefix(b"LLEN", 2), command_prefix(b"LRANGE", 4), zero + bulk(b"%d" % (page - 1)))
-    out[b"stream"] = (command_prefix(b"XLEN", 2), command_prefix(b"XRANGE", 6), bulk(b"-") + bulk(b"+") + count + p)
+        out[t] = (command_prefix(scan, 5), zero + count + p)
+    out[b"list"] = (command_prefix(b"LRANGE", 4), zero + bulk(b"%d" % (page - 1)))
+    out[b"stream"] = (command_prefix(b"XRANGE", 6), bulk(b"-") + bulk(b"+") + count + p)
     return out
 
 
@@ -160,7 +170,7 @@ class BatchPlan:
         bulks: Sequence[bytes],
         head: Sequence[Any],
         read_at: int,
-        suffixes: dict[bytes, tuple[bytes, bytes, bytes]],
+        commands: dict[bytes, tuple[bytes, bytes]],
     ) -> None:
         self.keys = keys
         self.read_at = read_at
@@ -188,22 +198,19 @@ class BatchPlan:
             if pttl == -2 or type_ == b"none":
                 add(k, "", None, None, 0, None, VANISHED, None, read_at)
                 continue
-            s = suffixes.get(type_)
+            s = commands.get(type_)
             if s is None:  # module types: nothing generic reads them
                 name = type_.decode()
                 add(k, name, None, None, 0, None, ERROR, f"type {name} has no generic read", read_at)
                 continue
-            if s[0]:
-                parts.append(s[0])
-                parts.append(b)
-            parts.append(s[1])
+            parts.append(s[0])
             parts.append(b)
-            parts.append(s[2])
+            parts.append(s[1])
             self.value_keys.append(k)
             self.value_types.append(type_)
             self.ttls.append(pttl)
         self.payload = b"".join(parts)
-        self.n_replies = len(self.value_keys) + sum(1 for t in self.value_types if t != b"string")
+        self.n_replies = len(self.value_keys)
 
 
 class KeyReader:
@@ -213,10 +220,10 @@ class KeyReader:
         self.pipe = pipe
         self.page = page
         self.window_bytes = window_bytes
-        self._suffixes = _value_suffixes(page, window_bytes)
+        self._commands = value_commands(page, window_bytes)
 
     def plan(self, keys: Sequence[bytes], bulks: Sequence[bytes], head: Sequence[Any], read_at: int) -> BatchPlan:
-        return BatchPlan(keys, bulks, head, read_at, self._suffixes)
+        return BatchPlan(keys, bulks, head, read_at, self._commands)
 
     def read(self, keys: Sequence[bytes]) -> list[KeyState]:
         """One batch, two round trips: the rows as KeyState objects (vanished keys included)."""
@@ -236,15 +243,12 @@ class KeyReader:
         """Digest the value replies of `plan`; `call` reads the extra pages of keys longer than a page."""
         rows, read_at, window, page_size = plan.rows, plan.read_at, self.window_bytes, self.page
         add = rows.add
-        pos = 0
         s_keys: list[bytes] = []  # strings read whole: their rows are added column-wise below
         s_ttls: list[int | None] = []
         s_values: list[bytes] = []
-        for k, type_, pttl in zip(plan.value_keys, plan.value_types, plan.ttls, strict=True):
+        for k, type_, pttl, v in zip(plan.value_keys, plan.value_types, plan.ttls, values, strict=True):
             ttl = None if pttl < 0 else pttl
             if type_ == b"string":
-                v = values[pos]
-                pos += 1
                 if v.__class__ is bytes and len(v) < window:
                     s_keys.append(k)
                     s_ttls.append(ttl)
@@ -253,14 +257,15 @@ class KeyReader:
                     exp = None if ttl is None else read_at + ttl
                     add(k, "string", ttl, exp, *self._string(k, v, call), read_at)
                 continue
-            length, page = values[pos], values[pos + 1]
-            pos += 2
             exp = None if ttl is None else read_at + ttl
-            one = _one_page_digest(type_, length, page, page_size)
-            if one is not None:
-                add(k, _TYPE_NAMES[type_], ttl, exp, length, one, OK, None, read_at)
-            else:
-                add(k, _TYPE_NAMES[type_], ttl, exp, *self._collection(k, type_, length, page, call), read_at)
+            whole = _whole_first_page(type_, v, page_size)
+            if whole is None:
+                add(k, _TYPE_NAMES[type_], ttl, exp, *self._collection(k, type_, v, call), read_at)
+            elif whole:
+                n = len(whole) if type_ in _ONE_ITEM_PER_ELEMENT else len(whole) // 2
+                add(k, _TYPE_NAMES[type_], ttl, exp, n, _ONE_PAGE[type_](whole), OK, None, read_at)
+            else:  # an empty page: the key went between TYPE and the read (no collection is empty)
+                add(k, "", None, None, 0, None, VANISHED, None, read_at)
         if s_keys:
             n = len(s_keys)
             rows.key += s_keys
@@ -296,23 +301,22 @@ class KeyReader:
             got += len(chunk)
         return length, o.hexdigest(), OK if got == length else UNSTABLE, None
 
-    def _collection(
-        self, key: bytes, type_: bytes, length: Any, page: Any, call: Call
-    ) -> tuple[int, str | None, str, str | None]:
-        """(length, digest, status, error) of a hash, set, zset, list or stream."""
-        if isinstance(length, ReplyError) or isinstance(page, ReplyError):
-            err = str(length if isinstance(length, ReplyError) else page)
+    def _collection(self, key: bytes, type_: bytes, first: Any, call: Call) -> tuple[int, str | None, str, str | None]:
+        """(length, digest, status, error) of a collection longer than its `first` page (or an error reply)."""
+        length = first if isinstance(first, ReplyError) else call((_LEN_CMD[type_], key))
+        if isinstance(length, ReplyError):
+            err = str(length)
             return 0, None, UNSTABLE if err.startswith("WRONGTYPE") else ERROR, err
         if length == 0:
             return 0, None, VANISHED, None
         try:
-            digest, complete = self._digest(key, type_, length, page, call)
+            digest, complete = self._digest(key, type_, length, call)
         except ReplyError as e:
             return length, None, ERROR, str(e)
         return length, digest, OK if complete else UNSTABLE, None
 
-    def _digest(self, key: bytes, type_: bytes, length: int, page: Any, call: Call) -> tuple[str, bool]:
-        """Digest of the whole value, continuing past the first page; False if it changed meanwhile."""
+    def _digest(self, key: bytes, type_: bytes, length: int, call: Call) -> tuple[str, bool]:
+        """Digest of the whole value read page by page from its start; False if it changed meanwhile."""
 
         def more(cmd: Command) -> Any:
             reply = call(cmd)
@@ -324,20 +328,22 @@ class KeyReader:
         if type_ in _SCAN_CMD:
             u = UnorderedDigest(_TYPE_NAMES[type_])
             add = {b"hash": u.add_hash_page, b"set": u.add_set_page, b"zset": u.add_zset_page}[type_]
-            cursor, items = page
-            add(items)
             scan_cmd = _SCAN_CMD[type_]
+            cursor, items = more((scan_cmd, key, b"0", b"COUNT", count))
+            add(items)
             while cursor != b"0":
                 cursor, items = more((scan_cmd, key, cursor, b"COUNT", count))
                 add(items)
             return u.hexdigest(), u.count == length
         o = OrderedDigest(_TYPE_NAMES[type_])
         if type_ == b"list":
+            page = more((b"LRANGE", key, b"0", b"%d" % (self.page - 1)))
             o.add_elements(page)
             while len(page) == self.page and o.count < length:
                 page = more((b"LRANGE", key, b"%d" % o.count, b"%d" % (o.count + self.page - 1)))
                 o.add_elements(page)
             return o.hexdigest(), o.count == length
+        page = more((b"XRANGE", key, b"-", b"+", b"COUNT", count))
         o.add_stream_entries(page)
         while len(page) == self.page and o.count < length:
             page = more((b"XRANGE", key, _next_stream_id(page[-1][0]), b"+", b"COUNT", count))
@@ -345,18 +351,13 @@ class KeyReader:
         return o.hexdigest(), o.count == length
 
 
-def _one_page_digest(type_: bytes, length: Any, page: Any, page_size: int) -> str | None:
-    """The digest of a collection whose first page was all of it, or None (the general path decides)."""
-    if length.__class__ is not int or page.__class__ is not list or length == 0:
+def _whole_first_page(type_: bytes, page: Any, page_size: int) -> list[Any] | None:
+    """The elements of a collection whose first page held all of it, or None (longer, or an error reply)."""
+    if page.__class__ is not list:
         return None
-    if type_ == b"list":
-        return list_hexdigest(page) if len(page) == length and length < page_size else None
-    one = _ONE_PAGE.get(type_)
-    if one is None or page[0] != b"0":
-        return None
-    items = page[1]
-    n = len(items) if type_ == b"set" else len(items) // 2
-    return one(items) if n == length else None
+    if type_ in _SCAN_CMD:
+        return page[1] if page[0] == b"0" else None
+    return page if len(page) < page_size else None
 
 
 def _next_stream_id(entry_id: bytes) -> bytes:
