@@ -10,7 +10,8 @@ per read a hash of the type (`th`), a status code (`st`), the absolute expiry, o
 the error text. Fixed-width columns let the SCAN-duplicate step and the join be one hash aggregate over
 both sides' reads (a `max_by` per column and side) rather than sorts, which bench/diff_bench.py
 measured faster at each step. The few keys that differ then get
-their full columns back from the snapshots, by a join with the candidates. The output is the same as
+their full columns back from the snapshots, by a join with the candidates (in the driver, with Arrow,
+when they are few and the files local: audit/diff/candidate_columns.py). The output is the same as
 classifying the full columns (tests/unit/test_keyspace_diff.py); a difference hides behind a hash only
 if two different values collide in 64 bits.
 """
@@ -22,6 +23,8 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
+from audit.diff.candidate_columns import MAX_DRIVER_CANDIDATES, full_columns_in_driver, is_local
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -218,13 +221,16 @@ def diff_snapshots(
     candidates_path: str,
     ttl_tolerance_ms: int,
     mode: str = "full",
+    max_driver_candidates: int = MAX_DRIVER_CANDIDATES,
 ) -> dict[str, int]:
     """The keyspace diff job: write the candidates, return the coverage counts.
 
     Two passes: the narrow join classifies every key and observes the coverage counts while it writes
     the candidates' keys and read times (no cache: it cost more than the join; bench/diff_bench.py),
-    then those few rows get their full columns from the snapshots. `mode` is the pair's compare mode
-    (audit/diff/compare_modes.py): what it does not compare makes no candidate.
+    then those few rows get their full columns from the snapshots: in the driver with Arrow for up to
+    `max_driver_candidates` of them on local files (audit/diff/candidate_columns.py), else a Spark
+    job. `mode` is the pair's compare mode (audit/diff/compare_modes.py): what it does not compare
+    makes no candidate.
     """
     from pyspark.sql import Observation
 
@@ -237,6 +243,11 @@ def diff_snapshots(
     )
     keys.write.mode("overwrite").parquet(keys_path)
     counts = {k: int(v or 0) for k, v in coverage.get.items()}
+    paths = (master_path, replica_path, keys_path, candidates_path)
+    if counts["candidates"] <= max_driver_candidates and all(map(is_local, paths)):
+        full_columns_in_driver(keys_path, (master_path, replica_path), SNAPSHOT_DDL, VALUE_COLUMNS, candidates_path)
+        shutil.rmtree(keys_path, ignore_errors=True)
+        return counts
     full = _with_full_columns(spark, spark.read.parquet(keys_path), (master_path, replica_path))
     # a healthy pair has no candidate: then an empty file of the same schema, without reading the snapshots again
     (full if counts["candidates"] else full.limit(0)).write.mode("overwrite").parquet(candidates_path)

@@ -130,12 +130,19 @@ def test_the_narrow_job_writes_what_classifying_every_column_gives(spark, tmp_pa
             row(b"\x00\xffbin", digest="y"),
         ],
     )
-    outs = {}
-    for name, job in (("narrow", diff_snapshots), ("wide", diff_snapshots_wide)):
+    outs, schemas = {}, {}
+    jobs = {
+        "narrow": diff_snapshots,  # the second pass in the driver (few candidates, local files)
+        "narrow, second pass in Spark": lambda *a: diff_snapshots(*a, max_driver_candidates=0),
+        "wide": diff_snapshots_wide,
+    }
+    for name, job in jobs.items():
         coverage = job(spark, master, replica, str(tmp_path / name), 2000)
-        rows = spark.read.parquet(str(tmp_path / name)).collect()
-        outs[name] = (coverage, sorted((tuple(r.asDict().items()) for r in rows), key=repr))
-    assert outs["narrow"] == outs["wide"]
+        read = spark.read.parquet(str(tmp_path / name))
+        schemas[name] = read.schema
+        outs[name] = (coverage, sorted((tuple(r.asDict().items()) for r in read.collect()), key=repr))
+    assert outs["narrow"] == outs["narrow, second pass in Spark"] == outs["wide"]
+    assert schemas["narrow"] == schemas["narrow, second pass in Spark"]
     assert {dict(r)["category"] for r in outs["narrow"][1]} == {
         "missing_on_replica",
         "extra_on_replica",
@@ -172,9 +179,13 @@ def test_a_healthy_pair_writes_no_candidate_in_the_candidates_schema(spark, tmp_
         cols = {n: [r.get(n) for r in rows] for n in SNAPSHOT_SCHEMA.names}
         pq.write_table(pa.Table.from_pydict(cols, schema=SNAPSHOT_SCHEMA), tmp_path / f"{side}.parquet")
         paths.append(str(tmp_path / f"{side}.parquet"))
-    coverage = diff_snapshots(spark, *paths, str(tmp_path / "cands"), 2000)
-    assert coverage["candidates"] == 0 and coverage["keys_compared"] == 3
-    # the recheck reads the file whatever it holds: empty, with every column a candidate has
-    read = spark.read.parquet(str(tmp_path / "cands"))
-    assert read.count() == 0
-    assert {"db", "key", "category", "m_digest", "r_digest", "m_reads", "r_reads"} <= set(read.columns)
+    schemas = []
+    for driver_max in (0, 10):  # the second pass in Spark, then in the driver
+        coverage = diff_snapshots(spark, *paths, str(tmp_path / "cands"), 2000, max_driver_candidates=driver_max)
+        assert coverage["candidates"] == 0 and coverage["keys_compared"] == 3
+        # the recheck reads the file whatever it holds: empty, with every column a candidate has
+        read = spark.read.parquet(str(tmp_path / "cands"))
+        assert read.count() == 0
+        assert {"db", "key", "category", "m_digest", "r_digest", "m_reads", "r_reads"} <= set(read.columns)
+        schemas.append(read.schema)
+    assert schemas[0] == schemas[1]
