@@ -106,6 +106,24 @@ def wait_link_up(replica: RedisServer, timeout_s: float = 20) -> None:
     raise RuntimeError(f"replica on {replica.port} did not connect to its master")
 
 
+def wait_acked(master: RedisServer, replica: RedisServer, timeout_s: float = 30) -> None:
+    """Until the master lists `replica` as having acknowledged everything written so far.
+
+    A replica acknowledges once a second: until then the master shows an older offset (0 right after a
+    sync), which an audit reports as `lag_metric_unreliable`.
+    """
+    c = master.client()
+    target = int(c.info("replication")["master_repl_offset"])
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        info = c.info("replication")
+        acked = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
+        if any(e.get("port") == replica.port and int(e.get("offset", -1)) >= target for e in acked):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"replica on {replica.port} did not acknowledge its master's offset {target}")
+
+
 def wait_in_sync(master: RedisServer, replica: RedisServer, timeout_s: float = 30) -> None:
     """Until the replica has processed everything the master has written so far."""
     target = int(master.client().info("replication")["master_repl_offset"])

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from audit.local.redis_sentinel import SentinelGroup, start_sentinel_group
+from audit.local.redis_server import wait_acked
 from tests.integration.helpers import findings, latest_run, run_cli, summary, write_inventory
 
 pytestmark = pytest.mark.integration
@@ -47,6 +48,7 @@ def test_sentinel_group_healthy_under_writes_then_a_planted_divergence(
         for i in range(500):
             m.set(f"k:{i}", i)
     m.execute_command("SELECT", 0)
+    wait_acked(group.master, group.replica)  # else the master may still list it at offset 0 (an info finding)
     stop = threading.Event()
 
     def writer() -> None:

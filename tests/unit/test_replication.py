@@ -74,6 +74,14 @@ def test_a_sync_replica_that_announced_its_port_is_diagnosed_too() -> None:
     assert [f.diagnosis for f in diagnose("redis", replication_findings(fresh, 17002, 10 << 20, 30))] == [None]
 
 
+def test_a_master_with_nothing_written_has_nothing_to_acknowledge() -> None:
+    """A fresh, idle pair: the master's offset is 0, so a replica's offset=0 is exact, not unreliable."""
+    idle = [sample(0, m_off=0, r_off=0), sample(2000, m_off=0, r_off=0)]
+    assert replication_findings(idle, 17002, 10 << 20, 30) == []
+    written = [sample(0, m_off=14, r_off=14), sample(2000, m_off=14, r_off=14)]
+    assert [f.category for f in replication_findings(written, 17002, 10 << 20, 30)] == ["lag_metric_unreliable"]
+
+
 def test_healthy_pair_gives_no_state_findings() -> None:
     healthy = MASTER.replace("slave1:ip=127.0.0.1,port=0,state=online,offset=0,lag={lag}\r\n", "")
     s1 = Sample(0, parse_info(healthy.format(offset=275)), parse_info(REPLICA.format(link="up", offset=275)))

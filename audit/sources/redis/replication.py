@@ -138,6 +138,8 @@ def _unacked_replicas(samples: Sequence[Sample]) -> list[Finding]:
     REDIS_SYNC_NO_ACK (a replica that just attached has offset=0 until its first ack, a second later).
     """
     first, last = samples[0], samples[-1]
+    if as_int(last.master.get("master_repl_offset")) == 0:
+        return []  # nothing written since the replicas attached: offset=0 is all there is to acknowledge
     clients = parse_client_list(last.master_clients_raw or "")
     out = []
     for entry in replicas_listed(last.master):
