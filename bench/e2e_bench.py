@@ -1,6 +1,6 @@
 """End to end: a 1M-key master/replica pair with 10 planted differences through `replica-audit run`.
 
-    .venv/bin/python bench/e2e_bench.py [--keys 1000000] [--quick] [--keep]
+    .venv/bin/python bench/e2e_bench.py [--keys 1000000] [--quick] [--keep] [--cpu]
 
 Builds the pair (a real redis-server master and a `replicaof` replica; bench/datasets.py's mix: 70%
 strings of 16-200 bytes, the rest hashes, lists, sets and zsets of 5-50 elements, 20% with TTLs),
@@ -14,7 +14,10 @@ list element, a set member, a zset score, a type, a TTL), then runs in the same 
   and which of the 10 it found (it scans the source only and does not compare TTLs).
 
 The inventory sets `qps` high so the deprecated command cap (qps/4 keys/s) does not bind; pacing's
-other defaults apply. Prints peak RSS of this process and of the audit subprocess.
+other defaults apply. Prints peak RSS of this process and of the audit subprocess. With --cpu, the CPU
+seconds of each process of the run (its Python process, the snapshot processes, the Spark JVM, the two
+redis-servers) during the snapshot stage and after it, against what the machine's cores had
+(bench/proc_cpu.py).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 from datasets import load_mix, peak_rss_mb, plant_differences, wait_replica_synced
+from proc_cpu import CpuSampler
 
 from audit.local.redis_server import RedisServer, free_port
 from audit.sources.redis.client import connect
@@ -144,6 +148,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--quick", action="store_true", help="100k keys")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (printed)")
+    ap.add_argument("--cpu", action="store_true", help="also print each process's CPU seconds (Linux /proc)")
     args = ap.parse_args()
     if args.quick:
         args.keys = 100_000
@@ -161,13 +166,26 @@ def main() -> None:
             f"{load_s:.1f} s); planted: {', '.join(what for what, _ in planted)}"
         )
         scan_s = redis_cli_scan(m.port, work)
+        sampler = CpuSampler() if args.cpu else None
+        if sampler is not None:
+            sampler.start()
         started_ms = int(time.time() * 1000)
         audit_s, code, audit_rss, run_dir = run_audit(m, r, work)
         ended_ms = int(time.time() * 1000)
+        if sampler is not None:
+            sampler.stop()
         split = stage_split(run_dir, started_ms, ended_ms)
         found = found_by_audit(run_dir, planted)
         peer = run_peer(m, r, work)
         report(args.keys, scan_s, audit_s, code, split, found, planted, peer, audit_rss)
+        if sampler is not None:
+            cpu_report(
+                sampler,
+                started_ms,
+                started_ms + split["snapshot"] * 1000,
+                ended_ms,
+                {m.port: "master", r.port: "replica"},
+            )
     finally:
         m.stop()
         r.stop()
@@ -176,6 +194,36 @@ def main() -> None:
         else:
             shutil.rmtree(work, ignore_errors=True)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+def cpu_report(sampler: CpuSampler, start_ms: float, snap_end_ms: float, end_ms: float, ports: dict[int, str]) -> None:
+    """CPU seconds per process of the run, before and after the snapshot stage's end, against 2 cores' worth."""
+
+    def label(cmd: str) -> str | None:
+        if "redis-server" in cmd:
+            port = cmd.split()[1].rsplit(":", 1)[-1] if len(cmd.split()) > 1 else ""
+            side = ports.get(int(port)) if port.isdigit() else None
+            return f"redis-server ({side})" if side else None
+        if "replica-audit" in cmd and " run " in cmd:
+            return "replica-audit run (python)"
+        if "multiprocessing" in cmd:
+            return "snapshot processes (python)"
+        if "java" in cmd and "spark" in cmd:
+            return "Spark driver JVM"
+        return "the kernel's threads" if cmd.startswith("[") else "other processes"
+
+    phases = [(start_ms, snap_end_ms), (snap_end_ms, end_ms)]
+    used = [sampler.between(a / 1000, b / 1000, label) for a, b in phases]
+    cores = os.cpu_count() or 1
+    print(f"\n{'CPU seconds (from /proc, every 0.25 s)':<44} {'snapshot':>9} {'the rest':>9}")
+    for name in sorted(set(used[0]) | set(used[1]), key=lambda n: -(used[0][n] + used[1][n])):
+        print(f"  {name:<42} {used[0][name]:>9.2f} {used[1][name]:>9.2f}")
+    totals = [sum(u.values()) for u in used]
+    avail = [cores * (b - a) / 1000 for a, b in phases]
+    print(
+        f"  {'all of the above / ' + str(cores) + ' cores x wall':<42} "
+        + " ".join(f"{t:>4.1f}/{a:<4.1f}" for t, a in zip(totals, avail, strict=True))
+    )
 
 
 def report(
