@@ -215,13 +215,14 @@ def cpu_report(sampler: CpuSampler, start_ms: float, snap_end_ms: float, end_ms:
     phases = [(start_ms, snap_end_ms), (snap_end_ms, end_ms)]
     used = [sampler.between(a / 1000, b / 1000, label) for a, b in phases]
     cores = os.cpu_count() or 1
-    print(f"\n{'CPU seconds (from /proc, every 0.25 s)':<44} {'snapshot':>9} {'the rest':>9}")
+    gap = sampler.largest_gap_s()
+    print(f"\n{f'CPU seconds (from /proc; samples at most {gap:.2f} s apart)':<56} {'snapshot':>9} {'the rest':>9}")
     for name in sorted(set(used[0]) | set(used[1]), key=lambda n: -(used[0][n] + used[1][n])):
-        print(f"  {name:<42} {used[0][name]:>9.2f} {used[1][name]:>9.2f}")
+        print(f"  {name:<54} {used[0][name]:>9.2f} {used[1][name]:>9.2f}")
     totals = [sum(u.values()) for u in used]
     avail = [cores * (b - a) / 1000 for a, b in phases]
     print(
-        f"  {'all of the above / ' + str(cores) + ' cores x wall':<42} "
+        f"  {'all of the above / ' + str(cores) + ' cores x wall':<54} "
         + " ".join(f"{t:>4.1f}/{a:<4.1f}" for t, a in zip(totals, avail, strict=True))
     )
 

@@ -3,11 +3,14 @@
 A :class:`CpuSampler` reads utime + stime of every process each `interval_s` (a process without a
 command line, a kernel thread or one exiting, goes by its name in brackets); :meth:`CpuSampler.between`
 gives, per label, the CPU seconds spent between two moments. A process that exits between two samples
-loses at most one interval of its CPU; one that exists only between samples is not seen.
+loses at most one interval of its CPU; one that exists only between samples is not seen. On a busy
+machine the sampler itself waits for a core, so the gaps between samples can grow well past the
+interval (:meth:`CpuSampler.largest_gap_s`): CPU near a moment then lands on either side of it.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -57,6 +60,10 @@ class CpuSampler(threading.Thread):
         self._stop_event.set()
         self.join()
         self.samples.append((time.time(), _read_all()))
+
+    def largest_gap_s(self) -> float:
+        times = [at for at, _ in self.samples]
+        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
     def _at(self, t: float) -> dict[int, tuple[str, float]]:
         """The last sample taken at or before `t` (none before: empty)."""
