@@ -6,7 +6,7 @@ both snapshots again, and in the fresh JVM of a run that job costs 1-2 s whateve
 candidates (bench/e2e_bench.py; docs/performance.md). When the candidates are few and the files are on
 this machine, this module does the same in the driver: Arrow reads the snapshots' key columns, keeps the
 rows of the candidates' keys, and the rest is a lookup per candidate. The output has the Spark pass's
-columns, types and rows (tests/unit/test_keyspace_diff.py holds them equal).
+columns, types and rows (tests/unit/test_keyspace_diff.py and test_candidate_columns.py hold them equal).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ MAX_DRIVER_CANDIDATES = 10_000
 """Up to this many candidates the second pass runs in the driver (their rows, not the snapshots, are held)."""
 
 SIDE_PREFIXES = ("m_", "r_")
+"""The master's and the replica's column prefixes, in the candidates' column order (both passes use it)."""
 
 _Read = dict[str, object]
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from audit.diff.candidate_columns import MAX_DRIVER_CANDIDATES, full_columns_in_driver, is_local
+from audit.diff.candidate_columns import MAX_DRIVER_CANDIDATES, SIDE_PREFIXES, full_columns_in_driver, is_local
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -201,7 +201,7 @@ def _read(spark: SparkSession, path: str) -> DataFrame:
 def _with_full_columns(spark: SparkSession, narrow_candidates: DataFrame, paths: tuple[str, str]) -> DataFrame:
     """Candidates (db, key, category, m_/r_read_at_ms, m_/r_reads) with every column of each side's read."""
     out = narrow_candidates
-    for prefix, path in zip(("m_", "r_"), paths, strict=True):
+    for prefix, path in zip(SIDE_PREFIXES, paths, strict=True):
         on = ["db", "key", f"{prefix}read_at_ms"]
         full = _read(spark, path).select("db", "key", *[F.col(c).alias(f"{prefix}{c}") for c in VALUE_COLUMNS])
         # An outer join cannot broadcast its preserved side, so `candidates LEFT JOIN snapshot` shuffled
@@ -209,7 +209,7 @@ def _with_full_columns(spark: SparkSession, narrow_candidates: DataFrame, paths:
         # decides by their size) and the left join that keeps candidates absent on a side is small-small.
         found = full.join(narrow_candidates.select(*on).where(F.col(on[2]).isNotNull()), on=on, how="inner")
         out = out.join(found, on=on, how="left")
-    columns = [f"{p}{c}" for p in ("m_", "r_") for c in (*VALUE_COLUMNS, "reads")]
+    columns = [f"{p}{c}" for p in SIDE_PREFIXES for c in (*VALUE_COLUMNS, "reads")]
     # a key read twice in the same millisecond would match twice: keep one
     return out.dropDuplicates(["db", "key"]).select("db", "key", *columns, "category")
 
@@ -246,12 +246,11 @@ def diff_snapshots(
     paths = (master_path, replica_path, keys_path, candidates_path)
     if counts["candidates"] <= max_driver_candidates and all(map(is_local, paths)):
         full_columns_in_driver(keys_path, (master_path, replica_path), SNAPSHOT_DDL, VALUE_COLUMNS, candidates_path)
-        shutil.rmtree(keys_path, ignore_errors=True)
-        return counts
-    full = _with_full_columns(spark, spark.read.parquet(keys_path), (master_path, replica_path))
-    # a healthy pair has no candidate: then an empty file of the same schema, without reading the snapshots again
-    (full if counts["candidates"] else full.limit(0)).write.mode("overwrite").parquet(candidates_path)
-    if "://" not in keys_path:
+    else:
+        full = _with_full_columns(spark, spark.read.parquet(keys_path), (master_path, replica_path))
+        # a healthy pair has no candidate: then an empty file of the same schema, without reading the snapshots again
+        (full if counts["candidates"] else full.limit(0)).write.mode("overwrite").parquet(candidates_path)
+    if is_local(keys_path):
         shutil.rmtree(keys_path, ignore_errors=True)
     return counts
 

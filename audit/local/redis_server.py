@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,15 +96,23 @@ def start_pair(
     return master, replica
 
 
-def wait_link_up(replica: RedisServer, timeout_s: float = 20) -> None:
+def _wait_until(ready: Callable[[], bool], timeout_s: float, failure: str) -> None:
+    """Poll `ready` every 50 ms until it holds; RuntimeError(`failure`) after `timeout_s`."""
     deadline = time.time() + timeout_s
-    c = replica.client()
     while time.time() < deadline:
-        info = c.info("replication")
-        if info.get("master_link_status") == "up":
+        if ready():
             return
         time.sleep(0.05)
-    raise RuntimeError(f"replica on {replica.port} did not connect to its master")
+    raise RuntimeError(failure)
+
+
+def wait_link_up(replica: RedisServer, timeout_s: float = 20) -> None:
+    c = replica.client()
+    _wait_until(
+        lambda: c.info("replication").get("master_link_status") == "up",
+        timeout_s,
+        f"replica on {replica.port} did not connect to its master",
+    )
 
 
 def wait_acked(master: RedisServer, replica: RedisServer, timeout_s: float = 30) -> None:
@@ -114,23 +123,20 @@ def wait_acked(master: RedisServer, replica: RedisServer, timeout_s: float = 30)
     """
     c = master.client()
     target = int(c.info("replication")["master_repl_offset"])
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        info = c.info("replication")
-        acked = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
-        if any(e.get("port") == replica.port and int(e.get("offset", -1)) >= target for e in acked):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"replica on {replica.port} did not acknowledge its master's offset {target}")
+
+    def acked() -> bool:
+        listed = [v for k, v in c.info("replication").items() if k.startswith("slave") and isinstance(v, dict)]
+        return any(e.get("port") == replica.port and int(e.get("offset", -1)) >= target for e in listed)
+
+    _wait_until(acked, timeout_s, f"replica on {replica.port} did not acknowledge its master's offset {target}")
 
 
 def wait_in_sync(master: RedisServer, replica: RedisServer, timeout_s: float = 30) -> None:
     """Until the replica has processed everything the master has written so far."""
     target = int(master.client().info("replication")["master_repl_offset"])
-    deadline = time.time() + timeout_s
     c = replica.client()
-    while time.time() < deadline:
-        if int(c.info("replication").get("slave_repl_offset", -1)) >= target:
-            return
-        time.sleep(0.05)
-    raise RuntimeError("replica did not catch up with its master")
+    _wait_until(
+        lambda: int(c.info("replication").get("slave_repl_offset", -1)) >= target,
+        timeout_s,
+        "replica did not catch up with its master",
+    )
