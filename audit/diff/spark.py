@@ -4,9 +4,9 @@ Settings come from, in order: `configure()` (the CLI's --spark-master / --spark-
 (REPLICA_AUDIT_SPARK_MASTER, REPLICA_AUDIT_SPARK_CONF="k=v;k=v"), then the defaults below. The
 master is any Spark master URL (`local[*]`, `spark://host:7077`, `yarn`, `k8s://https://...`) or a
 Spark Connect URL (`sc://host:15002`). Only a local master gets the local sizing (few shuffle
-partitions, a 4 GiB driver); on a cluster, its own defaults and the given settings rule. The driver JVM
-maps the class-data-sharing archive when one was built (audit/diff/class_cache.py), unless the settings
-give their own `spark.driver.extraJavaOptions`.
+partitions, a 4 GiB driver, later optimising compiles); on a cluster, its own defaults and the given
+settings rule. The driver JVM maps the class-data-sharing archive when one was built
+(audit/diff/class_cache.py), unless the settings give their own `spark.driver.extraJavaOptions`.
 """
 
 from __future__ import annotations
@@ -46,6 +46,18 @@ LOCAL_DEFAULTS = {
     "spark.driver.memory": "4g",
 }
 """Sizing for a `local[...]` master only: on a cluster, 8 partitions and a 4 GiB driver would be wrong."""
+
+LOCAL_JIT_OPTIONS = (
+    "-XX:Tier4InvocationThreshold=50000",
+    "-XX:Tier4CompileThreshold=150000",
+    "-XX:Tier4BackEdgeThreshold=400000",
+)
+"""A local driver's JVM is also its only executor, started for one run. By default HotSpot sends a
+method to C2, its optimising compiler, after about 5,000 calls, and in a 1M-key diff C2 then took a
+third of the JVM's CPU on code that had nearly finished running. Ten times those thresholds: C2
+compiles only what keeps running; the 1M diff took 0.4-1.3 fewer CPU seconds, the 10M one no longer.
+Only the thresholds move; no compiler is turned off (C1 alone doubled the 10M diff). docs/spark.md
+has the runs."""
 
 CONNECT_SCHEME = "sc://"
 
@@ -90,7 +102,8 @@ def session_conf() -> dict[str, str]:
     sizing = LOCAL_DEFAULTS if is_local(master) else {}
     conf = {"spark.master": master, **COMMON_DEFAULTS, **sizing, **given}
     if not master.startswith(CONNECT_SCHEME):
-        conf.setdefault("spark.driver.extraJavaOptions", " ".join([log4j_option(), *class_cache.java_options()]))
+        jit = LOCAL_JIT_OPTIONS if is_local(master) else ()
+        conf.setdefault("spark.driver.extraJavaOptions", " ".join([log4j_option(), *class_cache.java_options(), *jit]))
     return conf
 
 

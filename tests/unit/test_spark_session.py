@@ -1,0 +1,43 @@
+"""The session's settings (audit/diff/spark.py): what a local driver gets that a cluster's does not."""
+
+from __future__ import annotations
+
+import pytest
+
+from audit.diff import spark as session
+
+
+@pytest.fixture
+def no_given_settings(monkeypatch):  # type: ignore[no-untyped-def]
+    for name in ("REPLICA_AUDIT_SPARK_CONF", "REPLICA_AUDIT_SPARK_MASTER", "PYSPARK_GATEWAY_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(session, "_overrides", {})
+
+
+@pytest.mark.usefixtures("no_given_settings")
+@pytest.mark.parametrize(
+    ("master", "later_c2"), [("local[*]", True), ("local[2]", True), ("spark://host:7077", False), ("yarn", False)]
+)
+def test_only_a_local_driver_compiles_later(monkeypatch, master: str, later_c2: bool) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("REPLICA_AUDIT_SPARK_MASTER", master)
+    options = session.session_conf()["spark.driver.extraJavaOptions"].split()
+    assert session.log4j_option() in options
+    assert all(o in options for o in session.LOCAL_JIT_OPTIONS) is later_c2
+    assert any(o in options for o in session.LOCAL_JIT_OPTIONS) is later_c2
+
+
+@pytest.mark.usefixtures("no_given_settings")
+def test_the_users_java_options_replace_the_defaults(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("REPLICA_AUDIT_SPARK_CONF", "spark.driver.extraJavaOptions=-Dmine=1")
+    assert session.session_conf()["spark.driver.extraJavaOptions"] == "-Dmine=1"
+
+
+def test_the_running_driver_jvm_has_the_thresholds(spark) -> None:  # type: ignore[no-untyped-def]
+    # asked of HotSpot itself: an option it did not take (a typo, a JDK without it) would not show here
+    jvm = spark.sparkContext._jvm
+    bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    for option in session.LOCAL_JIT_OPTIONS:
+        name, value = option.removeprefix("-XX:").split("=")
+        assert bean.getVMOption(name).getValue() == value
