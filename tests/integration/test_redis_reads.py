@@ -185,3 +185,36 @@ def test_sides_in_processes_read_what_threads_read(redis_pair, tmp_path) -> None
     bad = SideJob("replica", "redis://127.0.0.1:1", "127.0.0.1:1", [0], tmp_path / "bad")
     with pytest.raises(SourceConnectError, match=r"127\.0\.0\.1:1"):
         snapshot_sides([bad], SnapshotOptions(), processes=True)
+
+
+MAIN_SCRIPT = """
+import pathlib, sys
+with open(sys.argv[1], "a") as marker:
+    marker.write(__name__ + "\\n")  # each import of this script, by its name
+if __name__ == "__main__":
+    from audit.sources.redis.sides import SideJob, snapshot_sides
+    from audit.sources.redis.snapshot import SnapshotOptions
+
+    job = SideJob("master", sys.argv[2], "master-endpoint", [7], pathlib.Path(sys.argv[3]))
+    metas = snapshot_sides([job], SnapshotOptions(), processes=True)
+    print(metas["master"]["stats"]["keys_ok"], __file__ == sys.argv[0])
+"""
+
+
+def test_snapshot_processes_do_not_import_the_callers_main_script(redis_pair, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # a spawned child imports the parent's main script first (Airflow's, under Airflow): not these
+    import subprocess
+    import sys
+
+    master, _ = redis_pair
+    c = master.client(7)
+    c.flushdb()
+    c.mset({f"k{i}": i for i in range(40)})
+    script, marker = tmp_path / "caller.py", tmp_path / "imports"
+    script.write_text(MAIN_SCRIPT)
+    args = [sys.executable, str(script), str(marker), master.url, str(tmp_path / "out")]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    c.flushdb()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["40", "True"]  # the snapshot read every key; the main module has its file back
+    assert marker.read_text().split() == ["__main__"]  # the child did not import the script as __mp_main__
