@@ -91,7 +91,7 @@ def snapshot_sides(
 
 @contextlib.contextmanager
 def _main_script_hidden() -> Iterator[None]:
-    """While children start, the main module shows no file, so they do not import the main script.
+    """While children start, the main module names no file, so they do not import the main script.
 
     multiprocessing reads `__main__.__file__` when a child starts (`Process.start`) and the child imports
     that script first, so that functions defined there can be unpickled. A snapshot process runs this
@@ -103,7 +103,8 @@ def _main_script_hidden() -> Iterator[None]:
     if main is None or path is None:
         yield
         return
-    del main.__file__
+    # None rather than deleted: the module's dict keeps its size for a thread iterating it meanwhile
+    main.__file__ = None
     try:
         yield
     finally:
