@@ -201,8 +201,9 @@ if __name__ == "__main__":
 """
 
 
-def test_snapshot_processes_do_not_import_the_callers_main_script(redis_pair, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    # a spawned child imports the parent's main script first (Airflow's, under Airflow): not these
+@pytest.mark.parametrize("run_as", ["script", "module"])
+def test_snapshot_processes_do_not_import_the_callers_main_module(redis_pair, tmp_path, run_as) -> None:  # type: ignore[no-untyped-def]
+    # a spawned child imports the parent's main script (Airflow's, under Airflow) or `-m` module first
     import subprocess
     import sys
 
@@ -212,8 +213,9 @@ def test_snapshot_processes_do_not_import_the_callers_main_script(redis_pair, tm
     c.mset({f"k{i}": i for i in range(40)})
     script, marker = tmp_path / "caller.py", tmp_path / "imports"
     script.write_text(MAIN_SCRIPT)
-    args = [sys.executable, str(script), str(marker), master.url, str(tmp_path / "out")]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    main = [str(script)] if run_as == "script" else ["-m", "caller"]
+    args = [sys.executable, *main, str(marker), master.url, str(tmp_path / "out")]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     c.flushdb()
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["40", "True"]  # the snapshot read every key; the main module has its file back

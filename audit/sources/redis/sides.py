@@ -91,24 +91,26 @@ def snapshot_sides(
 
 @contextlib.contextmanager
 def _main_script_hidden() -> Iterator[None]:
-    """While children start, the main module names no file, so they do not import the main script.
+    """While children start, the main module names no file and no module, so they import neither.
 
-    multiprocessing reads `__main__.__file__` when a child starts (`Process.start`) and the child imports
-    that script first, so that functions defined there can be unpickled. A snapshot process runs this
-    module's function, with arguments from the library's own modules (a pair's key filter included);
-    the script is whatever runs the library. A function defined in a caller's main script cannot reach
-    the children: pass one from an importable module."""
+    multiprocessing reads `__main__.__spec__` (`python -m pkg.mod`) or else `__main__.__file__` (a script)
+    when a child starts (`Process.start`), and the child imports that first, so that functions defined
+    there can be unpickled. A snapshot process runs this module's function, with arguments from the
+    library's own modules (a pair's key filter included); the main module is whatever runs the library.
+    A function defined in a caller's main module cannot reach the children: pass one from another module."""
     main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if main is None or path is None:
+    if main is None:
         yield
         return
     # None rather than deleted: the module's dict keeps its size for a thread iterating it meanwhile
-    main.__file__ = None
+    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__}
+    for name in saved:
+        setattr(main, name, None)
     try:
         yield
     finally:
-        main.__file__ = path
+        for name, value in saved.items():
+            setattr(main, name, value)
 
 
 def _side_process(job: SideJob, options: SnapshotOptions, events: Any) -> None:
