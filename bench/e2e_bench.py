@@ -1,6 +1,6 @@
 """End to end: a 1M-key master/replica pair with 10 planted differences through `replica-audit run`.
 
-    .venv/bin/python bench/e2e_bench.py [--keys 1000000] [--quick] [--keep] [--cpu]
+    .venv/bin/python bench/e2e_bench.py [--keys 1000000] [--quick] [--keep] [--cpu] [--before REV [--repeat N]]
 
 Builds the pair (a real redis-server master and a `replicaof` replica; bench/datasets.py's mix: 70%
 strings of 16-200 bytes, the rest hashes, lists, sets and zsets of 5-50 elements, 20% with TTLs),
@@ -17,7 +17,9 @@ The inventory sets `qps` high so the deprecated command cap (qps/4 keys/s) does 
 other defaults apply. Prints peak RSS of this process and of the audit subprocess. With --cpu, the CPU
 seconds of each process of the run (its Python process, the snapshot processes, the Spark JVM, the two
 redis-servers) during the snapshot stage and after it, against what the machine's cores had
-(bench/proc_cpu.py).
+(bench/proc_cpu.py). With --before REV (a git revision), then REV's `replica-audit run` and this tree's,
+alternated --repeat times on the same pair, both as `python -m audit` from a fresh interpreter (REV from
+a git worktree): a before and after measured in the same quarter hour by one command.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import worktree
 from datasets import load_mix, peak_rss_mb, plant_differences, wait_replica_synced
 from proc_cpu import CpuSampler
 
@@ -45,13 +48,14 @@ PEER = ROOT.parent / "shared" / "peers" / "redis-full-check"
 if not PEER.exists():
     PEER = Path("/work/shared/peers/redis-full-check")
 TARGETS = {"total": 25.0, "snapshot": 10.0, "diff": 5.0, "recheck": 2.0, "gate": 1.0}
+STAGES = ("snapshot", "diff", "recheck", "gate + report")
 
 
-def timed_cmd(cmd: list[str], cwd: Path, log: Path) -> tuple[float, int, float]:
+def timed_cmd(cmd: list[str], cwd: Path, log: Path, env: dict[str, str] | None = None) -> tuple[float, int, float]:
     """Wall seconds, exit code, and the child's peak RSS in MB (its own, from wait4)."""
     started = time.perf_counter()
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
     return time.perf_counter() - started, os.waitstatus_to_exitcode(status), usage.ru_maxrss / 1024
 
@@ -64,7 +68,10 @@ def redis_cli_scan(port: int, work: Path) -> float | None:
     return secs
 
 
-def run_audit(m: RedisServer, r: RedisServer, work: Path) -> tuple[float, int, float, Path]:
+def run_audit(m: RedisServer, r: RedisServer, work: Path, tree: Path | None = None) -> tuple[float, int, float, Path]:
+    """`replica-audit run` on the pair: the installed command, or with `tree` the code of that checkout
+    (`python -m audit` with it first on the path). Inventory, output and log under `work`."""
+    work.mkdir(parents=True, exist_ok=True)
     inv = work / "inventory.yaml"
     inv.write_text(
         "defaults: {qps: 1000000000}\n"
@@ -76,8 +83,11 @@ def run_audit(m: RedisServer, r: RedisServer, work: Path) -> tuple[float, int, f
         "    dbs: [0]\n"
     )
     out = work / "out"
-    exe = str(Path(sys.executable).with_name("replica-audit"))
-    secs, code, rss = timed_cmd([exe, "run", "--inventory", str(inv), "--out", str(out)], work, work / "audit.log")
+    command, env = [str(Path(sys.executable).with_name("replica-audit"))], None
+    if tree is not None:
+        command, env = [sys.executable, "-m", "audit"], {**os.environ, "PYTHONPATH": str(tree)}
+    args = [*command, "run", "--inventory", str(inv), "--out", str(out)]
+    secs, code, rss = timed_cmd(args, work, work / "audit.log", env)
     # a run directory has a manifest; `out` also holds shared folders (the GX Data Docs context)
     runs = sorted(p.parent for p in out.glob("*/manifest.json")) if out.exists() else []
     if not runs:
@@ -149,6 +159,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="100k keys")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (printed)")
     ap.add_argument("--cpu", action="store_true", help="also print each process's CPU seconds (Linux /proc)")
+    ap.add_argument("--before", metavar="REV", help="then REV's run and this tree's, alternated on the same pair")
+    ap.add_argument("--repeat", type=int, default=2, help="with --before: runs of each (default 2)")
     args = ap.parse_args()
     if args.quick:
         args.keys = 100_000
@@ -186,6 +198,8 @@ def main() -> None:
                 ended_ms,
                 {m.port: "master", r.port: "replica"},
             )
+        if args.before:
+            compare_revisions(args.before, args.repeat, m, r, work, planted)
     finally:
         m.stop()
         r.stop()
@@ -194,6 +208,27 @@ def main() -> None:
         else:
             shutil.rmtree(work, ignore_errors=True)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+def compare_revisions(
+    rev: str, repeat: int, m: RedisServer, r: RedisServer, work: Path, planted: list[tuple[str, bytes]]
+) -> None:
+    """REV's `replica-audit run` and this tree's on the same pair, alternated, both as `python -m audit`
+    in a fresh interpreter: the same harness for both, so what differs is the code (the installed
+    command's own script is not compared). The audit only reads, so every run sees the same pair."""
+    trees = {rev: worktree.add(rev, work / "before-tree"), "this tree": ROOT}
+    print(f"\n{'revision, alternated':<24} {'run s':>7} " + " ".join(f"{s:>8}" for s in STAGES) + "   found")
+    try:
+        for i in range(repeat):
+            for n, (label, tree) in enumerate(trees.items()):
+                started_ms = int(time.time() * 1000)
+                secs, code, _, run_dir = run_audit(m, r, work / f"compare-{i}-{n}", tree)
+                split = stage_split(run_dir, started_ms, int(time.time() * 1000))
+                stages = " ".join(f"{split.get(s, float('nan')):>8.2f}" for s in STAGES)
+                found = len(found_by_audit(run_dir, planted))
+                print(f"{label + f' (exit {code})':<24} {secs:>7.2f} {stages}   {found}/10", flush=True)
+    finally:
+        worktree.remove(work / "before-tree")
 
 
 def cpu_report(sampler: CpuSampler, start_ms: float, snap_end_ms: float, end_ms: float, ports: dict[int, str]) -> None:

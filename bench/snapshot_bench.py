@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import redis
+import worktree
 from datasets import load_mix, peak_rss_mb, wait_replica_synced
 
 from audit.local.redis_server import RedisServer, free_port
@@ -143,9 +144,7 @@ print(json.dumps(m["stats"]["keys_scanned"]))
 
 def before_snapshot(rev: str, url: str, tmp: Path) -> Callable[[], int]:
     """A callable running `rev`'s snapshot_side in a subprocess (its CPU counts as this process' children)."""
-    tree = tmp / "before-tree"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev], check=True)
-    return subprocess_snapshot(tree, url, tmp / "before-out")
+    return subprocess_snapshot(worktree.add(rev, tmp / "before-tree"), url, tmp / "before-out")
 
 
 def subprocess_snapshot(tree: Path, url: str, out_dir: Path) -> Callable[[], int]:
@@ -167,9 +166,7 @@ def subprocess_snapshot(tree: Path, url: str, out_dir: Path) -> Callable[[], int
 
 
 def drop_before_tree(tmp: Path) -> None:
-    tree = tmp / "before-tree"
-    if tree.exists():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+    worktree.remove(tmp / "before-tree")
 
 
 def both_sides(jobs: list[SideJob], processes: bool) -> int:
