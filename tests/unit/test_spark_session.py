@@ -26,12 +26,6 @@ def test_only_a_local_driver_compiles_later(monkeypatch, master: str, later_c2: 
     assert any(o in options for o in session.LOCAL_JIT_OPTIONS) is later_c2
 
 
-@pytest.mark.usefixtures("no_given_settings")
-def test_the_users_java_options_replace_the_defaults(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("REPLICA_AUDIT_SPARK_CONF", "spark.driver.extraJavaOptions=-Dmine=1")
-    assert session.session_conf()["spark.driver.extraJavaOptions"] == "-Dmine=1"
-
-
 def test_the_running_driver_jvm_has_the_thresholds(spark) -> None:  # type: ignore[no-untyped-def]
     # asked of HotSpot itself: an option it did not take (a typo, a JDK without it) would not show here
     jvm = spark.sparkContext._jvm
