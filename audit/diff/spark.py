@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -23,7 +24,8 @@ from audit.diff import class_cache
 from audit.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
@@ -98,7 +100,12 @@ def session_conf() -> dict[str, str]:
     given = {**_env_conf(), **_overrides}
     if "spark.master" not in given and submitted():
         return {**COMMON_DEFAULTS, **given}
-    master = given.get("spark.master", defaults.SPARK_MASTER)
+    return driver_conf(given.get("spark.master", defaults.SPARK_MASTER), given)
+
+
+def driver_conf(master: str, given: dict[str, str]) -> dict[str, str]:
+    """A driver's settings for `master`: the common defaults, a local master's sizing and JVM options, then
+    `given`. Also what a Spark Connect server started by replica-audit runs with (audit/diff/connect_server.py)."""
     sizing = LOCAL_DEFAULTS if is_local(master) else {}
     conf = {"spark.master": master, **COMMON_DEFAULTS, **sizing, **given}
     if not master.startswith(CONNECT_SCHEME):
@@ -171,6 +178,38 @@ def warm_up() -> threading.Thread:
         import pyspark.sql.classic.dataframe  # noqa: F401  (0.01 s)
 
     return in_background("spark-warm-up", get_spark)
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """True for a Spark Connect client session: no SparkContext, no JVM, no broadcast variables here."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+_LOCAL_CORES = re.compile(r"local\[(\d+)(?:,\d+)?\]")
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """How many tasks the session's cluster runs at once by default.
+
+    A Spark Connect client cannot ask the SparkContext: it reads the server's `spark.default.parallelism`
+    when set, else the N of a `local[N]` master, else assumes 2 (a caller that knows better has a setting)."""
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    given = spark.conf.get("spark.default.parallelism", None)
+    if given:
+        return int(given)
+    local = _LOCAL_CORES.fullmatch(spark.conf.get("spark.master", None) or "")
+    return int(local.group(1)) if local else 2
+
+
+def arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
+    """A pyarrow table as a DataFrame of the same schema, empty ones included (a Spark Connect client
+    cannot infer a schema from an empty table, so those are built from the schema alone)."""
+    if table.num_rows:
+        return spark.createDataFrame(table)
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return spark.createDataFrame([], from_arrow_schema(table.schema))
 
 
 def stop_spark() -> None:

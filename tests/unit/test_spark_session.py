@@ -35,3 +35,18 @@ def test_the_running_driver_jvm_has_the_thresholds(spark) -> None:  # type: igno
     for option in session.LOCAL_JIT_OPTIONS:
         name, value = option.removeprefix("-XX:").split("=")
         assert bean.getVMOption(name).getValue() == value
+
+
+def test_an_empty_arrow_table_keeps_its_schema(spark) -> None:  # type: ignore[no-untyped-def]
+    import pyarrow as pa
+
+    schema = pa.schema([("db", pa.int32()), ("key", pa.binary()), ("category", pa.string())])
+    empty = session.arrow_frame(spark, schema.empty_table())
+    assert empty.collect() == [] and empty.columns == ["db", "key", "category"]
+    rows = session.arrow_frame(spark, pa.Table.from_pylist([{"db": 0, "key": b"k", "category": "x"}], schema=schema))
+    assert [tuple(r) for r in rows.collect()] == [(0, bytearray(b"k"), "x")]
+
+
+def test_default_parallelism_of_a_classic_session_is_the_context_s(spark) -> None:  # type: ignore[no-untyped-def]
+    assert not session.is_connect(spark)
+    assert session.default_parallelism(spark) == spark.sparkContext.defaultParallelism

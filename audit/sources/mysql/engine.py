@@ -143,7 +143,11 @@ def _bound(bound: Sequence[KeyValue] | None) -> list[str] | None:
 def _parallelism(spark: SparkSession | None, settings: MySQLSettings) -> int:
     if settings.parallelism:
         return settings.parallelism
-    return int(spark.sparkContext.defaultParallelism) if spark is not None else 1
+    if spark is None:
+        return 1
+    from audit.diff.spark import default_parallelism
+
+    return default_parallelism(spark)
 
 
 def audit_tables(

@@ -132,8 +132,9 @@ def events(spark: SparkSession | None, job: Job, tasks: int = 1) -> Iterator[Eve
         return
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    rdd = spark.sparkContext.parallelize([(g,) for g in groups], len(groups))
-    frame = spark.createDataFrame(rdd, "segments array<int>")
+    from audit.diff.task_frame import one_row_per_task
+
+    frame = one_row_per_task(spark, [("segments", "array<int>")], [(g,) for g in groups])
     for row in frame.mapInArrow(partial(_task, job), from_arrow_schema(_EVENTS)).toLocalIterator():
         yield pickle.loads(row["event"])
 

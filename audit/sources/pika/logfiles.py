@@ -111,6 +111,7 @@ SCAN_PARQUET_OPTIONS: dict[str, Any] = {
 """pyarrow.parquet.write_table options for the scan's part files."""
 
 _DONE_SCHEMA = pa.schema([("db", pa.int32()), ("filenum", pa.int32()), ("rows", pa.int64())])
+_TASK_COLUMNS = (("db", "int"), ("filenum", "int"), ("path", "string"), ("logical_end", "long"), ("size", "long"))
 
 
 def _scan_partition(out_path: str, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -141,6 +142,8 @@ def scan_logs(spark: SparkSession, logs: list[DbLog], out_path: str) -> dict[str
 
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    from audit.diff.task_frame import one_row_per_task
+
     if "://" not in out_path:
         shutil.rmtree(out_path, ignore_errors=True)
         Path(out_path).mkdir(parents=True)
@@ -149,10 +152,9 @@ def scan_logs(spark: SparkSession, logs: list[DbLog], out_path: str) -> dict[str
         empty = spark.createDataFrame([], from_arrow_schema(SCAN_SCHEMA))
         empty.write.mode("overwrite").parquet(out_path)
         return {"files": 0, "bytes": 0, "rows": 0}
-    # biggest files first, so the last task to start is a small one
+    # biggest files first, so the last task to start is a small one (partition i holds task i)
     tasks.sort(key=lambda t: -t[4])
-    df = spark.createDataFrame(tasks, "db int, filenum int, path string, logical_end long, size long")
-    df = df.repartition(len(tasks))
+    df = one_row_per_task(spark, _TASK_COLUMNS, tasks)
     done = df.mapInArrow(functools.partial(_scan_partition, out_path), from_arrow_schema(_DONE_SCHEMA)).collect()
     return {
         "files": len(tasks),

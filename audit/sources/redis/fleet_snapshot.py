@@ -20,9 +20,10 @@ with the same key of shard i on the replica side only (a key that one shard's re
 another's has would otherwise look present). Map it back with :attr:`FleetSnapshot.shard_by_db`. A
 migration between topologies leaves it off: keys are compared by (db, key) whichever node holds them.
 
-Credentials never enter a DataFrame: the tasks' rows hold addresses; the URLs travel in a broadcast
-variable, read inside the task. A task that fails (node unreachable, snapshot interrupted) returns an
-error row instead of failing the job, so the other shards are still snapshotted.
+Credentials never enter a DataFrame: the tasks' rows hold addresses; the URLs travel inside the task's
+function (pickled with it, as the MySQL jobs' endpoints do), never in a plan's text or a row. No
+broadcast variable: a Spark Connect client has none. A task that fails (node unreachable, snapshot
+interrupted) returns an error row instead of failing the job, so the other shards are still snapshotted.
 """
 
 from __future__ import annotations
@@ -294,14 +295,13 @@ def run_task(
 
 
 def _spark_partition(
-    urls: Any,
+    urls: dict[int, str],
     out_root: str,
     options: SnapshotOptions,
     shard_as_db: bool,
     batches: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: the partition's task rows (one per partition) -> one result row each."""
-    secret: dict[int, str] = urls.value
     for batch in batches:
         for row in batch.to_pylist():
             task = SnapshotTask(
@@ -309,7 +309,7 @@ def _spark_partition(
                 ordinal=row["ordinal"],
                 shard=row["shard"],
                 node=row["node"],
-                url=secret[row["task"]],
+                url=urls[row["task"]],
                 dbs=tuple(row["dbs"]),
                 readonly=row["readonly"],
                 cluster=row["cluster"],
@@ -368,18 +368,24 @@ def snapshot_fleet(
     return FleetSnapshot(results, by_db)
 
 
-def tasks_frame(spark: SparkSession, tasks: Sequence[SnapshotTask]) -> DataFrame:
-    """One row and one partition per task; addresses only (the URLs go in a broadcast, by task index).
+TASK_COLUMNS = (
+    ("task", "int"),
+    ("side", "string"),
+    ("ordinal", "int"),
+    ("shard", "string"),
+    ("node", "string"),
+    ("dbs", "array<int>"),
+    ("readonly", "boolean"),
+    ("cluster", "boolean"),
+)
 
-    The rows start as a local relation in the JVM and are dealt round-robin into one partition each: a
-    Python RDD (`parallelize`) would cost a Python stage of its own before the snapshot tasks start.
-    """
+
+def tasks_frame(spark: SparkSession, tasks: Sequence[SnapshotTask]) -> DataFrame:
+    """One row and one partition per task (audit/diff/task_frame.py); addresses only, the URLs stay out."""
+    from audit.diff.task_frame import one_row_per_task
+
     rows = [(i, t.side, t.ordinal, t.shard, t.node, list(t.dbs), t.readonly, t.cluster) for i, t in enumerate(tasks)]
-    ddl = (
-        "task int, side string, ordinal int, shard string, node string, dbs array<int>, readonly boolean, "
-        "cluster boolean"
-    )
-    return spark.createDataFrame(rows, ddl).repartition(len(rows))
+    return one_row_per_task(spark, TASK_COLUMNS, rows)
 
 
 def _run_spark(
@@ -391,13 +397,9 @@ def _run_spark(
 ) -> list[TaskResult]:
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    urls = spark.sparkContext.broadcast({i: t.url for i, t in enumerate(tasks)})
-    df = tasks_frame(spark, tasks)
+    urls = {i: t.url for i, t in enumerate(tasks)}
     body = functools.partial(_spark_partition, urls, str(out_root), options, shard_as_db)
-    try:
-        collected = df.mapInArrow(body, from_arrow_schema(_RESULT_SCHEMA)).collect()
-    finally:
-        urls.unpersist()
+    collected = tasks_frame(spark, tasks).mapInArrow(body, from_arrow_schema(_RESULT_SCHEMA)).collect()
     return [_from_row(r) for r in collected]
 
 

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from audit.diff.compare_modes import mode_category
 from audit.diff.keyspace import VALUE_COLUMNS
+from audit.diff.spark import arrow_frame
 from audit.sources.redis.ack import ReplicaAck, wait_for
 from audit.sources.redis.keys import ERROR, UNSTABLE, VANISHED, KeyReader, KeyState
 from audit.sources.redis.resp import RespPipe
@@ -354,7 +355,7 @@ def _divergent_frame(
         if category is not None:
             sides = {**_side_columns("m_", _present(m)), **_side_columns("r_", _present(r))}
             rows.append({"db": db, "key": key, **sides, "category": category})
-    return spark.createDataFrame(pa.Table.from_pylist(rows, schema=SURVIVORS_SCHEMA))
+    return arrow_frame(spark, pa.Table.from_pylist(rows, schema=SURVIVORS_SCHEMA))
 
 
 def _side_columns(prefix: str, state: KeyState | None) -> dict[str, Any]:

@@ -29,6 +29,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from audit.diff.spark import arrow_frame
 from audit.findings import FINDINGS_SCHEMA, Finding
 from audit.sources.rocketmq.record_diff import (
     at_same_offset,
@@ -238,7 +239,7 @@ def diff_stores(
     damage = [
         f.to_row(None, None, None) for f in _damage_findings("master", master) + _damage_findings("replica", replica)
     ]
-    findings = spark.createDataFrame(pa.Table.from_pylist(damage, schema=FINDINGS_SCHEMA))
+    findings = arrow_frame(spark, pa.Table.from_pylist(damage, schema=FINDINGS_SCHEMA))
     compared_counts = {"m": 0, "r": 0}
     if compare_plan:  # else every chunk of the common range is byte-equal: nothing to compare record by record
         cands = candidates(master_rows, replica_rows, lo, hi, master.not_read(), replica.not_read())

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import xxhash
 from pyspark.sql import DataFrame
 
+from audit.diff.task_frame import one_row_per_task
 from audit.sources.rocketmq.format import RECORD_SCHEMA
 from audit.sources.rocketmq.scan import data_end
 from audit.sources.rocketmq.store import CommitLogFile, parse_file
@@ -48,7 +49,7 @@ CHUNK_SCHEMA = pa.schema(
     [("file_start", pa.int64()), ("chunk_start", pa.int64()), ("chunk_len", pa.int64()), ("hash", pa.int64())]
 )
 
-_FILES_DDL = "side string, path string, file_start long, last_file boolean"
+_FILES_COLUMNS = (("side", "string"), ("path", "string"), ("file_start", "long"), ("last_file", "boolean"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +188,7 @@ def _files_frame(spark: SparkSession, sides: dict[str, Sequence[CommitLogFile]])
     rows = [
         (side, str(f.path), f.start, i == len(files) - 1) for side, files in sides.items() for i, f in enumerate(files)
     ]
-    return spark.createDataFrame(spark.sparkContext.parallelize(rows, max(len(rows), 1)), _FILES_DDL)
+    return one_row_per_task(spark, _FILES_COLUMNS, rows)
 
 
 def read_store(spark: SparkSession, files: Sequence[CommitLogFile], *, keep: Keep | None = None) -> DataFrame:
