@@ -1,6 +1,7 @@
 """End to end: a 1M-key master/replica pair with 10 planted differences through `replica-audit run`.
 
-    .venv/bin/python bench/e2e_bench.py [--keys 1000000] [--quick] [--keep] [--cpu] [--before REV [--repeat N]]
+    .venv/bin/python bench/e2e_bench.py [--keys 1000000] [--quick] [--keep] [--cpu] [--before REV] [--spark-connect]
+        [--repeat N]
 
 Builds the pair (a real redis-server master and a `replicaof` replica; bench/datasets.py's mix: 70%
 strings of 16-200 bytes, the rest hashes, lists, sets and zsets of 5-50 elements, 20% with TTLs),
@@ -19,7 +20,10 @@ seconds of each process of the run (its Python process, the snapshot processes, 
 redis-servers) during the snapshot stage and after it, against what the machine's cores had
 (bench/proc_cpu.py). With --before REV (a git revision), then REV's `replica-audit run` and this tree's,
 alternated --repeat times on the same pair, both as `python -m audit` from a fresh interpreter (REV from
-a git worktree): a before and after measured in the same quarter hour by one command.
+a git worktree): a before and after measured in the same quarter hour by one command. With
+--spark-connect, then runs with their own driver JVM and runs on a Spark Connect server started for
+the bench (docs/spark.md, "A Connect server that stays up"), alternated --repeat times; the peer's ratio
+is to its round above.
 """
 
 from __future__ import annotations
@@ -68,9 +72,11 @@ def redis_cli_scan(port: int, work: Path) -> float | None:
     return secs
 
 
-def run_audit(m: RedisServer, r: RedisServer, work: Path, tree: Path | None = None) -> tuple[float, int, float, Path]:
+def run_audit(
+    m: RedisServer, r: RedisServer, work: Path, tree: Path | None = None, extra: tuple[str, ...] = ()
+) -> tuple[float, int, float, Path]:
     """`replica-audit run` on the pair: the installed command, or with `tree` the code of that checkout
-    (`python -m audit` with it first on the path). Inventory, output and log under `work`."""
+    (`python -m audit` with it first on the path), with `extra` options. Inventory, output and log under `work`."""
     work.mkdir(parents=True, exist_ok=True)
     inv = work / "inventory.yaml"
     inv.write_text(
@@ -86,7 +92,7 @@ def run_audit(m: RedisServer, r: RedisServer, work: Path, tree: Path | None = No
     command, env = [str(Path(sys.executable).with_name("replica-audit"))], None
     if tree is not None:
         command, env = [sys.executable, "-m", "audit"], {**os.environ, "PYTHONPATH": str(tree)}
-    args = [*command, "run", "--inventory", str(inv), "--out", str(out)]
+    args = [*command, "run", "--inventory", str(inv), "--out", str(out), *extra]
     secs, code, rss = timed_cmd(args, work, work / "audit.log", env)
     # a run directory has a manifest; `out` also holds shared folders (the GX Data Docs context)
     runs = sorted(p.parent for p in out.glob("*/manifest.json")) if out.exists() else []
@@ -160,7 +166,10 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the work directory (printed)")
     ap.add_argument("--cpu", action="store_true", help="also print each process's CPU seconds (Linux /proc)")
     ap.add_argument("--before", metavar="REV", help="then REV's run and this tree's, alternated on the same pair")
-    ap.add_argument("--repeat", type=int, default=2, help="with --before: runs of each (default 2)")
+    ap.add_argument("--repeat", type=int, default=2, help="with --before or --spark-connect: runs of each (default 2)")
+    ap.add_argument(
+        "--spark-connect", action="store_true", help="then runs on their own JVM and on a Connect server, alternated"
+    )
     args = ap.parse_args()
     if args.quick:
         args.keys = 100_000
@@ -200,6 +209,8 @@ def main() -> None:
             )
         if args.before:
             compare_revisions(args.before, args.repeat, m, r, work, planted)
+        if args.spark_connect:
+            compare_connect(args.repeat, m, r, work, planted, peer[0] if peer else None)
     finally:
         m.stop()
         r.stop()
@@ -229,6 +240,32 @@ def compare_revisions(
                 print(f"{label + f' (exit {code})':<24} {secs:>7.2f} {stages}   {found}/10", flush=True)
     finally:
         worktree.remove(work / "before-tree")
+
+
+def compare_connect(
+    repeat: int, m: RedisServer, r: RedisServer, work: Path, planted: list[tuple[str, bytes]], peer_s: float | None
+) -> None:
+    """`replica-audit run` with its own driver JVM (the default) and with `--spark-master sc://...` on a
+    Connect server started here (`replica-audit spark-server`'s code, local[*], the local defaults),
+    alternated. The server's first run shows what its JVM still compiles; later ones, a warm server."""
+    from audit.diff.connect_server import ConnectServer
+
+    with (work / "connect-server.log").open("wb") as log:
+        server = ConnectServer(port=free_port()).start(log)
+    header = f"\n{'own JVM / Connect server':<24} {'run s':>7} " + " ".join(f"{s:>8}" for s in STAGES)
+    print(header + "   found  peer x")
+    try:
+        for i in range(repeat):
+            for label, extra in (("own JVM", ()), (f"server, run {i + 1}", ("--spark-master", server.url))):
+                started_ms = int(time.time() * 1000)
+                secs, code, _, run_dir = run_audit(m, r, work / f"connect-{i}-{label[:3]}", extra=extra)
+                split = stage_split(run_dir, started_ms, int(time.time() * 1000))
+                stages = " ".join(f"{split.get(s, float('nan')):>8.2f}" for s in STAGES)
+                found = len(found_by_audit(run_dir, planted))
+                ratio = f"{secs / peer_s:>6.2f}x" if peer_s else ""
+                print(f"{label + f' (exit {code})':<24} {secs:>7.2f} {stages}   {found}/10  {ratio}", flush=True)
+    finally:
+        server.stop()
 
 
 def cpu_report(sampler: CpuSampler, start_ms: float, snap_end_ms: float, end_ms: float, ports: dict[int, str]) -> None:

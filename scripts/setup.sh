@@ -48,7 +48,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt
    || [ "$PROVIDER/pyproject.toml" -nt "$stamp" ]; then
   say "Python packages: installing (pinned by constraints.txt; details in $LOG)"
   "$VENV/bin/python" -m pip install -q --upgrade pip >>"$LOG" 2>&1 || fail "pip upgrade"
-  "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[airflow,dev]" -e "$PROVIDER" >>"$LOG" 2>&1 \
+  "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[airflow,dev,connect]" -e "$PROVIDER" >>"$LOG" 2>&1 \
     || fail "pip install"
   touch "$stamp"
 else
@@ -60,7 +60,7 @@ fi
 from importlib.metadata import PackageNotFoundError, version
 
 names = ("replica-audit", "airflow-provider-replica-audit", "apache-airflow", "pyspark", "great-expectations",
-         "redis", "hiredis")
+         "redis", "hiredis", "grpcio-status")
 try:
     found = [f"{n} {version(n)}" for n in names]
 except PackageNotFoundError as e:

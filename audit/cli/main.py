@@ -1,4 +1,4 @@
-"""`replica-audit run|snapshot|diff|recheck|gate|report|verify|daily-report`.
+"""`replica-audit run|snapshot|diff|recheck|gate|report|verify|daily-report|spark-server`.
 
 Exit status (audit/outcome.py, README "Exit status"): 0 every gate passed; 1 a gate failed; 2 usage or
 configuration error; 3 a source could not be audited; 4 an internal error (a bug: its traceback is
@@ -24,7 +24,7 @@ from typer.exceptions import TyperException
 from audit.errors import AuditError, ConfigError
 from audit.inventory import Inventory, Pair, load_inventory
 from audit.kernel.kind import kind_spec
-from audit.outcome import EXIT_INTERNAL, EXIT_USAGE, exit_code_of_error, run_exit_code
+from audit.outcome import EXIT_INTERNAL, EXIT_OK, EXIT_SOURCE, EXIT_USAGE, exit_code_of_error, run_exit_code
 from audit.pipeline import audit_pair, finish_run, run_stage, start_run, tool_version
 
 app = typer.Typer(
@@ -93,16 +93,20 @@ def _setup(
 ) -> tuple[Inventory, list[Pair]]:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     inv = load_inventory(inventory)
+    from audit.diff.spark import configure
+
+    configure(spark_master, _settings(spark_conf))
+    return inv, inv.select(pairs)
+
+
+def _settings(spark_conf: list[str] | None) -> dict[str, str]:
     conf = {}
     for item in spark_conf or []:
         if "=" not in item:
             raise ConfigError(f"--spark-conf {item!r}: expected key=value")
         k, v = item.split("=", 1)
         conf[k] = v
-    from audit.diff.spark import configure
-
-    configure(spark_master, conf)
-    return inv, inv.select(pairs)
+    return conf
 
 
 def _progress() -> tuple[Any, Any]:
@@ -373,6 +377,46 @@ def daily_report(
 
     path = render_daily_report(out_dir, history, days, as_of)
     out.print(f"daily report: {path}")
+
+
+@app.command("spark-server")
+def spark_server(
+    port: Annotated[int, typer.Option("--port", help="the port runs connect to")] = 15002,
+    host: Annotated[
+        str, typer.Option("--host", help="the address to listen on; the server has no authentication of its own")
+    ] = "127.0.0.1",
+    spark_master: Annotated[
+        str, typer.Option("--spark-master", help="the master the server drives (local[*] or a cluster's URL)")
+    ] = "local[*]",
+    spark_conf: SparkConfOpt = None,
+) -> None:
+    """Run a Spark Connect server in the foreground: runs given --spark-master sc://HOST:PORT diff on
+    its JVM, already started and compiled, instead of starting their own (docs/spark.md)."""
+    import signal
+
+    from audit.diff.connect_server import ConnectServer
+
+    if host.startswith("sc://") or not 0 < port < 65536:
+        raise ConfigError(f"--host {host} --port {port}: expected an address and a port (1-65535)")
+    if spark_master.startswith("sc://"):
+        raise ConfigError(f"--spark-master {spark_master}: the server drives a master; it cannot be a Connect URL")
+    server = ConnectServer(host=host, port=port, master=spark_master, conf=_settings(spark_conf))
+    signal.signal(signal.SIGTERM, _interrupted)  # a service manager's stop: end the server's JVM too
+    try:
+        server.start()
+        err.print(f"spark connect server: {server.url} (driving {spark_master}); stop it with Ctrl-C or SIGTERM")
+        code = server.wait()
+    except RuntimeError as e:
+        raise ConfigError(f"spark connect server on {host}:{port}: {e}") from None
+    except KeyboardInterrupt:
+        server.stop()
+        raise typer.Exit(EXIT_OK) from None
+    err.print(f"[red]spark connect server on {host}:{port} stopped on its own[/] (code {code}; its output above)")
+    raise typer.Exit(EXIT_SOURCE)
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def main() -> None:

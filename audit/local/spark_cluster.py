@@ -22,15 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from audit.diff.connect_server import spark_home
 from audit.local.redis_server import free_port
 
 STARTUP_S = 120.0
-
-
-def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
 
 
 @dataclass

@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from audit.local.spark_cluster import StandaloneCluster, spark_home
+from audit.diff.connect_server import spark_home
+from audit.local.spark_cluster import StandaloneCluster
 from audit.sources.redis.snapshot import SNAPSHOT_SCHEMA
 from tests.conftest import REPO
 

@@ -1,0 +1,131 @@
+"""A Spark Connect server started from the Spark inside the pyspark package: `replica-audit spark-server`.
+
+Each `replica-audit` process that diffs starts a driver JVM, and on a small or medium keyspace that
+JVM's start and its first compiles are most of the diff (docs/performance.md). A Connect server is a
+driver that stays up: runs given `--spark-master sc://HOST:PORT` (or REPLICA_AUDIT_SPARK_MASTER) send
+their plans to it, and from the second run on they find its code compiled. Scheduled audits (one
+process per Airflow task) gain the most.
+
+The server runs :func:`audit.diff.spark.driver_conf` for its master, so a local server gets the same
+sizing, class-data-sharing archive and compiler thresholds as a local session. Its Python workers run
+this interpreter (PYSPARK_PYTHON), which has replica-audit and pyarrow installed. A Connect server
+has no authentication of its own: it listens on loopback unless told otherwise; anything else belongs
+behind a network boundary the operator controls.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from audit.diff.spark import driver_conf
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+DEFAULT_PORT = 15002  # Spark Connect's own default
+STARTUP_S = 120.0
+
+
+def spark_home() -> Path:
+    """The Spark installation inside the pyspark package (bin/spark-submit, jars/)."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def server_command(host: str, port: int, master: str, given: Mapping[str, str]) -> list[str]:
+    """spark-submit's command line for a Connect server on host:port driving `master`."""
+    conf = {
+        **driver_conf(master, dict(given)),
+        "spark.connect.grpc.binding.address": host,
+        "spark.connect.grpc.binding.port": str(port),
+    }
+    cmd = [str(spark_home() / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--name", "replica-audit connect"]
+    for key, value in conf.items():
+        cmd += ["--conf", f"{key}={value}"]
+    return [*cmd, "spark-internal"]
+
+
+def server_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(SPARK_HOME=str(spark_home()), PYSPARK_PYTHON=sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return env
+
+
+@dataclass
+class ConnectServer:
+    """One server process (in a new process group, which :meth:`stop` ends)."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    master: str = "local[*]"
+    conf: Mapping[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"sc://{self.host}:{self.port}"
+
+    def start(self, log: IO[bytes] | None = None) -> ConnectServer:
+        """Start the server (its output to `log`, else inherited) and wait until it accepts connections.
+
+        RuntimeError when the port is taken (checked first: the wait for the port would otherwise take
+        another listener for this server) or when the server ends before it listens."""
+        self._check_port_free()
+        self.proc = subprocess.Popen(
+            server_command(self.host, self.port, self.master, self.conf),
+            env=server_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT if log is not None else None,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _check_port_free(self) -> None:
+        with socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((self.host, self.port))
+            except OSError as e:
+                raise RuntimeError(f"cannot listen there: {e.strerror or e}") from None
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + STARTUP_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the Spark Connect server exited with code {self.proc.returncode}")
+            try:
+                with socket.create_connection((self.host, self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.3)
+        raise RuntimeError(f"the Spark Connect server did not listen on {self.host}:{self.port} within {STARTUP_S} s")
+
+    def wait(self) -> int:
+        assert self.proc is not None
+        return self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
