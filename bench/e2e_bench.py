@@ -246,13 +246,15 @@ def compare_connect(
     repeat: int, m: RedisServer, r: RedisServer, work: Path, planted: list[tuple[str, bytes]], peer_s: float | None
 ) -> None:
     """`replica-audit run` with its own driver JVM (the default) and with `--spark-master sc://...` on a
-    Connect server started here (`replica-audit spark-server`'s code, local[*], the local defaults),
-    alternated. The server's first run shows what its JVM still compiles; later ones, a warm server."""
-    from audit.diff.connect_server import ConnectServer
+    Connect server started and warmed up here as `replica-audit spark-server` does (local[*], the local
+    defaults), alternated."""
+    from audit.diff.connect_server import ConnectServer, warm_up
 
     with (work / "connect-server.log").open("wb") as log:
         server = ConnectServer(port=free_port()).start(log)
-    header = f"\n{'own JVM / Connect server':<24} {'run s':>7} " + " ".join(f"{s:>8}" for s in STAGES)
+    warm_s = warm_up(server.url, work / "warm-up")
+    print(f"\nConnect server {server.url}: warmed up in {warm_s:.1f} s, as spark-server does")
+    header = f"{'own JVM / Connect server':<24} {'run s':>7} " + " ".join(f"{s:>8}" for s in STAGES)
     print(header + "   found  peer x")
     try:
         for i in range(repeat):

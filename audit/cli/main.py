@@ -389,12 +389,15 @@ def spark_server(
         str, typer.Option("--spark-master", help="the master the server drives (local[*] or a cluster's URL)")
     ] = "local[*]",
     spark_conf: SparkConfOpt = None,
+    warm_up: Annotated[
+        bool, typer.Option("--warm-up/--no-warm-up", help="diff generated snapshots once started (local masters)")
+    ] = True,
 ) -> None:
     """Run a Spark Connect server in the foreground: runs given --spark-master sc://HOST:PORT diff on
     its JVM, already started and compiled, instead of starting their own (docs/spark.md)."""
     import signal
 
-    from audit.diff.connect_server import ConnectServer
+    from audit.diff.connect_server import ConnectServer, warms_up
 
     if host.startswith("sc://") or not 0 < port < 65536:
         raise ConfigError(f"--host {host} --port {port}: expected an address and a port (1-65535)")
@@ -404,6 +407,8 @@ def spark_server(
     signal.signal(signal.SIGTERM, _interrupted)  # a service manager's stop: end the server's JVM too
     try:
         server.start()
+        if warm_up and warms_up(spark_master):
+            _warm_up_server(server.url)
         err.print(f"spark connect server: {server.url} (driving {spark_master}); stop it with Ctrl-C or SIGTERM")
         code = server.wait()
     except RuntimeError as e:
@@ -413,6 +418,20 @@ def spark_server(
         raise typer.Exit(EXIT_OK) from None
     err.print(f"[red]spark connect server on {host}:{port} stopped on its own[/] (code {code}; its output above)")
     raise typer.Exit(EXIT_SOURCE)
+
+
+def _warm_up_server(url: str) -> None:
+    """Best effort: a server that could not warm up still serves, and says so."""
+    import tempfile
+
+    from audit.diff.connect_server import warm_up
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="replica-audit-warm-up-") as work:
+            secs = warm_up(url, Path(work))
+        err.print(f"spark connect server: warmed up by a keyspace diff in {secs:.1f} s")
+    except Exception as e:
+        err.print(f"[yellow]spark connect server: the warm-up failed[/] ({type(e).__name__}: {e}); serving anyway")
 
 
 def _interrupted(signum: int, frame: object) -> None:

@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from audit.diff.spark import driver_conf
+from audit.diff.spark import driver_conf, is_local
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002  # Spark Connect's own default
 STARTUP_S = 120.0
+WARM_UP_ROWS = 300_000
 
 
 def spark_home() -> Path:
@@ -129,3 +130,56 @@ class ConnectServer:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
+
+
+def warm_up(url: str, work: Path, rows: int = WARM_UP_ROWS, passes: int = 2) -> float:
+    """Keyspace diffs of two generated snapshots through the server at `url`, so that its JVM has loaded
+    and compiled the diff's code before a run needs it. Seconds taken.
+
+    The snapshots are written here, so the server's tasks must see this filesystem: a local master's do.
+    Call it from a process that needs no other Spark session: it stays configured for `url`. Its children
+    start as before (pyspark's marks of a Connect client are taken off the environment)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from audit.diff import spark as session
+    from audit.diff.keyspace import diff_snapshots
+
+    started = time.monotonic()
+    i = pa.array(range(rows), pa.int64())
+    string = pa.array(["string"] * rows)
+    digest = pa.array([f"{n * 2654435761 % 2**64:032x}" for n in range(rows)])
+    for side, keep in (("master", rows), ("replica", rows - rows // 100)):  # 1% missing: a candidate pass too
+        table = pa.table(
+            {
+                "db": pa.array([0] * keep, pa.int32()),
+                "key": pa.array([b"warm:%d" % n for n in range(keep)], pa.binary()),
+                "type": string[:keep],
+                "ttl_ms": pa.nulls(keep, pa.int64()),
+                "expire_at_ms": pa.nulls(keep, pa.int64()),
+                "length": i[:keep],
+                "digest": digest[:keep],
+                "status": pa.array(["ok"] * keep),
+                "error": pa.nulls(keep, pa.string()),
+                "read_at_ms": i[:keep],
+            }
+        )
+        (work / side).mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, work / side / "part-0.parquet")
+    environ = dict(os.environ)
+    session.configure(url)
+    spark = session.get_spark()
+    try:
+        for n in range(passes):
+            diff_snapshots(spark, str(work / "master"), str(work / "replica"), str(work / f"candidates-{n}"), 1000)
+    finally:
+        session.stop_spark()  # released now: at exit, a client would try to release it on a server already gone
+        # pyspark marks the process as a Connect client (SPARK_CONNECT_MODE_ENABLED), and its children too
+        for name in set(os.environ) - set(environ):
+            del os.environ[name]
+    return time.monotonic() - started
+
+
+def warms_up(master: str) -> bool:
+    """Whether :func:`warm_up` can run for a server driving `master`: its tasks must see this machine's files."""
+    return is_local(master)

@@ -65,6 +65,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         time.sleep(0.3)
     url = f"sc://127.0.0.1:{port}"
     assert f"{READY}{url} (driving local[2])" in log.read_text()
+    assert "warmed up by a keyspace diff in" in log.read_text()
     yield url
     proc.send_signal(signal.SIGTERM)  # as a service manager stops it: the JVM must go too
     assert proc.wait(timeout=60) == 0
