@@ -201,3 +201,26 @@ def test_spark_server_on_a_taken_port_says_so(server: str) -> None:
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"spark connect server on {host}:{port}: cannot listen there: Address already in use" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_spark_server_whose_jvm_dies_exits_3(tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "audit", "spark-server", "--port", str(port), "--no-warm-up"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*cmd, "--spark-master", "local[1]", "--spark-conf", "spark.driver.memory=512m"],
+            cwd=REPO,
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+        )
+    deadline = time.monotonic() + 150
+    while READY not in log.read_text(errors="replace"):
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+        time.sleep(0.3)
+    assert "warmed up" not in log.read_text()
+    (jvm,) = [pid for pid in _server_procs(port) if pid != proc.pid]
+    os.kill(jvm, signal.SIGKILL)
+    assert proc.wait(timeout=60) == 3
+    assert f"spark connect server on 127.0.0.1:{port} stopped on its own (code" in log.read_text()
