@@ -409,6 +409,11 @@ def spark_server(
         server.start()
         if warm_up and warms_up(spark_master):
             _warm_up_server(server.url)
+        if not _loopback(host):
+            err.print(
+                f"[yellow]spark connect server: listening on {host}, not loopback.[/] Spark Connect has no "
+                "authentication: whoever reaches this port can run code as this user."
+            )
         err.print(f"spark connect server: {server.url} (driving {spark_master}); stop it with Ctrl-C or SIGTERM")
         code = server.wait()
     except RuntimeError as e:
@@ -418,6 +423,15 @@ def spark_server(
         raise typer.Exit(EXIT_OK) from None
     err.print(f"[red]spark connect server on {host}:{port} stopped on its own[/] (code {code}; its output above)")
     raise typer.Exit(EXIT_SOURCE)
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _warm_up_server(url: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -132,12 +133,30 @@ def _builder(conf: dict[str, str]) -> object:
                 f"spark master {master}: a Spark Connect URL needs the Spark Connect client "
                 f"(pip install 'pyspark[connect]'; missing: {e.name})"
             ) from None
+        _check_reachable(master)
         builder = builder.remote(master)
         # the server owns the cluster settings; a client may set only runtime SQL settings
         conf = {k: v for k, v in conf.items() if k.startswith("spark.sql.")}
     for k, v in conf.items():
         builder = builder.config(k, v)
     return builder
+
+
+def _check_reachable(url: str, timeout_s: float = 5.0) -> None:
+    """A Connect server that is not there: say so now. The client would retry its first request for
+    minutes before failing, and a run would seem to hang."""
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url.split(";", 1)[0])
+    host, port = where.hostname or "localhost", where.port or 15002
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise ConfigError(
+            f"spark master {url}: no Spark Connect server answers at {host}:{port} ({e.strerror or e}); "
+            "start one (replica-audit spark-server) or give another --spark-master"
+        ) from None
 
 
 def get_spark() -> SparkSession:

@@ -72,7 +72,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     assert _server_procs(port) == []
 
 
-def _run(server: str, inventory: Path, out: Path) -> int:
+def _run(server: str, inventory: Path, out: Path, expect: tuple[int, ...] = (0, 1)) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_", "REPLICA_AUDIT_SPARK"))}
     env.update(PATH=str(Path(sys.executable).parent), JAVA_HOME="/nonexistent")  # no local JVM can start
     done = subprocess.run(
@@ -84,7 +84,7 @@ def _run(server: str, inventory: Path, out: Path) -> int:
         timeout=600,
         stdin=subprocess.DEVNULL,
     )
-    assert done.returncode in (0, 1), done.stderr[-4000:]
+    assert done.returncode in expect, done.stderr[-4000:]
     return done.returncode
 
 
@@ -224,3 +224,14 @@ def test_spark_server_whose_jvm_dies_exits_3(tmp_path: Path) -> None:
     os.kill(jvm, signal.SIGKILL)
     assert proc.wait(timeout=60) == 3
     assert f"spark connect server on 127.0.0.1:{port} stopped on its own (code" in log.read_text()
+
+
+def test_a_connect_url_with_no_server_behind_it_is_a_clear_error(tmp_path: Path) -> None:
+    port = free_port()
+    pair = _rocketmq_stale_slave(tmp_path / "mq")
+    inventory = write_inventory(tmp_path / "inv.yaml", [pair])
+    started = time.monotonic()
+    assert _run(f"sc://127.0.0.1:{port}", inventory, tmp_path / "out", expect=(2,)) == 2
+    assert time.monotonic() - started < 60  # not the client's minutes of retries
+    (s,) = summary(latest_run(tmp_path / "out"))["pairs"]
+    assert f"no Spark Connect server answers at 127.0.0.1:{port}" in s["error"]["message"]
