@@ -4,7 +4,8 @@ The server drives local[2] on loopback. Each audit runs as its own process, `rep
 --spark-master sc://...`, with no Java on its PATH and JAVA_HOME pointing nowhere: a local JVM could
 not start, so what the run finds was computed on the server. Planted divergences: a Redis pair
 (every category of the keyspace diff), a Pika binlog pair with a gap, a RocketMQ slave reattached to
-a redeployed master, and a MariaDB pair whose table is split over Spark tasks.
+a redeployed master, a MariaDB pair whose table is split over Spark tasks, and a Redis Cluster whose
+shards are snapshotted in Spark tasks (their URLs, password included, inside the tasks' closure).
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ import pytest
 from audit.local.mariadb_server import mariadb_available
 from audit.local.mariadb_server import start_pair as start_mariadb_pair
 from audit.local.mariadb_server import wait_in_sync as mariadb_in_sync
+from audit.local.redis_cluster import start_cluster
 from audit.local.redis_server import free_port, start_pair, wait_in_sync
 from audit.local.rocketmq_commitlog import replicate, write_store
 from audit.local.sample import load_sample, plant_divergences
 from audit.sources.rocketmq.store import max_offset
 from tests.conftest import REPO
 from tests.integration.helpers import findings, latest_run, summary, write_inventory
+from tests.integration.test_redis_fleet_cli import FAST, PASSWORD, cluster_pair, load, plant
 from tests.pika_scenarios import commands, gap_plan, write_master, write_slave
 from tests.unit.test_rmq_diff import msg
 
@@ -143,6 +146,24 @@ def test_redis_pika_and_rocketmq_pairs_audited_on_the_server(server: str, tmp_pa
     assert {"stale_replica_data", "replica_ahead"} <= set(mq) and mq["replica_ahead"]["diagnosis"] == "RMQ_STALE_SLAVE"
     statuses = {p["pair"]: p["status"] for p in summary(root)["pairs"]}
     assert statuses == {"cache": "failed", "pika-gap": "failed", "mq": "failed"}
+
+
+def test_cluster_shards_snapshotted_in_tasks_on_the_server(server: str, tmp_path: Path) -> None:
+    cluster = start_cluster(tmp_path / "cluster", password=PASSWORD)
+    try:
+        keys = load(cluster, "s", 300)
+        plant(cluster, keys[1], "SET", keys[1], "changed")
+        plant(cluster, keys[2], "DEL", keys[2])
+        inventory = write_inventory(tmp_path / "inv.yaml", [cluster_pair(cluster, fleet_snapshot="spark")], **FAST)
+        assert _run(server, inventory, tmp_path / "out") == 1
+    finally:
+        cluster.stop()
+    root = latest_run(tmp_path / "out")
+    got = {(f["key"], f["category"]) for f in findings(root) if f["check"] == "keyspace"}
+    assert got == {(keys[1], "value_mismatch"), (keys[2], "extra_on_replica")}
+    (s,) = summary(root)["pairs"]
+    assert s["coverage"]["shards"] == 3
+    assert PASSWORD not in (root / "summary.json").read_text() + (root / "work/sessions/state.json").read_text()
 
 
 @pytest.mark.skipif(not mariadb_available(), reason="mariadbd not installed (apt-get install mariadb-server)")
