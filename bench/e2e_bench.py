@@ -252,22 +252,34 @@ def compare_connect(
 
     with (work / "connect-server.log").open("wb") as log:
         server = ConnectServer(port=free_port()).start(log)
-    warm_s = warm_up(server.url, work / "warm-up")
-    print(f"\nConnect server {server.url}: warmed up in {warm_s:.1f} s, as spark-server does")
-    header = f"{'own JVM / Connect server':<24} {'run s':>7} " + " ".join(f"{s:>8}" for s in STAGES)
-    print(header + "   found  peer x")
     try:
-        for i in range(repeat):
-            for label, extra in (("own JVM", ()), (f"server, run {i + 1}", ("--spark-master", server.url))):
-                started_ms = int(time.time() * 1000)
-                secs, code, _, run_dir = run_audit(m, r, work / f"connect-{i}-{label[:3]}", extra=extra)
-                split = stage_split(run_dir, started_ms, int(time.time() * 1000))
-                stages = " ".join(f"{split.get(s, float('nan')):>8.2f}" for s in STAGES)
-                found = len(found_by_audit(run_dir, planted))
-                ratio = f"{secs / peer_s:>6.2f}x" if peer_s else ""
-                print(f"{label + f' (exit {code})':<24} {secs:>7.2f} {stages}   {found}/10  {ratio}", flush=True)
+        warm_s = warm_up(server.url, work / "warm-up")
+        print(f"\nConnect server {server.url}: warmed up in {warm_s:.1f} s, as spark-server does")
+        _alternate_with_server(server.url, repeat, m, r, work, planted, peer_s)
     finally:
         server.stop()
+
+
+def _alternate_with_server(
+    url: str,
+    repeat: int,
+    m: RedisServer,
+    r: RedisServer,
+    work: Path,
+    planted: list[tuple[str, bytes]],
+    peer_s: float | None,
+) -> None:
+    header = f"{'own JVM / Connect server':<24} {'run s':>7} " + " ".join(f"{s:>8}" for s in STAGES)
+    print(header + "   found  peer x")
+    for i in range(repeat):
+        for label, extra in (("own JVM", ()), (f"server, run {i + 1}", ("--spark-master", url))):
+            started_ms = int(time.time() * 1000)
+            secs, code, _, run_dir = run_audit(m, r, work / f"connect-{i}-{label[:3]}", extra=extra)
+            split = stage_split(run_dir, started_ms, int(time.time() * 1000))
+            stages = " ".join(f"{split.get(s, float('nan')):>8.2f}" for s in STAGES)
+            found = len(found_by_audit(run_dir, planted))
+            ratio = f"{secs / peer_s:>6.2f}x" if peer_s else ""
+            print(f"{label + f' (exit {code})':<24} {secs:>7.2f} {stages}   {found}/10  {ratio}", flush=True)
 
 
 def cpu_report(sampler: CpuSampler, start_ms: float, snap_end_ms: float, end_ms: float, ports: dict[int, str]) -> None:

@@ -404,7 +404,9 @@ def spark_server(
     if spark_master.startswith("sc://"):
         raise ConfigError(f"--spark-master {spark_master}: the server drives a master; it cannot be a Connect URL")
     server = ConnectServer(host=host, port=port, master=spark_master, conf=_settings(spark_conf))
-    signal.signal(signal.SIGTERM, _interrupted)  # a service manager's stop: end the server's JVM too
+    stops = (signal.SIGTERM, signal.SIGHUP)  # a service manager's stop, a closed terminal: end the JVM too
+    for stop in stops:
+        signal.signal(stop, _interrupted)
     try:
         server.start()
         if warm_up and warms_up(spark_master):
@@ -412,13 +414,16 @@ def spark_server(
         if not _loopback(host):
             err.print(
                 f"[yellow]spark connect server: listening on {host}, not loopback.[/] Spark Connect has no "
-                "authentication: whoever reaches this port can run code as this user."
+                "authentication (whoever reaches this port can run code as this user) and no encryption here "
+                "(the runs' tasks carry the audited servers' passwords)."
             )
         err.print(f"spark connect server: {server.url} (driving {spark_master}); stop it with Ctrl-C or SIGTERM")
         code = server.wait()
     except RuntimeError as e:
         raise ConfigError(f"spark connect server on {host}:{port}: {e}") from None
     except KeyboardInterrupt:
+        for stop in (*stops, signal.SIGINT):  # a second signal must not cut the stop short
+            signal.signal(stop, signal.SIG_IGN)
         server.stop()
         raise typer.Exit(EXIT_OK) from None
     err.print(f"[red]spark connect server on {host}:{port} stopped on its own[/] (code {code}; its output above)")

@@ -44,6 +44,7 @@ def spark_home() -> Path:
 def server_command(host: str, port: int, master: str, given: Mapping[str, str]) -> list[str]:
     """spark-submit's command line for a Connect server on host:port driving `master`."""
     conf = {
+        **_local_parallelism(master),
         **driver_conf(master, dict(given)),
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
@@ -54,11 +55,31 @@ def server_command(host: str, port: int, master: str, given: Mapping[str, str]) 
     return [*cmd, "spark-internal"]
 
 
-def server_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+def _local_parallelism(master: str) -> dict[str, str]:
+    """A local master's cores as `spark.default.parallelism` (what local mode uses anyway), so that
+    Connect clients, which cannot ask the SparkContext, read it (audit/diff/spark.py default_parallelism)."""
+    if not is_local(master):
+        return {}
+    cores = master.removeprefix("local").strip("[]").split(",")[0]
+    return {"spark.default.parallelism": str(os.cpu_count() or 1) if cores in ("", "*") else cores}
+
+
+def server_env(master: str, conf: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The server's environment. Its Python workers run PYSPARK_PYTHON: this interpreter for a local
+    master, else the `spark.pyspark.python` given (a path on the executors), else what the environment
+    has. Only a local master's driver is pinned to loopback: a cluster's executors must reach it."""
     env = dict(os.environ if base is None else base)
-    env.update(SPARK_HOME=str(spark_home()), PYSPARK_PYTHON=sys.executable)
-    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env["SPARK_HOME"] = str(spark_home())
+    if is_local(master):
+        env["PYSPARK_PYTHON"] = sys.executable
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    elif conf.get("spark.pyspark.python"):
+        env["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
     return env
+
+
+def connect_url(host: str, port: int) -> str:
+    return f"sc://[{host}]:{port}" if ":" in host else f"sc://{host}:{port}"
 
 
 @dataclass
@@ -73,7 +94,7 @@ class ConnectServer:
 
     @property
     def url(self) -> str:
-        return f"sc://{self.host}:{self.port}"
+        return connect_url(self.host, self.port)
 
     def start(self, log: IO[bytes] | None = None) -> ConnectServer:
         """Start the server (its output to `log`, else inherited) and wait until it accepts connections.
@@ -83,7 +104,7 @@ class ConnectServer:
         self._check_port_free()
         self.proc = subprocess.Popen(
             server_command(self.host, self.port, self.master, self.conf),
-            env=server_env(),
+            env=server_env(self.master, self.conf),
             stdout=log,
             stderr=subprocess.STDOUT if log is not None else None,
             stdin=subprocess.DEVNULL,
@@ -97,10 +118,14 @@ class ConnectServer:
         return self
 
     def _check_port_free(self) -> None:
-        with socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET) as probe:
+        try:
+            family, kind, proto, _, address = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)[0]
+        except socket.gaierror as e:
+            raise RuntimeError(f"cannot listen there: {e.strerror or e}") from None
+        with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                probe.bind((self.host, self.port))
+                probe.bind(address)
             except OSError as e:
                 raise RuntimeError(f"cannot listen there: {e.strerror or e}") from None
 
@@ -139,45 +164,52 @@ def warm_up(url: str, work: Path, rows: int = WARM_UP_ROWS, passes: int = 2) -> 
     The snapshots are written here, so the server's tasks must see this filesystem: a local master's do.
     Call it from a process that needs no other Spark session: it stays configured for `url`. Its children
     start as before (pyspark's marks of a Connect client are taken off the environment)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from audit.diff import spark as session
     from audit.diff.keyspace import diff_snapshots
 
     started = time.monotonic()
-    i = pa.array(range(rows), pa.int64())
-    string = pa.array(["string"] * rows)
-    digest = pa.array([f"{n * 2654435761 % 2**64:032x}" for n in range(rows)])
-    for side, keep in (("master", rows), ("replica", rows - rows // 100)):  # 1% missing: a candidate pass too
-        table = pa.table(
-            {
-                "db": pa.array([0] * keep, pa.int32()),
-                "key": pa.array([b"warm:%d" % n for n in range(keep)], pa.binary()),
-                "type": string[:keep],
-                "ttl_ms": pa.nulls(keep, pa.int64()),
-                "expire_at_ms": pa.nulls(keep, pa.int64()),
-                "length": i[:keep],
-                "digest": digest[:keep],
-                "status": pa.array(["ok"] * keep),
-                "error": pa.nulls(keep, pa.string()),
-                "read_at_ms": i[:keep],
-            }
-        )
-        (work / side).mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, work / side / "part-0.parquet")
+    master, replica = _write_snapshots(work, rows)
     environ = dict(os.environ)
     session.configure(url)
     spark = session.get_spark()
     try:
         for n in range(passes):
-            diff_snapshots(spark, str(work / "master"), str(work / "replica"), str(work / f"candidates-{n}"), 1000)
+            diff_snapshots(spark, master, replica, str(work / f"candidates-{n}"), 1000)
     finally:
         session.stop_spark()  # released now: at exit, a client would try to release it on a server already gone
         # pyspark marks the process as a Connect client (SPARK_CONNECT_MODE_ENABLED), and its children too
         for name in set(os.environ) - set(environ):
             del os.environ[name]
     return time.monotonic() - started
+
+
+def _write_snapshots(work: Path, rows: int) -> tuple[str, str]:
+    """Two snapshots (the columns of audit/diff/keyspace.py SNAPSHOT_DDL) of `rows` string keys, 1% of
+    them missing on the replica so that the candidates' pass runs too; their paths."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = pa.array(range(rows), pa.int64())
+    digest = pa.array([f"{i * 2654435761 % 2**64:032x}" for i in range(rows)])
+    keys = pa.array([b"warm:%d" % i for i in range(rows)], pa.binary())
+    paths = []
+    for side, keep in (("master", rows), ("replica", rows - rows // 100)):
+        columns = {
+            "db": pa.array([0] * keep, pa.int32()),
+            "key": keys[:keep],
+            "type": pa.array(["string"] * keep),
+            "ttl_ms": pa.nulls(keep, pa.int64()),
+            "expire_at_ms": pa.nulls(keep, pa.int64()),
+            "length": n[:keep],
+            "digest": digest[:keep],
+            "status": pa.array(["ok"] * keep),
+            "error": pa.nulls(keep, pa.string()),
+            "read_at_ms": n[:keep],
+        }
+        (work / side).mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table(columns), work / side / "part-0.parquet")
+        paths.append(str(work / side))
+    return paths[0], paths[1]
 
 
 def warms_up(master: str) -> bool:

@@ -10,6 +10,7 @@ shards are snapshotted in Spark tasks (their URLs, password included, inside the
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -252,7 +253,34 @@ def test_a_connect_url_with_no_server_behind_it_is_a_clear_error(tmp_path: Path)
     pair = _rocketmq_stale_slave(tmp_path / "mq")
     inventory = write_inventory(tmp_path / "inv.yaml", [pair])
     started = time.monotonic()
-    assert _run(f"sc://127.0.0.1:{port}", inventory, tmp_path / "out", expect=(2,)) == 2
+    url = f"sc://127.0.0.1:{port}/;user_id=auditor;token=s3cret-token"
+    assert _run(url, inventory, tmp_path / "out", expect=(2,)) == 2
     assert time.monotonic() - started < 60  # not the client's minutes of retries
-    (s,) = summary(latest_run(tmp_path / "out"))["pairs"]
-    assert f"no Spark Connect server answers at 127.0.0.1:{port}" in s["error"]["message"]
+    root = latest_run(tmp_path / "out")
+    (s,) = summary(root)["pairs"]
+    assert s["error"]["message"].startswith(f"spark master sc://127.0.0.1:{port}: no Spark Connect server answers")
+    written = "".join(p.read_text(errors="replace") for p in root.rglob("*") if p.suffix in (".json", ".html"))
+    assert "s3cret-token" not in written + s["error"]["message"]
+
+
+CLIENT = """
+import json, sys
+from pyspark.sql import functions as F
+from audit.diff.spark import configure, default_parallelism, get_spark, is_connect
+from audit.diff.task_frame import one_row_per_task
+
+configure(sys.argv[1])
+spark = get_spark()
+frame = one_row_per_task(spark, [("i", "int"), ("dbs", "array<int>")], [(i, (i, i + 1)) for i in range(8)])
+placed = sorted((r["p"], r["i"], r["dbs"]) for r in frame.withColumn("p", F.spark_partition_id()).collect())
+print(json.dumps({"connect": is_connect(spark), "parallelism": default_parallelism(spark), "placed": placed}))
+"""
+
+
+def test_a_connect_client_gets_one_row_per_task_and_the_server_s_parallelism(server: str) -> None:
+    done = subprocess.run([sys.executable, "-c", CLIENT, server], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["connect"] is True
+    assert got["parallelism"] == 2  # the server drives local[2]: spark-server sets it for its clients
+    assert got["placed"] == [[i, i, [i, i + 1]] for i in range(8)]
