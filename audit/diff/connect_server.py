@@ -7,10 +7,10 @@ their plans to it, and from the second run on they find its code compiled. Sched
 process per Airflow task) gain the most.
 
 The server runs :func:`audit.diff.spark.driver_conf` for its master, so a local server gets the same
-sizing, class-data-sharing archive and compiler thresholds as a local session. Its Python workers run
-this interpreter (PYSPARK_PYTHON), which has replica-audit and pyarrow installed. A Connect server
-has no authentication of its own: it listens on loopback unless told otherwise; anything else belongs
-behind a network boundary the operator controls.
+sizing, class-data-sharing archive and compiler thresholds as a local session, and its Python workers
+run this interpreter, which has replica-audit (:func:`server_env`). A Connect server has no
+authentication of its own: it listens on loopback unless told otherwise; anything else belongs behind
+a network boundary the operator controls.
 """
 
 from __future__ import annotations
