@@ -40,11 +40,14 @@ _PASSWORD_RE = re.compile(r"(?<=[:/])[^:/@]*:[^@]*@")
 
 
 def redact_url(url: str | None) -> str:
-    """`redis://user:secret@h:1/0` -> `redis://user:***@h:1/0`; never returns a password."""
+    """`redis://user:secret@h:1/0` -> `redis://user:***@h:1/0`; never returns a password. A Spark Connect
+    URL loses its parameters: `sc://h:15002/;user_id=u;token=secret` -> `sc://h:15002`."""
     if not url:
         return ""
     if url.startswith("conn:"):
         return url
+    if url.startswith("sc://"):  # Spark Connect: the secret is a parameter after the address (`;token=...`)
+        return url.split(";", 1)[0].rstrip("/")
     try:
         parts = urlsplit(url)
     except ValueError:

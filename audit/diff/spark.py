@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from audit import defaults
 from audit.diff import class_cache
 from audit.errors import ConfigError
+from audit.urls import redact_url
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -130,7 +131,7 @@ def _builder(conf: dict[str, str]) -> object:
             import pyspark.sql.connect.session  # noqa: F401  (needs grpcio, grpcio-status, ...)
         except ImportError as e:
             raise ConfigError(
-                f"spark master {shown_connect_url(master)}: a Spark Connect URL needs the Spark Connect client "
+                f"spark master {redact_url(master)}: a Spark Connect URL needs the Spark Connect client "
                 f"(pip install 'pyspark[connect]'; missing: {e.name})"
             ) from None
         _check_reachable(master)
@@ -142,11 +143,6 @@ def _builder(conf: dict[str, str]) -> object:
     return builder
 
 
-def shown_connect_url(url: str) -> str:
-    """A Connect URL without its parameters (`;token=...`, `;user_id=...`): fit for messages and files."""
-    return url.split(";", 1)[0].rstrip("/")
-
-
 def _connect_address(url: str) -> tuple[str, int]:
     from urllib.parse import urlsplit
 
@@ -154,7 +150,7 @@ def _connect_address(url: str) -> tuple[str, int]:
         where = urlsplit(url.split(";", 1)[0])
         return where.hostname or "localhost", where.port or 15002
     except ValueError as e:  # a port that is no number or out of range, an IPv6 address without brackets
-        raise ConfigError(f"spark master {shown_connect_url(url)}: not a Spark Connect URL ({e})") from None
+        raise ConfigError(f"spark master {redact_url(url)}: not a Spark Connect URL ({e})") from None
 
 
 def _check_reachable(url: str, timeout_s: float = 5.0) -> None:
@@ -166,7 +162,7 @@ def _check_reachable(url: str, timeout_s: float = 5.0) -> None:
             pass
     except OSError as e:
         raise ConfigError(
-            f"spark master {shown_connect_url(url)}: no Spark Connect server answers at {host}:{port} "
+            f"spark master {redact_url(url)}: no Spark Connect server answers at {host}:{port} "
             f"({e.strerror or e}); start one (replica-audit spark-server) or give another --spark-master"
         ) from None
 

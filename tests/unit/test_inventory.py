@@ -75,6 +75,7 @@ def test_passwords_never_shown() -> None:
     assert redact_url("redis://:s3cret@h:1") == "redis://:***@h:1"
     assert redact_url("mysql://u:s3cret@h:port/db") == "mysql://u:***@h/db"  # a typo in the port never crashes
     assert redact_url("redis://h:1") == "redis://h:1"
+    assert redact_url("sc://h:15002/;user_id=u;token=s3cret") == "sc://h:15002"  # Spark Connect's secret
 
 
 def test_conn_reference_resolves_from_airflow_env(monkeypatch: pytest.MonkeyPatch) -> None:
