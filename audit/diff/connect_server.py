@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from audit.diff.spark import driver_conf, is_local
+from audit.diff.spark import driver_conf, is_local, local_threads
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002  # Spark Connect's own default
@@ -58,10 +58,8 @@ def server_command(host: str, port: int, master: str, given: Mapping[str, str]) 
 def _local_parallelism(master: str) -> dict[str, str]:
     """A local master's cores as `spark.default.parallelism` (what local mode uses anyway), so that
     Connect clients, which cannot ask the SparkContext, read it (audit/diff/spark.py default_parallelism)."""
-    if not is_local(master):
-        return {}
-    cores = master.removeprefix("local").strip("[]").split(",")[0]
-    return {"spark.default.parallelism": str(os.cpu_count() or 1) if cores in ("", "*") else cores}
+    threads = local_threads(master)
+    return {} if threads is None else {"spark.default.parallelism": str(threads)}
 
 
 def server_env(master: str, conf: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -212,7 +212,17 @@ def is_connect(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-_LOCAL_CORES = re.compile(r"local\[(\d+)(?:,\d+)?\]")
+_LOCAL_THREADS = re.compile(r"local(?:\[(\d+|\*)(?:,\d+)?\])?")  # local, local[N], local[*], each with [,F] retries
+
+
+def local_threads(master: str) -> int | None:
+    """The task threads of a `local`, `local[N]` or `local[*]` master, which are Spark's default parallelism
+    there (1, N, this machine's cores); None for any other master, `local-cluster[...]` included."""
+    m = _LOCAL_THREADS.fullmatch(master)
+    if m is None:
+        return None
+    threads = m.group(1) or "1"
+    return (os.cpu_count() or 1) if threads == "*" else int(threads)
 
 
 def default_parallelism(spark: SparkSession) -> int:
@@ -225,8 +235,9 @@ def default_parallelism(spark: SparkSession) -> int:
     given = spark.conf.get("spark.default.parallelism", None)
     if given:
         return int(given)
-    local = _LOCAL_CORES.fullmatch(spark.conf.get("spark.master", None) or "")
-    return int(local.group(1)) if local else 2
+    # only a thread count the master names: `local[*]` is the server's cores, not this client's
+    local = _LOCAL_THREADS.fullmatch(spark.conf.get("spark.master", None) or "")
+    return int(local.group(1)) if local and local.group(1) not in (None, "*") else 2
 
 
 def arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:

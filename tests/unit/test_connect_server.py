@@ -18,7 +18,15 @@ def _conf(cmd: list[str]) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    ("master", "parallelism"), [("local[3]", "3"), ("local[*]", str(os.cpu_count())), ("spark://h:7077", None)]
+    ("master", "parallelism"),
+    [
+        ("local[3]", "3"),
+        ("local[*]", str(os.cpu_count())),
+        ("local[2,4]", "2"),
+        ("local", "1"),
+        ("local-cluster[2,1,1024]", None),  # once `-cluster[2`, which Spark could not parse: no server
+        ("spark://h:7077", None),
+    ],
 )
 def test_a_local_server_tells_its_clients_its_parallelism(master: str, parallelism: str | None) -> None:
     conf = _conf(connect_server.server_command("127.0.0.1", 15002, master, {}))
