@@ -41,7 +41,8 @@ READY = "spark connect server: "
 
 
 def _server_procs(port: int) -> list[int]:
-    """Processes whose command line names this server's port (the CLI and the JVM it started)."""
+    """Processes whose command line names this server's port: the JVM the command started (the command's
+    own line says `--port N`, not this)."""
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
@@ -53,20 +54,24 @@ def _server_procs(port: int) -> list[int]:
     return found
 
 
+def _started_server(log: Path, port: int, *args: str) -> subprocess.Popen[bytes]:
+    """`replica-audit spark-server --port PORT ARGS` in the background, once it says it is ready."""
+    cmd = [sys.executable, "-m", "audit", "spark-server", "--port", str(port), *args]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 150
+    while READY not in log.read_text(errors="replace"):
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+        time.sleep(0.3)
+    return proc
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`replica-audit spark-server` in the background; its URL once it says it is ready."""
     port = free_port()
     log = tmp_path_factory.mktemp("spark-connect") / "server.log"
-    cmd = [sys.executable, "-m", "audit", "spark-server", "--port", str(port), "--spark-master", "local[2]"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [*cmd, "--spark-conf", "spark.driver.memory=1g"], cwd=REPO, stdout=out, stderr=out, stdin=subprocess.DEVNULL
-        )
-    deadline = time.monotonic() + 150
-    while READY not in log.read_text(errors="replace"):
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
-        time.sleep(0.3)
+    proc = _started_server(log, port, "--spark-master", "local[2]", "--spark-conf", "spark.driver.memory=1g")
     url = f"sc://127.0.0.1:{port}"
     assert f"{READY}{url} (driving local[2])" in log.read_text()
     assert "warmed up by a keyspace diff in" in log.read_text()
@@ -228,19 +233,8 @@ def test_spark_server_on_a_taken_port_says_so(server: str) -> None:
 def test_spark_server_whose_jvm_dies_exits_3(tmp_path: Path) -> None:
     port = free_port()
     log = tmp_path / "server.log"
-    cmd = [sys.executable, "-m", "audit", "spark-server", "--port", str(port), "--no-warm-up"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [*cmd, "--spark-master", "local[1]", "--spark-conf", "spark.driver.memory=512m"],
-            cwd=REPO,
-            stdout=out,
-            stderr=out,
-            stdin=subprocess.DEVNULL,
-        )
-    deadline = time.monotonic() + 150
-    while READY not in log.read_text(errors="replace"):
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
-        time.sleep(0.3)
+    args = ("--no-warm-up", "--spark-master", "local[1]", "--spark-conf", "spark.driver.memory=512m")
+    proc = _started_server(log, port, *args)
     assert "warmed up" not in log.read_text()
     (jvm,) = [pid for pid in _server_procs(port) if pid != proc.pid]
     os.kill(jvm, signal.SIGKILL)
