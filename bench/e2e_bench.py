@@ -232,12 +232,7 @@ def compare_revisions(
     try:
         for i in range(repeat):
             for n, (label, tree) in enumerate(trees.items()):
-                started_ms = int(time.time() * 1000)
-                secs, code, _, run_dir = run_audit(m, r, work / f"compare-{i}-{n}", tree)
-                split = stage_split(run_dir, started_ms, int(time.time() * 1000))
-                stages = " ".join(f"{split.get(s, float('nan')):>8.2f}" for s in STAGES)
-                found = len(found_by_audit(run_dir, planted))
-                print(f"{label + f' (exit {code})':<24} {secs:>7.2f} {stages}   {found}/10", flush=True)
+                print(run_row(label, m, r, work / f"compare-{i}-{n}", planted, tree=tree), flush=True)
     finally:
         worktree.remove(work / "before-tree")
 
@@ -273,13 +268,29 @@ def _alternate_with_server(
     print(header + "   found  peer x")
     for i in range(repeat):
         for label, extra in (("own JVM", ()), (f"server, run {i + 1}", ("--spark-master", url))):
-            started_ms = int(time.time() * 1000)
-            secs, code, _, run_dir = run_audit(m, r, work / f"connect-{i}-{label[:3]}", extra=extra)
-            split = stage_split(run_dir, started_ms, int(time.time() * 1000))
-            stages = " ".join(f"{split.get(s, float('nan')):>8.2f}" for s in STAGES)
-            found = len(found_by_audit(run_dir, planted))
-            ratio = f"{secs / peer_s:>6.2f}x" if peer_s else ""
-            print(f"{label + f' (exit {code})':<24} {secs:>7.2f} {stages}   {found}/10  {ratio}", flush=True)
+            row = run_row(label, m, r, work / f"connect-{i}-{label[:3]}", planted, extra=extra, peer_s=peer_s)
+            print(row, flush=True)
+
+
+def run_row(
+    label: str,
+    m: RedisServer,
+    r: RedisServer,
+    work: Path,
+    planted: list[tuple[str, bytes]],
+    tree: Path | None = None,
+    extra: tuple[str, ...] = (),
+    peer_s: float | None = None,
+) -> str:
+    """One `run_audit` as a table row: wall time, the stages, how many planted were found, and the
+    ratio to the peer's round when given."""
+    started_ms = int(time.time() * 1000)
+    secs, code, _, run_dir = run_audit(m, r, work, tree, extra)
+    split = stage_split(run_dir, started_ms, int(time.time() * 1000))
+    stages = " ".join(f"{split.get(s, float('nan')):>8.2f}" for s in STAGES)
+    found = len(found_by_audit(run_dir, planted))
+    ratio = f"  {secs / peer_s:>6.2f}x" if peer_s else ""
+    return f"{label + f' (exit {code})':<24} {secs:>7.2f} {stages}   {found}/10{ratio}"
 
 
 def cpu_report(sampler: CpuSampler, start_ms: float, snap_end_ms: float, end_ms: float, ports: dict[int, str]) -> None:
