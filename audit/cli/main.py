@@ -46,7 +46,22 @@ class _Output:
 
 
 InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML")]
-OutOpt = Annotated[Path, typer.Option("--out", "-o", help="output directory; each run writes OUT/<run_id>/")]
+
+
+def _out_dir(value: str) -> Path:
+    """--out as a local path; a URI is a usage error that says why (Path() would fold s3a://b into s3a:/b)."""
+    from audit.storage import local_out_dir
+
+    try:
+        return local_out_dir(value)
+    except ConfigError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+OutOpt = Annotated[
+    Path,
+    typer.Option("--out", "-o", parser=_out_dir, help="output directory (a local path); each run writes OUT/<run_id>/"),
+]
 PairOpt = Annotated[list[str] | None, typer.Option("--pair", "-p", help="audit only this pair (repeatable)")]
 RunIdOpt = Annotated[str | None, typer.Option("--run-id", help="the run to continue (stages after snapshot)")]
 SparkMasterOpt = Annotated[str | None, typer.Option("--spark-master", help="Spark master URL (default local[*])")]

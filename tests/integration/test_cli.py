@@ -112,6 +112,19 @@ def test_a_relative_out_directory_works_for_run_and_for_each_stage(dirfiles_kind
     assert state["gate"]["results_path"] == "gate/validation_good.json"
 
 
+@pytest.mark.parametrize("command", ["run", "snapshot", "daily-report"])
+def test_an_out_uri_is_a_usage_error_and_creates_nothing(command, dirfiles_kind, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # Path("s3a://bucket/out") is "s3a:/bucket/out": once, a run wrote a local ./s3a:/bucket/out tree
+    inv = two_pairs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    args = [command, "-o", "s3a://bucket/out"] + ([] if command == "daily-report" else ["-i", str(inv)])
+    assert run_cli(args, monkeypatch) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "'--out'" in err and "s3a://bucket/out" in err and "local path" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "s3a:").exists()
+
+
 ENDS = """
 import atexit, pathlib, sys
 atexit.register(pathlib.Path(sys.argv[1]).write_text, "exit handlers ran")

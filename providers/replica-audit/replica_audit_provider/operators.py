@@ -104,6 +104,13 @@ class PlanPairsOperator(BaseOperator):
             raise AirflowFailException(str(e)) from None
 
 
+def out_path(out_dir: str) -> Path:
+    """The operator's `out_dir` as a local path: a URI (s3a://...) is refused with a ConfigError saying why."""
+    from audit.storage import local_out_dir
+
+    return local_out_dir(out_dir)
+
+
 class AuditStageOperator(BaseOperator):
     """One stage (snapshot, diff, recheck, gate) of one pair."""
 
@@ -120,7 +127,7 @@ class AuditStageOperator(BaseOperator):
 
         try:
             inv = load(self.inventory)
-            run = start_run(inv, Path(self.out_dir), safe_run_id(self.run_id))
+            run = start_run(inv, out_path(self.out_dir), safe_run_id(self.run_id))
             verdict = run_stage(self.stage, inv.pair(self.pair), run, resolver=airflow_conn_resolver)
         except SourceError as e:
             raise SourceUnavailable(f"{self.pair}: could not be audited: {e}") from None
@@ -146,10 +153,15 @@ class PairVerdictOperator(BaseOperator):
         self.pair, self.out_dir, self.run_id = pair, out_dir, run_id
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from audit import AuditError
         from audit.layout import RunDir
         from audit.report.summary import pair_verdict
 
-        verdict = pair_verdict(RunDir(Path(self.out_dir), safe_run_id(self.run_id)), self.pair)
+        try:
+            run = RunDir(out_path(self.out_dir), safe_run_id(self.run_id))
+        except AuditError as e:
+            raise AirflowFailException(str(e)) from None
+        verdict = pair_verdict(run, self.pair)
         context["outlet_events"][PAIR_VERDICTS].add(pair_asset(self.pair), extra=verdict)
         self.log.info("%s: %s (%s divergences)", self.pair, verdict["status"], verdict["divergences"])
         return verdict
@@ -165,10 +177,13 @@ class AuditReportOperator(BaseOperator):
         self.inventory, self.out_dir, self.run_id, self.pairs = inventory, out_dir, run_id, pairs
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from audit import finish_run, start_run
+        from audit import AuditError, finish_run, start_run
 
-        inv = load(self.inventory)
-        run = start_run(inv, Path(self.out_dir), safe_run_id(self.run_id))
+        try:
+            inv = load(self.inventory)
+            run = start_run(inv, out_path(self.out_dir), safe_run_id(self.run_id))
+        except AuditError as e:
+            raise AirflowFailException(str(e)) from None
         summary = finish_run(inv, run, inv.select(pair_names(self.pairs)))
         verdicts = {p["pair"]: p["status"] for p in summary["pairs"]}
         self.log.info("run %s: %s %s; report %s", run.run_id, summary["verdict"], verdicts, run.report)
@@ -192,7 +207,7 @@ class VerificationCertificateOperator(BaseOperator):
 
         try:
             inv = load(self.verification)
-            run = start_run(inv, Path(self.out_dir), safe_run_id(self.run_id))
+            run = start_run(inv, out_path(self.out_dir), safe_run_id(self.run_id))
             cert = finish_verification(inv, run, strictness=self.verification.get("strictness"))
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
@@ -227,7 +242,7 @@ class DailyReportOperator(BaseOperator):
         from audit.report.daily import render_daily_report
 
         try:
-            path = render_daily_report(Path(self.out_dir), self.history or None, int(self.days), self.as_of or None)
+            path = render_daily_report(out_path(self.out_dir), self.history or None, int(self.days), self.as_of or None)
         except SourceError as e:
             raise SourceUnavailable(f"history store: {e}") from None
         except AuditError as e:
