@@ -18,13 +18,27 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from typer.exceptions import TyperException
 
+from audit.cli.options import (
+    HistoryOpt,
+    InventoryOpt,
+    JsonOpt,
+    OutOpt,
+    PairOpt,
+    QuietOpt,
+    RunIdOpt,
+    SparkConfOpt,
+    SparkMasterOpt,
+    err,
+    out,
+    spark_settings,
+)
+from audit.cli.spark_server import spark_server
 from audit.errors import AuditError, ConfigError
 from audit.inventory import Inventory, Pair, load_inventory
 from audit.kernel.kind import kind_spec
-from audit.outcome import EXIT_INTERNAL, EXIT_OK, EXIT_SOURCE, EXIT_USAGE, exit_code_of_error, run_exit_code
+from audit.outcome import EXIT_INTERNAL, EXIT_USAGE, exit_code_of_error, run_exit_code
 from audit.pipeline import audit_pair, finish_run, run_stage, start_run, tool_version
 
 app = typer.Typer(
@@ -33,9 +47,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Audit whether replicas really hold what their masters hold.",
 )
-_WIDTH = None if sys.stdout.isatty() else 140  # logs and pipes get a readable table, not 80 columns
-out = Console(width=_WIDTH)
-err = Console(stderr=True, width=_WIDTH)
 
 
 class _Output:
@@ -43,39 +54,6 @@ class _Output:
 
     json = False
     quiet = False
-
-
-InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML")]
-
-
-def _out_dir(value: str) -> Path:
-    """--out as a local path; a URI is a usage error that says why (Path() would fold s3a://b into s3a:/b)."""
-    from audit.storage import local_out_dir
-
-    try:
-        return local_out_dir(value)
-    except ConfigError as e:
-        raise typer.BadParameter(str(e)) from None
-
-
-OutOpt = Annotated[
-    Path,
-    typer.Option("--out", "-o", parser=_out_dir, help="output directory (a local path); each run writes OUT/<run_id>/"),
-]
-PairOpt = Annotated[list[str] | None, typer.Option("--pair", "-p", help="audit only this pair (repeatable)")]
-RunIdOpt = Annotated[str | None, typer.Option("--run-id", help="the run to continue (stages after snapshot)")]
-SparkMasterOpt = Annotated[str | None, typer.Option("--spark-master", help="Spark master URL (default local[*])")]
-SparkConfOpt = Annotated[list[str] | None, typer.Option("--spark-conf", help="extra Spark setting key=value")]
-HistoryOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--history",
-        help="results history store: sqlite:///path or mysql://user:pw@host:port/db "
-        "(default $REPLICA_AUDIT_HISTORY, else OUT/history.sqlite)",
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print the summary as JSON on stdout, and nothing else")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress or stage lines; errors only")]
 
 
 def _version(value: bool) -> None:
@@ -108,20 +86,14 @@ def _setup(
 ) -> tuple[Inventory, list[Pair]]:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     inv = load_inventory(inventory)
-    from audit.diff.spark import configure
-
-    configure(spark_master, _settings(spark_conf))
+    _configure_spark(spark_master, spark_conf)
     return inv, inv.select(pairs)
 
 
-def _settings(spark_conf: list[str] | None) -> dict[str, str]:
-    conf = {}
-    for item in spark_conf or []:
-        if "=" not in item:
-            raise ConfigError(f"--spark-conf {item!r}: expected key=value")
-        k, v = item.split("=", 1)
-        conf[k] = v
-    return conf
+def _configure_spark(spark_master: str | None, spark_conf: list[str] | None) -> None:
+    from audit.diff.spark import configure
+
+    configure(spark_master, spark_settings(spark_conf))
 
 
 def _progress() -> tuple[Any, Any]:
@@ -259,9 +231,17 @@ def _stage(
 
 
 @app.command()
-def snapshot(inventory: InventoryOpt, out_dir: OutOpt, pair: PairOpt = None, run_id: RunIdOpt = None) -> None:
-    """Stage 1: snapshot both sides of each pair (prints the run id the next stages need)."""
-    _stage("snapshot", inventory, out_dir, pair, run_id)
+def snapshot(
+    inventory: InventoryOpt,
+    out_dir: OutOpt,
+    pair: PairOpt = None,
+    run_id: RunIdOpt = None,
+    spark_master: SparkMasterOpt = None,
+    spark_conf: SparkConfOpt = None,
+) -> None:
+    """Stage 1: snapshot both sides of each pair (prints the run id the next stages need). Some kinds
+    snapshot in Spark jobs (a Pika binlog scan, a Redis Cluster's shards): hence the Spark options."""
+    _stage("snapshot", inventory, out_dir, pair, run_id, spark_master, spark_conf)
 
 
 @app.command()
@@ -278,9 +258,17 @@ def diff(
 
 
 @app.command()
-def recheck(inventory: InventoryOpt, out_dir: OutOpt, run_id: RunIdOpt = None, pair: PairOpt = None) -> None:
-    """Stage 3: re-read diverged keys live, check replication state, diagnose, write findings."""
-    _stage("recheck", inventory, out_dir, pair, run_id)
+def recheck(
+    inventory: InventoryOpt,
+    out_dir: OutOpt,
+    run_id: RunIdOpt = None,
+    pair: PairOpt = None,
+    spark_master: SparkMasterOpt = None,
+    spark_conf: SparkConfOpt = None,
+) -> None:
+    """Stage 3: re-read diverged keys live, check replication state, diagnose, write findings (some kinds
+    re-read in Spark jobs)."""
+    _stage("recheck", inventory, out_dir, pair, run_id, spark_master, spark_conf)
 
 
 @app.command()
@@ -333,6 +321,8 @@ def verify(
     ] = None,
     run_id: RunIdOpt = None,
     history: HistoryOpt = None,
+    spark_master: SparkMasterOpt = None,
+    spark_conf: SparkConfOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -351,6 +341,7 @@ def verify(
             k, v = item.split("=", 1)
             given[flag][k] = yaml.safe_load(v)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    _configure_spark(spark_master, spark_conf)
     inv = verification_inventory(
         source,
         target,
@@ -394,82 +385,7 @@ def daily_report(
     out.print(f"daily report: {path}")
 
 
-@app.command("spark-server")
-def spark_server(
-    port: Annotated[int, typer.Option("--port", help="the port runs connect to")] = 15002,
-    host: Annotated[
-        str, typer.Option("--host", help="the address to listen on; the server has no authentication of its own")
-    ] = "127.0.0.1",
-    spark_master: Annotated[
-        str, typer.Option("--spark-master", help="the master the server drives (local[*] or a cluster's URL)")
-    ] = "local[*]",
-    spark_conf: SparkConfOpt = None,
-    warm_up: Annotated[
-        bool, typer.Option("--warm-up/--no-warm-up", help="diff generated snapshots once started (local masters)")
-    ] = True,
-) -> None:
-    """Run a Spark Connect server in the foreground: runs given --spark-master sc://HOST:PORT diff on
-    its JVM, already started and compiled, instead of starting their own (docs/spark.md)."""
-    import signal
-
-    from audit.diff.connect_server import ConnectServer, warms_up
-
-    if host.startswith("sc://") or not 0 < port < 65536:
-        raise ConfigError(f"--host {host} --port {port}: expected an address and a port (1-65535)")
-    if spark_master.startswith("sc://"):
-        raise ConfigError(f"--spark-master {spark_master}: the server drives a master; it cannot be a Connect URL")
-    server = ConnectServer(host=host, port=port, master=spark_master, conf=_settings(spark_conf))
-    stops = (signal.SIGTERM, signal.SIGHUP)  # a service manager's stop, a closed terminal: end the JVM too
-    for stop in stops:
-        signal.signal(stop, _interrupted)
-    try:
-        server.start()
-        if warm_up and warms_up(spark_master):
-            _warm_up_server(server.url)
-        if not _loopback(host):
-            err.print(
-                f"[yellow]spark connect server: listening on {host}, not loopback.[/] Spark Connect has no "
-                "authentication (whoever reaches this port can run code as this user) and no encryption here "
-                "(the runs' tasks carry the audited servers' passwords)."
-            )
-        err.print(f"spark connect server: {server.url} (driving {spark_master}); stop it with Ctrl-C or SIGTERM")
-        code = server.wait()
-    except RuntimeError as e:
-        raise ConfigError(f"spark connect server on {host}:{port}: {e}") from None
-    except KeyboardInterrupt:
-        for stop in (*stops, signal.SIGINT):  # a second signal must not cut the stop short
-            signal.signal(stop, signal.SIG_IGN)
-        server.stop()
-        raise typer.Exit(EXIT_OK) from None
-    err.print(f"[red]spark connect server on {host}:{port} stopped on its own[/] (code {code}; its output above)")
-    raise typer.Exit(EXIT_SOURCE)
-
-
-def _loopback(host: str) -> bool:
-    import ipaddress
-
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
-def _warm_up_server(url: str) -> None:
-    """Best effort: a server that could not warm up still serves, and says so."""
-    import tempfile
-
-    from audit.diff.connect_server import warm_up
-
-    try:
-        with tempfile.TemporaryDirectory(prefix="replica-audit-warm-up-") as work:
-            secs = warm_up(url, Path(work))
-        err.print(f"spark connect server: warmed up by a keyspace diff in {secs:.1f} s")
-    except Exception as e:
-        err.print(f"[yellow]spark connect server: the warm-up failed[/] ({type(e).__name__}: {e}); serving anyway")
-
-
-def _interrupted(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+app.command("spark-server")(spark_server)
 
 
 def main() -> None:

@@ -125,6 +125,24 @@ def test_an_out_uri_is_a_usage_error_and_creates_nothing(command, dirfiles_kind,
     assert not (tmp_path / "s3a:").exists()
 
 
+@pytest.mark.parametrize("stage", ["snapshot", "diff", "recheck"])
+def test_every_stage_that_may_run_spark_takes_the_spark_options(stage, dirfiles_kind, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Pika's binlog scan and a Redis Cluster's shards run as Spark jobs in snapshot and recheck too
+    from audit.diff import spark
+
+    monkeypatch.setattr(spark, "_overrides", {})
+    inv = two_pairs(tmp_path)
+    assert run_cli(["snapshot", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 0
+    run_id = latest_run(tmp_path / "out").name
+    if stage == "recheck":
+        assert run_cli(["diff", "-i", str(inv), "-o", str(tmp_path / "out"), "--run-id", run_id], monkeypatch) == 0
+    args = [stage, "-i", str(inv), "-o", str(tmp_path / "out"), "--run-id", run_id]
+    args += ["--spark-master", "local[1]", "--spark-conf", "spark.sql.shuffle.partitions=3"]
+    assert run_cli(args, monkeypatch) == 0
+    conf = spark.session_conf()
+    assert conf["spark.master"] == "local[1]" and conf["spark.sql.shuffle.partitions"] == "3"
+
+
 ENDS = """
 import atexit, pathlib, sys
 atexit.register(pathlib.Path(sys.argv[1]).write_text, "exit handlers ran")
