@@ -1,6 +1,6 @@
 """replica-audit: does the replica really hold what its master holds?
 
-Library API (the CLI and the Airflow plugins use only these). The names load on first use (PEP 562), so
+Library API (the CLI and the Airflow provider use only these). The names load on first use (PEP 562), so
 importing one module of the package (a snapshot process imports the Redis reader only) does not load
 the pipeline and what it needs (pandas, pyarrow.dataset): about 0.3 s of CPU per process.
 """

@@ -132,7 +132,7 @@ def _builder(conf: dict[str, str]) -> object:
         except ImportError as e:
             raise ConfigError(
                 f"spark master {redact_url(master)}: a Spark Connect URL needs the Spark Connect client "
-                f"(pip install 'pyspark[connect]'; missing: {e.name})"
+                f"(pip install 'replica-audit[connect]', which make setup does; missing: {e.name})"
             ) from None
         _check_reachable(master)
         builder = builder.remote(master)

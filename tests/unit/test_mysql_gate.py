@@ -31,3 +31,15 @@ def test_a_row_mismatch_fails_the_gate_naming_the_column(spark: Any, tmp_path: P
     result = validate_gate(row, SUITE, params, tmp_path / "bad", "shop-db")
     assert not result.success
     assert [(f.column, f.observed, f.threshold) for f in result.failed] == [("row_mismatch", 2, 0)]
+
+
+def test_rows_in_flight_are_gated_by_max_in_flight_when_set(spark: Any, tmp_path: Path) -> None:
+    # the gate's row always carries in_flight; a suite without it ignored a pair's max_in_flight
+    row: dict[str, int | float | None] = {c: 0 for c in COLUMNS}
+    row["in_flight"] = 3
+    params: dict[str, int | float | None] = {f"max_{c}": 0 for c in COLUMNS}
+    params.update(max_lagging=None, max_lag_seconds=30, max_in_flight=2)
+    result = validate_gate(row, SUITE, params, tmp_path / "set", "shop-db")
+    assert [(f.column, f.observed, f.threshold) for f in result.failed] == [("in_flight", 3, 2)]
+    params["max_in_flight"] = None  # not gated unless set
+    assert validate_gate(row, SUITE, params, tmp_path / "unset", "shop-db").success

@@ -84,9 +84,6 @@ class MySQLSettings(_Strict):
     min_chunk_rows: int = Field(500, gt=0)
     max_chunk_rows: int = Field(50_000, gt=0)
     fetch_rows: int = Field(2_000, gt=0, description="a differing range this small is compared row by row")
-    spark_compare_rows: int = Field(
-        200_000, gt=0, description="a chunk whose differences spread over more rows is compared by a Spark join"
-    )
     recheck_rounds: int = Field(3, ge=0)
     recheck_interval_s: float = Field(0.5, ge=0)
     recheck_max_rows: int = Field(100_000, ge=0)
