@@ -115,11 +115,15 @@ def endpoint_from_json(conn_id: str, conn: Mapping[str, Any]) -> str:
         except ValueError:
             raise ConfigError(f"conn:{conn_id}: extra is not JSON") from None
     port = conn.get("port")
+    try:
+        port_number = int(port) if port not in (None, "") else None
+    except (TypeError, ValueError):
+        raise ConfigError(f"conn:{conn_id}: port {port!r} is not a number") from None
     return connection_endpoint(
         conn_id,
         conn.get("conn_type"),
         host=conn.get("host"),
-        port=int(port) if port not in (None, "") else None,
+        port=port_number,
         login=conn.get("login"),
         password=conn.get("password"),
         schema=conn.get("schema"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit
 
 from pydantic import SecretStr
 
@@ -32,8 +32,38 @@ def endpoint_url(value: Any, resolver: ConnResolver | None = None) -> str | None
     if raw.startswith("conn:"):
         if resolver is None:
             raise ConfigError(f"{raw}: no resolver for Airflow connections was given")
-        return resolver(raw[len("conn:") :])
+        return checked_url(resolver(raw[len("conn:") :]))
+    return checked_url(raw)
+
+
+def checked_url(raw: str) -> str:
+    """`raw`, once its user info and port parse as typed: a client library would otherwise read a password
+    with an unencoded "/" as the host and its first part as the port, and say so in an error message."""
+    _, sep, rest = raw.partition("://")
+    if not sep:
+        return raw  # a path (a RocketMQ store) or a bare host
+    try:
+        parts = urlsplit(raw)
+    except ValueError as e:  # an unbalanced "[" of an IPv6 address
+        raise ConfigError(f"{redact_url(raw)}: not a URL ({e})") from None
+    port_ok = _port_parses(parts)
+    userinfo = rest.rpartition("@")[0]
+    if any(c in userinfo for c in "/?#") and ("@" not in parts.netloc or not port_ok):
+        raise ConfigError(
+            f"{redact_url(raw)}: the user or password holds an unencoded '/', '?' or '#'; "
+            "percent-encode them (%2F, %3F, %23)"
+        )
+    if not port_ok:
+        raise ConfigError(f"{redact_url(raw)}: the port must be a number from 0 to 65535")
     return raw
+
+
+def _port_parses(parts: SplitResult) -> bool:
+    try:
+        parts.port  # noqa: B018  (a property that raises ValueError unless the port is a number in 0-65535)
+    except ValueError:
+        return False
+    return True
 
 
 _PASSWORD_RE = re.compile(r"(?<=[:/])[^:/@]*:[^@]*@")
@@ -48,17 +78,13 @@ def redact_url(url: str | None) -> str:
         return url
     if url.startswith("sc://"):  # Spark Connect: the secret is a parameter after the address (`;token=...`)
         return url.split(";", 1)[0].rstrip("/")
-    try:
-        parts = urlsplit(url)
-    except ValueError:
+    scheme, sep, rest = url.partition("://")
+    if not sep:
         return _PASSWORD_RE.sub("***@", url)
-    if parts.password is None and "@" not in parts.netloc:
+    if "@" not in rest:
         return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:  # a port that is not a number: show nothing rather than fail on a typo
-        port = ""
-    netloc = f"{user}:***@{host}{port}" if parts.password is not None else f"{user}@{host}{port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    # The last "@" ends the user info: a password typed with an unencoded "/", "?" or "#" would otherwise
+    # be parsed as the path, query or fragment, and shown. The query goes too (it may hold a secret).
+    userinfo, _, tail = rest.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}://{user}{':***' if colon else ''}@{re.split(r'[?#]', tail, maxsplit=1)[0]}"

@@ -143,6 +143,28 @@ def test_every_stage_that_may_run_spark_takes_the_spark_options(stage, dirfiles_
     assert conf["spark.master"] == "local[1]" and conf["spark.sql.shuffle.partitions"] == "3"
 
 
+def test_a_password_typed_unencoded_is_a_config_error_and_written_nowhere(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # urlsplit reads "ab/s3cret@h" as host "ab" and path "/s3cret@h": the URL was shown as it was, and a
+    # client's "port could not be cast" error quoted the password's first part
+    pairs = [
+        {"name": "r", "kind": "redis", "master": "redis://:Zq9/s3cret@127.0.0.1:1", "replica": "redis://127.0.0.1:2"},
+        {
+            "name": "m",
+            "kind": "mysql",
+            "master": "mysql://a:Zq9?s3cret@127.0.0.1:1",
+            "replica": "mysql://a@127.0.0.1:2",
+        },
+    ]
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(json.dumps({"pairs": pairs}))
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 2
+    said = capsys.readouterr()
+    assert "percent-encode" in said.err and "Traceback" not in said.err
+    written = [p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert written and not [b for b in written if b"s3cret" in b or b"Zq9" in b]
+    assert "s3cret" not in said.out + said.err and "Zq9" not in said.out + said.err
+
+
 ENDS = """
 import atexit, pathlib, sys
 atexit.register(pathlib.Path(sys.argv[1]).write_text, "exit handlers ran")

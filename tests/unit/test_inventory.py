@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -73,7 +74,33 @@ def test_passwords_never_shown() -> None:
     assert "s3cret" not in repr(inv) and "s3cret" not in str(inv.model_dump())
     assert redact_url("redis://auditor:s3cret@h:1/0") == "redis://auditor:***@h:1/0"
     assert redact_url("redis://:s3cret@h:1") == "redis://:***@h:1"
-    assert redact_url("mysql://u:s3cret@h:port/db") == "mysql://u:***@h/db"  # a typo in the port never crashes
+    assert redact_url("mysql://u:s3cret@h:port/db") == "mysql://u:***@h:port/db"  # a typo in the port never crashes
+    # a password typed with an unencoded "/", "?" or "#": urlsplit reads it as path, query or fragment
+    for url in ("redis://:ab/s3cret@h:1", "mysql://u:ab?s3cret@h:3306/db", "redis://u:ab#s3cret@h"):
+        assert "s3cret" not in redact_url(url) and ":***@h" in redact_url(url), url
+    assert redact_url("redis://u:p@h:1/0?ssl_ca=/x&password=s3cret") == "redis://u:***@h:1/0"  # nor in a query
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis://:ab/s3cret@127.0.0.1:6379", "unencoded '/', '?' or '#'"),
+        ("mysql://u:ab?s3cret@h:3306/db", "unencoded"),
+        ("redis://127.0.0.1:abc", "port must be a number"),
+        ("redis://127.0.0.1:99999", "port must be a number"),
+        ("redis://:s3cret@h:x1", "port must be a number"),
+    ],
+)
+def test_an_endpoint_that_would_not_parse_as_typed_is_a_config_error_without_its_secret(url: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)) as e:
+        endpoint_url(url)
+    assert "s3cret" not in str(e.value)
+
+
+def test_a_connection_port_that_is_not_a_number_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_REDIS_M", '{"conn_type": "redis", "host": "h", "port": "abc", "password": "x"}')
+    with pytest.raises(ConfigError, match="conn:redis_m: port 'abc' is not a number"):
+        env_conn_resolver("redis_m")
     assert redact_url("redis://h:1") == "redis://h:1"
     assert redact_url("sc://h:15002/;user_id=u;token=s3cret") == "sc://h:15002"  # Spark Connect's secret
 
@@ -93,11 +120,16 @@ def test_environment_variables_are_expanded_and_a_missing_one_is_named(monkeypat
     text = (
         "pairs: [{name: a, kind: redis, master: 'redis://auditor:${RA_PW}@h:1', replica: '${RA_REPLICA:-redis://h:2}'}]"
     )
-    monkeypatch.setenv("RA_PW", "p@ss:w/rd")
+    monkeypatch.setenv("RA_PW", "p%40ss%3Aw%2Frd")  # percent-encoded, as README asks
     pair = parse_inventory(text).pairs[0]
-    assert endpoint_url(pair.master) == "redis://auditor:p@ss:w/rd@h:1"
+    assert endpoint_url(pair.master) == "redis://auditor:p%40ss%3Aw%2Frd@h:1"
     assert endpoint_url(pair.replica) == "redis://h:2"
-    assert "p@ss" not in pair.display_endpoint("master")
+    assert "p%40ss" not in pair.display_endpoint("master")
+    monkeypatch.setenv("RA_PW", "p@ss:w/rd")  # not encoded: said, without the password
+    pair = parse_inventory(text).pairs[0]
+    with pytest.raises(ConfigError, match="percent-encode") as e:
+        endpoint_url(pair.master)
+    assert "ss" not in str(e.value).replace("password", "") and "p@ss" not in pair.display_endpoint("master")
     monkeypatch.delenv("RA_PW")
     with pytest.raises(ConfigError, match=r"pairs\[0\]\.master: \$\{RA_PW\} is not set"):
         parse_inventory(text)
