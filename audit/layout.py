@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from audit.errors import ConfigError
+
 if TYPE_CHECKING:
     from audit.kernel.state import PairState
+
+
+_RUN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
 
 
 def new_run_id() -> str:
@@ -28,6 +34,11 @@ class RunDir:
     run_id: str
 
     def __post_init__(self) -> None:
+        if not _RUN_ID.fullmatch(self.run_id):
+            raise ConfigError(
+                f"run id {self.run_id!r}: expected letters, digits, '_', '-' and '.', not starting with '.' "
+                "(it names a directory under the output directory)"
+            )
         # absolute and resolved, as GX and the stages resolve what they write: paths recorded relative to
         # the run's root must come out the same whether --out was given relative, absolute or via a symlink
         object.__setattr__(self, "out", Path(self.out).resolve())

@@ -38,6 +38,7 @@ from audit.cli.spark_server import spark_server
 from audit.errors import AuditError, ConfigError
 from audit.inventory import Inventory, Pair, load_inventory
 from audit.kernel.kind import kind_spec
+from audit.layout import RunDir
 from audit.outcome import EXIT_INTERNAL, EXIT_USAGE, exit_code_of_error, run_exit_code
 from audit.pipeline import audit_pair, finish_run, run_stage, start_run, tool_version
 
@@ -196,7 +197,7 @@ def run(
     _output(as_json, quiet)
     if resume and run_id and resume != run_id:
         raise ConfigError("--resume RUN_ID and --run-id name different runs; give one")
-    if resume and not (out_dir / resume / "manifest.json").is_file():
+    if resume and not RunDir(out_dir, resume).manifest.is_file():
         raise ConfigError(f"--resume {resume}: no such run in {out_dir}")
     inv, pairs = _setup(inventory, pair, spark_master, spark_conf)
     _audit(inv, pairs, out_dir, resume or run_id, resume is not None, history)
@@ -212,8 +213,8 @@ def _stage(
     spark_conf: list[str] | None = None,
 ) -> None:
     inv, selected = _setup(inventory, pairs, spark_master, spark_conf)
-    if run_id is None and stage != "snapshot":
-        raise ConfigError(f"{stage}: --run-id is required (the run whose snapshots to use)")
+    if stage != "snapshot":
+        _existing_run(stage, out_dir, run_id)
     run_dir = start_run(inv, out_dir, run_id)
     codes = []
     for p in selected:
@@ -228,6 +229,14 @@ def _stage(
             codes.append(code)
     out.print(f"{stage}: done for {', '.join(p.name for p in selected)}; run_id {run_dir.run_id}")
     raise typer.Exit(run_exit_code(codes))
+
+
+def _existing_run(stage: str, out_dir: Path, run_id: str | None) -> None:
+    """A stage after the snapshot continues a run: one that is not there is a mistake, not a new run."""
+    if run_id is None:
+        raise ConfigError(f"{stage}: --run-id is required (the run whose earlier stages to use)")
+    if not (RunDir(out_dir, run_id).manifest).is_file():
+        raise ConfigError(f"{stage}: --run-id {run_id}: no such run in {out_dir}")
 
 
 @app.command()
@@ -290,8 +299,7 @@ def report(
     """Stage 5: write summary.json and report.html, print the summary; exit status as for `run`."""
     _output(as_json, quiet)
     inv, pairs = _setup(inventory, pair, None, None)
-    if run_id is None:
-        raise ConfigError("report: --run-id is required")
+    _existing_run("report", out_dir, run_id)
     run_dir = start_run(inv, out_dir, run_id)
     summary = finish_run(inv, run_dir, pairs, history)
     _print_summary(summary, run_dir.root)

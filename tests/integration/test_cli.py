@@ -165,6 +165,23 @@ def test_a_password_typed_unencoded_is_a_config_error_and_written_nowhere(tmp_pa
     assert "s3cret" not in said.out + said.err and "Zq9" not in said.out + said.err
 
 
+@pytest.mark.parametrize("command", ["snapshot", "diff", "recheck", "gate", "report", "run"])
+@pytest.mark.parametrize("run_id", ["../escaped", "nosuch"])
+def test_a_run_id_names_a_run_under_out_and_a_later_stage_needs_it_to_exist(
+    command, run_id, dirfiles_kind, tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    # "../escaped" once wrote a run beside --out; "nosuch" was invented (a manifest, a fake history row)
+    inv = two_pairs(tmp_path)
+    out = tmp_path / "out"
+    code = run_cli([command, "-i", str(inv), "-o", str(out), "--run-id", run_id], monkeypatch)
+    new_run_allowed = command in ("snapshot", "run") and run_id == "nosuch"
+    assert code == (0 if new_run_allowed else 2)
+    assert not (tmp_path / "escaped").exists()
+    if not new_run_allowed:
+        assert not (out / run_id).exists()
+        assert "Traceback" not in capsys.readouterr().err
+
+
 ENDS = """
 import atexit, pathlib, sys
 atexit.register(pathlib.Path(sys.argv[1]).write_text, "exit handlers ran")
