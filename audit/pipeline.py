@@ -203,9 +203,9 @@ def finish_run(inventory: Inventory, run: RunDir, pairs: list[Pair], history: st
     from audit.report.html import render_report
     from audit.report.summary import build_summary
 
-    summary = build_summary(run, pairs)
-    write_json(run.summary, summary)
     manifest: dict[str, Any] = json.loads(run.manifest.read_text()) if run.manifest.exists() else {}
+    summary = build_summary(run, pairs, run_pairs=list(manifest.get("pairs") or ()))
+    write_json(run.summary, summary)
     manifest["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     manifest["servers"] = {p["pair"]: p.get("servers", {}) for p in summary["pairs"]}
     manifest["exit_code"] = summary["exit_code"]

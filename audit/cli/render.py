@@ -33,5 +33,7 @@ def print_summary(console: Console, summary: dict[str, Any], run_root: Path) -> 
                 f"  {p['pair']}: gate failed on [bold]{f['column']}[/] = {f['observed']} "
                 f"(max {f['threshold']}): {f['meaning']}"
             )
+    for p in summary.get("pairs_not_in_this_summary", []):
+        console.print(f"  {p['pair']}: in this run but not in this summary; its state: [bold]{p['status']}[/]")
     console.print(f"report: {run_root / 'report.html'}")
     console.print(f"summary: {run_root / 'summary.json'}")

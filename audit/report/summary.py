@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow.dataset as ds
@@ -124,7 +125,23 @@ def pair_summary(run: RunDir, pair: Pair, per_category: int) -> dict[str, Any]:
     }
 
 
-def build_summary(run: RunDir, pairs: list[Pair], per_category: int = defaults.FINDINGS_SAMPLE) -> dict[str, Any]:
+def build_summary(
+    run: RunDir, pairs: list[Pair], per_category: int = defaults.FINDINGS_SAMPLE, run_pairs: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The run's summary for `pairs`. `run_pairs` are the pairs the run's manifest lists: one that this run
+    worked on (it has a state) but that is left out of `pairs` (a `--pair` subset, an edited inventory)
+    still counts in the run's verdict as its state says, so a report of the pairs that passed never turns
+    a run that failed into a pass. A pair the run never started is not part of it."""
     summaries = [pair_summary(run, p, per_category) for p in pairs]
-    code = run_exit_code(s["exit_code"] for s in summaries)
-    return {"run_id": run.run_id, "verdict": VERDICTS[code], "exit_code": code, "pairs": summaries}
+    shown = {p.name for p in pairs}
+    states = [run.load_state(name) for name in run_pairs if name not in shown]
+    left_out = [_left_out(state) for state in states if state is not None]
+    code = run_exit_code([s["exit_code"] for s in summaries] + [p["exit_code"] for p in left_out])
+    out = {"run_id": run.run_id, "verdict": VERDICTS[code], "exit_code": code, "pairs": summaries}
+    if left_out:
+        out["pairs_not_in_this_summary"] = left_out
+    return out
+
+
+def _left_out(state: PairState) -> dict[str, Any]:
+    return {"pair": state.pair, "status": pair_status(state), "exit_code": pair_exit_code(state)}

@@ -182,6 +182,32 @@ def test_a_run_id_names_a_run_under_out_and_a_later_stage_needs_it_to_exist(
         assert "Traceback" not in capsys.readouterr().err
 
 
+def test_a_summary_of_some_pairs_keeps_the_others_verdicts(dirfiles_kind, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # `report --pair good` (or a resume with an edited inventory) once rewrote a failed run as passed, exit 0
+    inv = two_pairs(tmp_path)
+
+    def unreachable(self, ctx):  # type: ignore[no-untyped-def]
+        if ctx.pair.name == "bad":
+            raise SourceError(f"pair {ctx.pair.name}: the store went away mid-audit", where="/x")
+        return real_diff(self, ctx)
+
+    real_diff = FilesCheck.diff
+    monkeypatch.setattr(FilesCheck, "diff", unreachable)
+    out = str(tmp_path / "out")
+    assert run_cli(["run", "-i", str(inv), "-o", out], monkeypatch) == 3
+    root = latest_run(tmp_path / "out")
+    for args in (["report", "--run-id", root.name, "--pair", "good"], ["run", "--resume", root.name, "-p", "good"]):
+        capsys.readouterr()
+        assert run_cli([*args, "-i", str(inv), "-o", out], monkeypatch) == 3, args
+        s = summary(root)
+        assert [p["pair"] for p in s["pairs"]] == ["good"] and s["verdict"] != "passed"
+        assert s["pairs_not_in_this_summary"] == [{"pair": "bad", "status": "error", "exit_code": 3}]
+        assert "bad: in this run but not in this summary" in capsys.readouterr().out
+    # a run of one pair from the start is that pair's run: the others are not part of it
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "one"), "-p", "good"], monkeypatch) == 0
+    assert "pairs_not_in_this_summary" not in summary(latest_run(tmp_path / "one"))
+
+
 ENDS = """
 import atexit, pathlib, sys
 atexit.register(pathlib.Path(sys.argv[1]).write_text, "exit handlers ran")
