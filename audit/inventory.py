@@ -57,7 +57,7 @@ class Inventory(BaseModel):
         unknown = [n for n in names if n not in known]
         if unknown:
             raise ConfigError(f"--pair {', '.join(unknown)}: not in the inventory (known: {', '.join(known)})")
-        return [known[n] for n in names]
+        return [known[n] for n in dict.fromkeys(names)]  # a name given twice is one pair, audited once
 
     def pair(self, name: str) -> PairBase:
         return self.select([name])[0]
@@ -96,8 +96,8 @@ def _settings_keys(spec: KindSpec | None) -> set[str]:
 def _merge_defaults(raw: dict[str, Any]) -> list[Any]:
     """Push the `defaults:` block into every pair whose kind takes the setting; a pair's own keys win."""
     kinds = registered_kinds()
-    base = dict(raw.get("defaults") or {})
-    base_gate = base.pop("gate", None) or {}
+    base = dict(_mapping(raw.get("defaults"), "defaults"))
+    base_gate = _mapping(base.pop("gate", None), "defaults.gate")
     known = set().union(*(_settings_keys(s) for s in kinds.values()))
     unknown = set(base) - known
     if unknown:
@@ -111,12 +111,23 @@ def _merge_defaults(raw: dict[str, Any]) -> list[Any]:
         keys = _settings_keys(kinds.get(str(pair.get("kind"))))
         own = {k: pair.pop(k) for k in list(pair) if k in keys}
         inherited = {k: v for k, v in base.items() if k in keys}
+        where = f"pairs[{len(pairs)}] ({pair.get('name')})"
         if inherited or own or "settings" in pair:
-            pair["settings"] = {**inherited, **(pair.get("settings") or {}), **own}
-        if isinstance(pair.get("gate"), dict) or "gate" not in pair:
-            pair["gate"] = {**base_gate, **(pair.get("gate") or {})}
+            pair["settings"] = {**inherited, **_mapping(pair.get("settings"), f"{where}.settings"), **own}
+        gate = pair.get("gate")
+        if gate is None or isinstance(gate, dict):  # anything else is left to the model, which names it
+            pair["gate"] = {**base_gate, **(gate or {})}
         pairs.append(pair)
     return pairs
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    """`value` as a mapping of settings (None: empty); anything else is a ConfigError naming `where`."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping of setting: value, got {type(value).__name__} {value!r}")
+    return value
 
 
 @cache
@@ -197,7 +208,9 @@ def parse_inventory(text: str, source: str = "inventory") -> Inventory:
 def load_inventory(path: str | Path) -> Inventory:
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"inventory {p}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"inventory {p}: not UTF-8 text (at byte {e.start})") from None
     return parse_inventory(text, source=str(p))

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.connections import env_conn_resolver
-from audit.errors import AuditError, SourceError, StageInputError
+from audit.errors import AuditError, ConfigError, SourceError, StageInputError
 from audit.inventory import Inventory, Pair
 from audit.kernel.context import Progress, StageContext
 from audit.kernel.kind import KindSpec, kind_spec
@@ -47,7 +47,10 @@ def tool_version() -> str:
 
 def start_run(inventory: Inventory, out: Path, run_id: str | None = None) -> RunDir:
     run = RunDir(Path(out), run_id or new_run_id())
-    run.root.mkdir(parents=True, exist_ok=True)
+    try:
+        run.root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"output directory {out}: cannot create {run.root}: {e.strerror}") from None
     if not run.manifest.exists():
         write_json(
             run.manifest,

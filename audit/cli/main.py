@@ -347,7 +347,10 @@ def verify(
             if "=" not in item:
                 raise ConfigError(f"{flag} {item!r}: expected key=value")
             k, v = item.split("=", 1)
-            given[flag][k] = yaml.safe_load(v)
+            try:
+                given[flag][k] = yaml.safe_load(v)
+            except yaml.YAMLError as e:
+                raise ConfigError(f"{flag} {item!r}: the value is not YAML ({e.__class__.__name__})") from None
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     _configure_spark(spark_master, spark_conf)
     inv = verification_inventory(

@@ -208,6 +208,19 @@ def test_a_summary_of_some_pairs_keeps_the_others_verdicts(dirfiles_kind, tmp_pa
     assert "pairs_not_in_this_summary" not in summary(latest_run(tmp_path / "one"))
 
 
+def test_an_out_that_cannot_be_a_directory_and_a_verify_option_that_is_not_yaml_exit_2(
+    dirfiles_kind, tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    inv = two_pairs(tmp_path)
+    (tmp_path / "afile").write_text("")
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "afile")], monkeypatch) == 2
+    assert "output directory" in capsys.readouterr().err
+    verify = ["verify", "--source", "redis://127.0.0.1:1", "--target", "redis://127.0.0.1:2", "-o", str(tmp_path)]
+    assert run_cli([*verify, "--option", "compare=[unclosed"], monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert "--option 'compare=[unclosed': the value is not YAML" in " ".join(err.split()) and "Traceback" not in err
+
+
 ENDS = """
 import atexit, pathlib, sys
 atexit.register(pathlib.Path(sys.argv[1]).write_text, "exit handlers ran")

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +158,44 @@ def test_the_deprecated_qps_is_still_read_as_a_keys_per_second_cap(caplog: pytes
     assert settings.qps == 20000 and settings.max_keys_per_s is None
     assert settings.snapshot_options().pace_settings().max_keys_per_s == 5000  # qps counted ~4 commands a key
     assert "setting `qps` is deprecated" in caplog.text and "max_keys_per_s=5000" in caplog.text
+
+
+PAIR = "name: a, kind: redis, master: 'redis://h:1', replica: 'redis://h:2'"
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (
+            "pairs: [{name: a, kind: redis, master: 'redis://h:1', replica: 'redis://h:2', settings: [1]}]",
+            "pairs[0] (a).settings",
+        ),
+        (
+            "pairs: [{name: a, kind: redis, master: 'redis://h:1', replica: 'redis://h:2', settings: abc}]",
+            "pairs[0] (a).settings",
+        ),
+        (
+            "defaults: {gate: [1]}\npairs: [{name: a, kind: redis, master: 'redis://h:1', replica: 'redis://h:2'}]",
+            "defaults.gate",
+        ),
+        ("defaults: [1]\npairs: [{name: a, kind: redis, master: 'redis://h:1', replica: 'redis://h:2'}]", "defaults"),
+    ],
+)
+def test_settings_that_are_not_a_mapping_are_named(text: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(named) + ": expected a mapping"):
+        parse_inventory(text)
+
+
+def test_an_inventory_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    from audit.inventory import load_inventory
+
+    path = tmp_path / "latin.yaml"
+    path.write_bytes(b"pairs:\n  - name: caf\xe9\n    kind: redis\n")
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        load_inventory(path)
+
+
+def test_a_pair_named_twice_is_audited_once() -> None:
+    inv = parse_inventory(GOOD)
+    name = inv.pairs[0].name
+    assert [p.name for p in inv.select([name, name])] == [name]
