@@ -216,7 +216,7 @@ def finish_run(inventory: Inventory, run: RunDir, pairs: list[Pair], history: st
     render_report(run, summary, history=history)  # after the manifest's end, which the report shows
     manifest["history"] = record_history(run, history)
     write_json(run.manifest, manifest)
-    return summary
+    return {**summary, "history": manifest["history"]}  # the caller says when the store could not be written
 
 
 def record_history(run: RunDir, url: str | None) -> dict[str, Any]:

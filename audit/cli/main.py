@@ -122,6 +122,9 @@ def _progress() -> tuple[Any, Any]:
 
 
 def _print_summary(summary: dict[str, Any], run_root: Path) -> None:
+    history = summary.pop("history", None) or {}
+    if history.get("status") == "error":  # the verdict stands; the daily report will lack this run
+        err.print(f"[yellow]results history {history.get('store')}: not written:[/] {history.get('message')}")
     if _Output.json:
         sys.stdout.write(json.dumps(summary, sort_keys=True, default=str) + "\n")
         return

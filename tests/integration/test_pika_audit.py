@@ -334,3 +334,33 @@ def test_logs_growing_during_the_audit_give_no_false_positive(tmp_path, monkeypa
         t.join()
     assert written["n"] > 2000  # the logs really grew while being read
     assert findings(root) == [] and code == 0
+
+
+@pytest.mark.parametrize("layout", ["empty", "pika root", "empty log_db0"])
+def test_a_binlog_directory_without_binlogs_is_a_source_error_not_a_clean_audit(
+    layout, tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    # it once read as 0 files, 0 records and a passed gate
+    for side in ("m", "s"):
+        root = tmp_path / side
+        if layout == "pika root":
+            (root / "log" / "log_db0").mkdir(parents=True)  # the log is one level further down
+            (root / "db").mkdir()
+        elif layout == "empty log_db0":
+            (root / "log_db0").mkdir(parents=True)
+        else:
+            root.mkdir()
+    code, root = audit(tmp_path, monkeypatch, {**files_only("nobinlog", tmp_path, [0]), "dbs": None})
+    assert code == 3
+    err = " ".join(capsys.readouterr().err.split())
+    assert str(tmp_path / "s") in err and ("log_db<N>" in err or "write2file<N>" in err)  # the slave is read first
+
+
+def test_pika_pointed_at_servers_without_binlog_offsets_is_not_covered(redis_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # a Redis pair audited as pika: INFO replication has no binlog_offset, so no replication state was read
+    master, replica = redis_pair
+    pair = {"name": "notpika", "kind": "pika", "master": master.url, "replica": replica.url, "dbs": [0]}
+    code, root = audit(tmp_path, monkeypatch, pair)
+    s = summary(root)["pairs"][0]
+    assert code == 1 and s["status"] == "failed"
+    assert any("replication state could not be read" in line for line in s["not_covered"]), s["not_covered"]

@@ -60,6 +60,12 @@ def discover(log_root: Path, dbs: list[int] | None, side: str) -> list[DbLog]:
             f"{side} binlog directory {log_root} does not exist or is not a directory", where=str(log_root)
         )
     found = {int(m.group(1)): log_root / d for d in os.listdir(log_root) if (m := _LOG_DIR.match(d))}
+    if not found:  # a wrong path (Pika's root instead of its log/) must not read as an empty, healthy log
+        raise SnapshotError(
+            f"{side} binlog directory {log_root} holds no log_db<N>/ directory: is it Pika's log directory "
+            "(its `log-path`, e.g. /data/pika/log)?",
+            where=str(log_root),
+        )
     wanted = dbs if dbs is not None else sorted(found)
     out = []
     for db in wanted:
@@ -74,8 +80,11 @@ def discover(log_root: Path, dbs: list[int] | None, side: str) -> list[DbLog]:
         if (directory / MANIFEST).exists():
             _readable(directory / MANIFEST)
             manifest = parse_manifest((directory / MANIFEST).read_bytes()[:64])
+        on_disk = binlog_files(directory)
+        if not on_disk:
+            raise SnapshotError(f"{side} binlog directory {directory} holds no write2file<N>", where=str(directory))
         files = []
-        for filenum, path in binlog_files(directory):
+        for filenum, path in on_disk:
             if manifest is not None and filenum > manifest.pro_num:
                 continue  # created after the manifest was read: past this side's cut
             _readable(path)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import redis
 
-from audit.kernel.check import Check
+from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
-from audit.kernel.state import Offsets
+from audit.kernel.state import MetricValue, Offsets
 from audit.sources.pika.info import PikaReplication, parse_pika_replication
 from audit.sources.pika.model import PikaPair
 from audit.sources.pika.replication import PikaSample, lag_total, pika_replication_findings, wrong_master
@@ -28,6 +29,7 @@ SIDES = ("master", "replica")
 BINLOG_UNIT = "binlog position (bytes)"
 PIKA_PORT = 9221
 FILE_SIZE_METRIC = "binlog_file_size"
+UNREAD_METRIC = "replication_dbs_unread"
 DEFAULT_FILE_SIZE = 100 * 1024 * 1024
 """Pika's default `binlog-file-size`, when neither the pair, the server nor the files say."""
 
@@ -143,4 +145,12 @@ class PikaReplicationCheck(Check):
         ctx.metrics["lag_bytes"] = lag_total(samples[-1], dbs, size)
         ctx.state.replication_samples = raw_samples
         ctx.state.offsets = offsets_of(samples, dbs, size)
-        ctx.done(f"{len(samples)} INFO samples, dbs {dbs}")
+        last = samples[-1]
+        unread = [d for d in dbs if last.master.binlog.get(d) is None or last.slave.binlog.get(d) is None]
+        ctx.metrics[UNREAD_METRIC] = len(unread)
+        ctx.done(f"{len(samples)} INFO samples, dbs {dbs}" + (f"; no binlog_offset for dbs {unread}" if unread else ""))
+
+    def uncovered(self, metrics: Mapping[str, MetricValue]) -> list[Uncovered]:
+        n = int(metrics.get(UNREAD_METRIC) or 0)
+        why = "no binlog_offset in a side's INFO replication: not a Pika server, or the DB is not there"
+        return [Uncovered(n, f"{n} DBs whose replication state could not be read ({why})")]

@@ -185,6 +185,9 @@ class AuditReportOperator(BaseOperator):
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
         summary = finish_run(inv, run, inv.select(pair_names(self.pairs)))
+        history = summary.pop("history", None) or {}
+        if history.get("status") == "error":
+            self.log.warning("results history %s: not written: %s", history.get("store"), history.get("message"))
         verdicts = {p["pair"]: p["status"] for p in summary["pairs"]}
         self.log.info("run %s: %s %s; report %s", run.run_id, summary["verdict"], verdicts, run.report)
         if summary["exit_code"] != 0:
