@@ -67,10 +67,38 @@ CONNECT_SCHEME = "sc://"
 
 
 def configure(master: str | None = None, conf: dict[str, str] | None = None) -> None:
-    """Set session options before the first `get_spark()` call (the CLI does this)."""
+    """Set session options before the first `get_spark()` call (the CLI does this, before any stage: a
+    master that cannot be one is a ConfigError then, not after the snapshots)."""
     if master:
+        check_master(master)
         _overrides["spark.master"] = master
     _overrides.update(conf or {})
+
+
+_MASTER_FORMS = re.compile(r"local(\[[^\]]+\])?|local-cluster\[[^\]]+\]|yarn|(spark|k8s|mesos|sc)://.+")
+
+
+def check_master(master: str) -> None:
+    """A master URL of a form Spark takes; a standalone master (spark://) must answer on its port."""
+    if not _MASTER_FORMS.fullmatch(master):
+        raise ConfigError(
+            f"spark master {redact_url(master)}: not a Spark master URL (local[N], spark://host:7077, yarn, "
+            "k8s://https://host:443, sc://host:15002)"
+        )
+    if master.startswith("spark://"):
+        for address in master[len("spark://") :].split(","):  # standby masters: spark://h1:7077,h2:7077
+            host, _, port = address.partition(":")
+            _check_answers(master, host, int(port) if port.isdigit() else 7077, "Spark master")
+
+
+def _check_answers(master: str, host: str, port: int, what: str, timeout_s: float = 5.0, hint: str = "") -> None:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise ConfigError(
+            f"spark master {redact_url(master)}: no {what} answers at {host}:{port} ({e.strerror or e}){hint}"
+        ) from None
 
 
 def _env_conf() -> dict[str, str]:
@@ -157,14 +185,8 @@ def _check_reachable(url: str, timeout_s: float = 5.0) -> None:
     """A Connect server that is not there: say so now. The client would retry its first request for
     minutes before failing, and a run would seem to hang."""
     host, port = _connect_address(url)
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            pass
-    except OSError as e:
-        raise ConfigError(
-            f"spark master {redact_url(url)}: no Spark Connect server answers at {host}:{port} "
-            f"({e.strerror or e}); start one (replica-audit spark-server) or give another --spark-master"
-        ) from None
+    hint = "; start one (replica-audit spark-server) or give another --spark-master"
+    _check_answers(url, host, port, "Spark Connect server", timeout_s, hint)
 
 
 def get_spark() -> SparkSession:
@@ -181,7 +203,13 @@ def get_spark() -> SparkSession:
             executors_python = conf.get("spark.pyspark.python") or (sys.executable if is_local(master) else None)
             if executors_python:
                 os.environ.setdefault("PYSPARK_PYTHON", executors_python)
-            session: SparkSession = _builder(conf).getOrCreate()  # type: ignore[attr-defined]
+            try:
+                session: SparkSession = _builder(conf).getOrCreate()  # type: ignore[attr-defined]
+            except ConfigError:
+                raise
+            except Exception as e:  # no Java, a cluster that refuses the application, a setting it rejects
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ConfigError(f"spark master {redact_url(master)}: the Spark session did not start: {first}") from e
             if not master.startswith(CONNECT_SCHEME):
                 session.sparkContext.setLogLevel("ERROR")
             _session = session

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from audit.diff import spark as session
+from audit.errors import ConfigError
 
 
 @pytest.fixture
@@ -50,3 +51,26 @@ def test_an_empty_arrow_table_keeps_its_schema(spark) -> None:  # type: ignore[n
 def test_default_parallelism_of_a_classic_session_is_the_context_s(spark) -> None:  # type: ignore[no-untyped-def]
     assert not session.is_connect(spark)
     assert session.default_parallelism(spark) == spark.sparkContext.defaultParallelism
+
+
+@pytest.mark.parametrize("master", ["local", "local[2]", "local[*]", "local[2,3]", "local-cluster[2,1,1024]", "yarn"])
+def test_master_forms_spark_takes_are_accepted(master: str) -> None:
+    session.check_master(master)
+
+
+@pytest.mark.parametrize("master", ["bogus://x", "local[", "spark:/h:7077", "yarn-client", ""])
+def test_a_master_spark_would_not_take_is_a_config_error_naming_it(master: str) -> None:
+    with pytest.raises(ConfigError, match="not a Spark master URL"):
+        session.check_master(master)
+
+
+def test_a_standalone_master_must_answer_on_its_port() -> None:
+    import socket
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        session.check_master(f"spark://127.0.0.1:{port}")
+        with pytest.raises(ConfigError, match=r"no Spark master answers at 127\.0\.0\.1:1 "):
+            session.check_master(f"spark://127.0.0.1:{port},127.0.0.1:1")  # every standby is checked
