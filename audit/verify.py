@@ -23,6 +23,7 @@ audit/sources/redis/content.py).
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,11 @@ def verification_inventory(
         if chosen:
             pair[field_name] = chosen
     raw = {"defaults": dict(settings or {}), "pairs": [pair]}
-    return parse_inventory(json.dumps(raw), source="verification")  # JSON is YAML
+    try:
+        return parse_inventory(json.dumps(raw), source="verification")  # JSON is YAML
+    except ConfigError as e:  # say it in the verification's own terms: source and target, not the pair's sides
+        said = re.sub(r"pairs\[0\] \([^)]*\)\.master", "source", str(e))
+        raise ConfigError(re.sub(r"pairs\[0\] \([^)]*\)\.replica", "target", said)) from None
 
 
 def _endpoint(value: str | dict[str, Any], label: str) -> Any:

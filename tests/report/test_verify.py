@@ -45,6 +45,8 @@ def test_strictness_levels_relax_one_threshold(strictness: str, relaxed: str) ->
         ({"source": " "}, "verification source"),
         ({"dbs": [70000]}, "dbs"),
         ({"settings": {"qsp": 1}}, "defaults.qsp: unknown setting"),
+        ({"target": {"url": "redis://b:2", "topology": "bogus"}}, r"^verification: target\.topology: "),
+        ({"source": {"url": "redis://a:1", "topology": "bogus"}}, r"^verification: source\.topology: "),
     ],
 )
 def test_bad_verification_arguments_are_named(kwargs: dict[str, Any], message: str) -> None:
