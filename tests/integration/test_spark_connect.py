@@ -37,7 +37,7 @@ from tests.pika_scenarios import commands, gap_plan, write_master, write_slave
 from tests.unit.test_rmq_diff import msg
 
 pytestmark = pytest.mark.integration
-READY = "spark connect server: "
+READY = "spark connect server: sc://"  # the line that says it serves (a warm-up line comes before it)
 
 
 def _server_procs(port: int) -> list[int]:
@@ -73,7 +73,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("spark-connect") / "server.log"
     proc = _started_server(log, port, "--spark-master", "local[2]", "--spark-conf", "spark.driver.memory=1g")
     url = f"sc://127.0.0.1:{port}"
-    assert f"{READY}{url} (driving local[2])" in log.read_text()
+    assert f"spark connect server: {url} (driving local[2])" in log.read_text()
     assert "warmed up by a keyspace diff in" in log.read_text()
     yield url
     proc.send_signal(signal.SIGTERM)  # as a service manager stops it: the JVM must go too
