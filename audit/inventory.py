@@ -85,6 +85,22 @@ def _expand(value: Any, path: str) -> Any:
     return value
 
 
+def _expand_inventory(raw: dict[str, Any]) -> dict[str, Any]:
+    """${VAR}s expanded; a missing one is named by the path validation errors use: `pairs[0] (name).master`."""
+    out = {}
+    for key, value in raw.items():
+        if key == "pairs" and isinstance(value, list):
+            out[key] = [_expand(pair, _pair_label(i, pair)) for i, pair in enumerate(value)]
+        else:
+            out[key] = _expand(value, str(key))
+    return out
+
+
+def _pair_label(index: int, pair: Any) -> str:
+    name = pair.get("name") if isinstance(pair, dict) else None
+    return f"pairs[{index}] ({name})" if name else f"pairs[{index}]"
+
+
 # --- defaults: and per-kind settings -----------------------------------------------------------------
 def _settings_keys(spec: KindSpec | None) -> set[str]:
     if spec is None:
@@ -189,7 +205,7 @@ def parse_inventory(text: str, source: str = "inventory") -> Inventory:
     if not isinstance(raw["pairs"], list) or not raw["pairs"]:
         raise ConfigError(f"{source}: pairs: expected a non-empty list")
     try:
-        raw = _expand(raw, "inventory")
+        raw = _expand_inventory(raw)
         merged = _merge_defaults(raw)
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None

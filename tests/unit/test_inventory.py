@@ -132,7 +132,7 @@ def test_environment_variables_are_expanded_and_a_missing_one_is_named(monkeypat
         endpoint_url(pair.master)
     assert "ss" not in str(e.value).replace("password", "") and "p@ss" not in pair.display_endpoint("master")
     monkeypatch.delenv("RA_PW")
-    with pytest.raises(ConfigError, match=r"pairs\[0\]\.master: \$\{RA_PW\} is not set"):
+    with pytest.raises(ConfigError, match=r"inventory: pairs\[0\] \(a\)\.master: \$\{RA_PW\} is not set"):
         parse_inventory(text)
 
 
