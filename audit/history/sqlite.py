@@ -63,6 +63,9 @@ class SqliteHistory(SqlHistory):
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # the path is the mistake (a file where its directory should be): exit 2
+            raise ConfigError(f"history store {self.path}: cannot create its directory: {e.strerror}") from None
+        try:
             # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE), never opened behind our back
             self.conn = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False

@@ -357,3 +357,12 @@ def test_read_run_of_a_real_layout(runs_dir: dict[str, Path]) -> None:
     metrics = {(pair, m): v for pair, m, v in record.metrics}
     assert metrics[("cache", "findings_value_mismatch")] == 1.0 and metrics[("cache", "gate_passed")] == 0.0
     assert ("sessions", "gate_passed") not in metrics and metrics[("sessions", "master_keys")] == 1000.0
+
+
+def test_a_store_path_under_a_file_is_a_config_error(tmp_path: Path) -> None:
+    # a typo'd --out or --history: exit 2 with the path, not "could not audit" (exit 3)
+    from audit.history.sqlite import SqliteHistory
+
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(ConfigError, match=r"afile/history\.sqlite: cannot create its directory"):
+        SqliteHistory(tmp_path / "afile" / "history.sqlite")
