@@ -7,6 +7,7 @@ shows a URL only redacted.
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -61,6 +62,17 @@ class MySQLEndpoint(_Strict):
         unknown = sorted(set(options) - known)
         if unknown:
             raise ConfigError(f"{field}: {shown}: unknown option {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        for option in ("ssl_ca", "ssl_cert", "ssl_key"):
+            if option in options and not os.access(options[option], os.R_OK):
+                raise ConfigError(f"{field}: {shown}: {option}={options[option]}: no such readable file")
+        if "connect_timeout" in options:
+            try:
+                if float(options["connect_timeout"]) <= 0:
+                    raise ValueError
+            except ValueError:
+                raise ConfigError(
+                    f"{field}: {shown}: connect_timeout={options['connect_timeout']}: expected seconds above 0"
+                ) from None
         raw: dict[str, Any] = {
             "host": parts.hostname,
             "port": port or DEFAULT_PORT,
