@@ -19,7 +19,7 @@ def print_summary(console: Console, summary: dict[str, Any], run_root: Path) -> 
         counts = "\n".join(f"{c}: {n}" for c, n in sorted(p["counts"].items())) or "none"
         diags = "\n".join(f"{code} ×{d['count']}" for code, d in p["diagnoses"].items()) or "-"
         cov = p.get("coverage", {})
-        coverage = f"{cov.get('keys_compared', 0):,} keys compared" if cov else ""
+        coverage = _compared(cov)
         if p["not_covered"]:
             coverage += ("\n" if coverage else "") + "NOT covered: " + "; ".join(p["not_covered"])
         for name, why in p["skipped_checks"].items():
@@ -37,3 +37,9 @@ def print_summary(console: Console, summary: dict[str, Any], run_root: Path) -> 
         console.print(f"  {p['pair']}: in this run but not in this summary; its state: [bold]{p['status']}[/]")
     console.print(f"report: {run_root / 'report.html'}")
     console.print(f"summary: {run_root / 'summary.json'}")
+
+
+def _compared(coverage: dict[str, Any]) -> str:
+    """`keys_compared: 100` -> "100 keys compared", whatever a kind compares (rows, records, keys)."""
+    items = [(k.removesuffix("_compared").replace("_", " "), v) for k, v in coverage.items() if k.endswith("_compared")]
+    return "\n".join(f"{int(v or 0):,} {what} compared" for what, v in items)

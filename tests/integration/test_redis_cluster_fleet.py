@@ -155,6 +155,20 @@ def test_not_a_cluster_is_a_config_error(tmp_path: Path) -> None:
         plain.stop()
 
 
+def test_a_cluster_node_given_as_a_plain_url_is_a_config_error(
+    cluster: LocalCluster, tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    # read alone, a node is one shard: the replica's reads answered MOVED and the run said "68 not covered"
+    from tests.integration.helpers import run_cli, write_inventory
+
+    master, replica = cluster.masters[0], cluster.replicas[0][0]
+    pair = {"name": "node", "kind": "redis", "master": cluster.url(master), "replica": cluster.url(replica)}
+    inv = write_inventory(tmp_path / "inv.yaml", [pair])
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "redis_mode:cluster" in err and "topology: cluster" in err
+
+
 # --- fleet snapshot, diff and recheck -----------------------------------------------------------------------
 
 

@@ -65,6 +65,16 @@ def test_no_sentinel_reachable(group: SentinelGroup) -> None:
     assert all(d in str(e.value) for d in dead)
 
 
+def test_a_data_server_given_as_a_sentinel_is_said_in_its_own_words(group: SentinelGroup) -> None:
+    # every error reply once read as "do not know service": the operator then chased the service's name
+    not_a_sentinel = f"127.0.0.1:{group.master.port}"
+    with pytest.raises(SourceConnectError) as e:
+        resolve(group, [not_a_sentinel])
+    text = str(e.value)
+    assert f"sentinel {not_a_sentinel} refused SENTINEL GET-MASTER-ADDR-BY-NAME" in text
+    assert "unknown command" in text.lower() and "do not know service" not in text
+
+
 def test_divergence_planted_on_the_master_is_found(spark: Any, group: SentinelGroup, tmp_path: Path) -> None:
     m = group.master.client(db=2)
     m.mset({f"s:{i}": i for i in range(500)})

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import redis
 
+from audit.errors import ConfigError
 from audit.kernel.check import Check
 from audit.kernel.context import StageContext
 from audit.kernel.state import Offsets
@@ -91,6 +92,7 @@ class ReplicationCheck(Check):
         clients = self._clients(ctx)
         states = {side: capture_state(c, with_clients=False) for side, c in clients.items()}
         for side, s in states.items():
+            _standalone_only(side, redact_url(ctx.url(side)), str(s["info_server"].get("redis_mode") or ""))
             ctx.state.servers[side] = {
                 "endpoint": redact_url(ctx.url(side)),
                 "version": s["info_server"].get("redis_version"),
@@ -129,3 +131,19 @@ class ReplicationCheck(Check):
         ]
         ctx.state.offsets = offsets_of(samples)
         ctx.done(f"{len(samples)} INFO samples")
+
+
+_MODE_ENDPOINT = {
+    "cluster": "{url: ..., topology: cluster}",
+    "sentinel": "{sentinels: [host:port, ...], service: <name>} (the sentinels, not a data server)",
+}
+
+
+def _standalone_only(side: str, shown: str, mode: str) -> None:
+    """A plain URL names a standalone server: a cluster node read alone would be one shard's keys (the
+    others answer MOVED, then count as not covered), a sentinel holds no data."""
+    if mode in _MODE_ENDPOINT:
+        raise ConfigError(
+            f"{side} {shown}: the server runs in {mode} mode (INFO server: redis_mode:{mode}); "
+            f"give this side as {_MODE_ENDPOINT[mode]}"
+        )

@@ -377,7 +377,10 @@ def discover_sentinel(endpoint: SentinelEndpoint, *, role: str = "") -> Topology
         try:
             client = connect(url, role=f"{label} sentinel")
             addr = _raw(client, b"SENTINEL", b"GET-MASTER-ADDR-BY-NAME", endpoint.service.encode())
-            if addr is None or isinstance(addr, ReplyError):
+            if isinstance(addr, ReplyError):  # not a sentinel, or an ACL/auth refusal: its own words say which
+                problems.append(f"sentinel {where} refused SENTINEL GET-MASTER-ADDR-BY-NAME: {addr}")
+                continue
+            if addr is None:
                 unknown.append(where)
                 continue
             replicas = _raw(client, b"SENTINEL", b"REPLICAS", endpoint.service.encode())
@@ -390,7 +393,7 @@ def discover_sentinel(endpoint: SentinelEndpoint, *, role: str = "") -> Topology
             problems.append(f"sentinel {where}: {e}")
             continue
         if isinstance(replicas, ReplyError):
-            unknown.append(where)
+            problems.append(f"sentinel {where} refused SENTINEL REPLICAS: {replicas}")
             continue
         host, port = _s(addr[0]), int(addr[1])
         master = Node(host, port, endpoint.node_url(host, port))
@@ -410,7 +413,9 @@ def discover_sentinel(endpoint: SentinelEndpoint, *, role: str = "") -> Topology
             where=unknown[0],
         )
     first = host_port(endpoint.sentinel_urls()[0])
-    raise SourceConnectError(f"{label}: no sentinel answered: {'; '.join(problems)}", where=first)
+    raise SourceConnectError(
+        f"{label}: no sentinel answered for service {endpoint.service!r}: {'; '.join(problems)}", where=first
+    )
 
 
 def describe(topology: Topology) -> dict[str, Any]:
