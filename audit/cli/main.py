@@ -238,7 +238,7 @@ def _existing_run(stage: str, out_dir: Path, run_id: str | None) -> None:
     """A stage after the snapshot continues a run: one that is not there is a mistake, not a new run."""
     if run_id is None:
         raise ConfigError(f"{stage}: --run-id is required (the run whose earlier stages to use)")
-    if not (RunDir(out_dir, run_id).manifest).is_file():
+    if not RunDir(out_dir, run_id).manifest.is_file():
         raise ConfigError(f"{stage}: --run-id {run_id}: no such run in {out_dir}")
 
 

@@ -246,8 +246,8 @@ def diff_snapshots(
     if "candidates" not in counts:
         # A Spark Connect 4.1 server waits 100 ms for a write's observed metrics, then answers without
         # them (SPARK-54279): on a busy server the counts are then aggregated again, in a second job.
-        row = classified.agg(*coverage_aggregates(classified.columns)).first()
-        counts = {k: int(v or 0) for k, v in (row.asDict() if row is not None else {}).items()}
+        (row,) = classified.agg(*coverage_aggregates(classified.columns)).collect()  # a global aggregate: one row
+        counts = {k: int(v or 0) for k, v in row.asDict().items()}
     paths = (master_path, replica_path, keys_path, candidates_path)
     if counts["candidates"] <= max_driver_candidates and all(map(is_local, paths)):
         full_columns_in_driver(keys_path, (master_path, replica_path), SNAPSHOT_DDL, VALUE_COLUMNS, candidates_path)

@@ -211,7 +211,7 @@ def connect(endpoint: MySQLEndpoint, side: str, *, read_timeout_s: float = 600.0
         )
     except pymysql.MySQLError as e:
         raise audit_error(e, endpoint, side, "connecting") from None
-    except (OSError, ValueError) as e:  # pymysql builds the TLS context first: a file that is no certificate
+    except OSError as e:  # pymysql builds the TLS context first (ssl.SSLError): a file that is no certificate
         raise ConfigError(
             f"{side} {endpoint.shown}: the TLS options (ssl_ca, ssl_cert, ssl_key) do not load: {e}"
         ) from None
