@@ -6,6 +6,7 @@ No daemon is needed: the file is checked structurally, and by `docker compose co
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import subprocess
@@ -135,12 +136,19 @@ def test_bind_mounts_exist(compose: dict[str, Any]) -> None:
                 assert (DOCKER / source).exists(), f"{name}: {source}"
 
 
-def test_inventory_is_valid_and_points_at_compose_services(compose: dict[str, Any]) -> None:
+def test_inventory_is_valid_and_points_at_compose_services(
+    compose: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     inventory = parse_inventory((DOCKER / "inventory.yaml").read_text(), source="docker/inventory.yaml")
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]  # nothing deprecated
     assert inventory.pairs
+    assert {p.kind for p in inventory.pairs} == {"redis", "mysql"}
+    env = {k: v for s in compose["services"].values() for k, v in (s.get("environment") or {}).items()}
     for pair in inventory.pairs:
         for side in (pair.master, pair.replica):
             url = side.get_secret_value() if side is not None and not isinstance(side, dict) else ""
+            if url.startswith("conn:"):  # an Airflow connection the compose stack defines
+                url = str(env[f"AIRFLOW_CONN_{url.removeprefix('conn:').upper()}"])
             host = re.match(r"^\w+://(?:[^@/]*@)?([^:/]+)", url)
             assert host is not None and host[1] in compose["services"], url
 
