@@ -24,8 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from audit.connections import endpoint_url, env_conn_resolver
 from audit.errors import ConfigError
+from audit.gate.suites import suite_parameters
 from audit.kernel.kind import KindSpec, registered_kinds
-from audit.kernel.pair import PairBase, display_endpoint
+from audit.kernel.pair import PairBase, display_endpoint, gate_field_names, gate_fields_of
 from audit.urls import ConnResolver, redact_url
 
 __all__ = [
@@ -132,9 +133,27 @@ def _merge_defaults(raw: dict[str, Any]) -> list[Any]:
             pair["settings"] = {**inherited, **_mapping(pair.get("settings"), f"{where}.settings"), **own}
         gate = pair.get("gate")
         if gate is None or isinstance(gate, dict):  # anything else is left to the model, which names it
-            pair["gate"] = {**base_gate, **(gate or {})}
+            pair["gate"] = _pair_gate(kinds.get(str(pair.get("kind"))), base_gate, gate or {}, where)
         pairs.append(pair)
     return pairs
+
+
+def _pair_gate(spec: KindSpec | None, base_gate: dict[str, Any], own: dict[str, Any], where: str) -> dict[str, Any]:
+    """The pair's gate: the `defaults.gate` keys its kind's suite reads, then its own.
+
+    A key of the pair's own that is a gate key but one its kind's suite never reads is refused: it
+    would be accepted and do nothing. A misspelled key is left to the model, which names it.
+    """
+    if spec is None:
+        return {**base_gate, **own}
+    every = set(gate_field_names())
+    used = set(gate_fields_of(suite_parameters(spec.suite)))
+    for key in own:
+        if key in every and key not in used:
+            raise ConfigError(
+                f"{where}.gate.{key}: kind {spec.name} is not gated on this (its keys: {', '.join(sorted(used))})"
+            )
+    return {**{k: v for k, v in base_gate.items() if k in used or k not in every}, **own}
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:

@@ -29,17 +29,25 @@ from pathlib import Path
 from typing import Any
 
 from audit.errors import ConfigError, StageInputError
+from audit.gate.suites import suite_parameters
 from audit.inventory import Inventory, Pair, parse_inventory
 from audit.kernel.kind import kind_spec, registered_kinds
-from audit.kernel.pair import gate_field_names
+from audit.kernel.pair import gate_fields_of, suite_parameter
 from audit.layout import RunDir, write_json
 
-STRICTNESS: dict[str, tuple[dict[str, int | None], str]] = {
-    "zero_tolerance": ({}, "every difference fails the verification, and both sides' content digests must be equal"),
-    "allow_ttl_drift": ({"max_ttl_mismatch": None}, "keys whose expiry differs are reported but do not fail"),
-    "allow_extra_on_target": ({"max_extra": None}, "keys only on the target are reported but do not fail"),
+STRICTNESS: dict[str, tuple[frozenset[str], str]] = {
+    "zero_tolerance": (
+        frozenset(),
+        "every difference fails the verification, and both sides' content digests must be equal",
+    ),
+    "allow_ttl_drift": (frozenset({"ttl_mismatch"}), "keys whose expiry differs are reported but do not fail"),
+    "allow_extra_on_target": (
+        frozenset({"extra_on_replica", "extra_row", "extra_table"}),
+        "keys (rows, tables) only on the target are reported but do not fail",
+    ),
 }
-"""strictness -> (gate thresholds that differ from 0, what it means). A level is one entry here."""
+"""strictness -> (finding categories it does not gate, what it means); every other threshold of the
+kind's suite is 0. A level is one entry here."""
 
 DEFAULT_STRICTNESS = "zero_tolerance"
 DEFAULT_NAME = "migration"
@@ -84,8 +92,7 @@ def verification_inventory(
     for label, value in (("source", source), ("target", target)):
         if not isinstance(value, dict) and (not isinstance(value, str) or not value.strip()):
             raise ConfigError(f"verification {label}: give a server URL or conn:<airflow_conn_id>")
-    gate: dict[str, int | None] = {f: 0 for f in gate_field_names()}
-    gate.update(STRICTNESS[strictness][0])
+    gate = _strict_gate(kind, strictness)
     pair: dict[str, Any] = {
         "name": name,
         "kind": kind,
@@ -111,6 +118,29 @@ def verification_inventory(
     except ConfigError as e:  # say it in the verification's own terms: source and target, not the pair's sides
         said = re.sub(r"pairs\[0\] \([^)]*\)\.master", "source", str(e))
         raise ConfigError(re.sub(r"pairs\[0\] \([^)]*\)\.replica", "target", said)) from None
+
+
+def _strict_gate(kind: str, strictness: str) -> dict[str, int | None]:
+    """Every threshold the kind's suite reads at 0, but those of the categories `strictness` lets pass."""
+    keys = verification_gate_keys(kind)
+    loosened = {suite_parameter(k) for k in keys} & {f"max_{c}" for c in STRICTNESS[strictness][0]}
+    if strictness != DEFAULT_STRICTNESS and not loosened:
+        levels = [name for name in STRICTNESS if name == DEFAULT_STRICTNESS or _loosens(kind, name)]
+        raise ConfigError(
+            f"verification strictness {strictness!r}: kind {kind} reports no"
+            f" {' or '.join(sorted(STRICTNESS[strictness][0]))} findings (its levels: {', '.join(levels)})"
+        )
+    return {k: None if suite_parameter(k) in loosened else 0 for k in keys}
+
+
+def _loosens(kind: str, strictness: str) -> bool:
+    parameters = {suite_parameter(k) for k in verification_gate_keys(kind)}
+    return any(f"max_{c}" in parameters for c in STRICTNESS[strictness][0])
+
+
+def verification_gate_keys(kind: str) -> list[str]:
+    """The `gate:` keys the kind's suite reads."""
+    return gate_fields_of(suite_parameters(kind_spec(kind).suite))
 
 
 def _endpoint(value: str | dict[str, Any], label: str) -> Any:
@@ -270,6 +300,11 @@ def finish_verification(
         raise ConfigError("a verification inventory holds exactly one pair")
     finish_run(inventory, run, list(inventory.pairs), history)
     pair = inventory.pairs[0]
-    path = write_certificate(run, pair, strictness=strictness, thresholds=pair.gate.model_dump())
+    path = write_certificate(
+        run,
+        pair,
+        strictness=strictness,
+        thresholds=pair.gate.model_dump(include=set(verification_gate_keys(pair.kind))),
+    )
     cert: dict[str, Any] = json.loads(path.read_text())
     return cert

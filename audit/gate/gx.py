@@ -39,6 +39,7 @@ from urllib.parse import unquote, urlparse
 
 from audit.background import Preload
 from audit.errors import GateError
+from audit.gate.suites import parameter_name
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 SITE = "replica_audit"
@@ -47,7 +48,6 @@ DATASOURCE, ASSET, BATCH = "replica-audit-gate", "gate-row", "whole-frame"
 INDEX_VALIDATIONS = 100
 """How many of the latest validation results the Data Docs index lists. GX reads each listed result's
 file at every gate: unbounded, a year of daily runs made each gate seconds slower (docs/gx.md)."""
-_PARAM = "$PARAMETER"
 # GX keeps a process-wide "current context"; one validation at a time per process keeps calls apart.
 _lock = threading.Lock()
 
@@ -98,11 +98,6 @@ PRELOAD = Preload("gx-warm-up", _import_gx_quietly)
 """GX's modules (seconds of loading), started by `run` while the snapshots and the diff run."""
 
 
-def _param(value: Any) -> str | None:
-    """The parameter name when `value` is `{"$PARAMETER": name}`, else None."""
-    return str(value[_PARAM]) if isinstance(value, dict) and _PARAM in value else None
-
-
 def _raised(info: Any) -> str | None:
     """The error an expectation raised, else None; GX keys metric errors by metric id instead of the flat form."""
     if not info:
@@ -133,7 +128,7 @@ def _check(spec: dict[str, Any], gate_row: dict[str, Any], parameters: dict[str,
         column = kwargs.get("column")
         if column is not None and column not in gate_row:
             raise GateError(f"suite {where} checks column {column!r}, which the gate row lacks")
-        names = [p for p in map(_param, kwargs.values()) if p is not None]
+        names = [p for p in map(parameter_name, kwargs.values()) if p is not None]
         missing = [p for p in names if p not in parameters]
         if missing:
             raise GateError(f"suite {where} needs parameter {missing[0]!r}, which was not given")
@@ -342,7 +337,7 @@ def _failed(
             continue
         exp = by_key.get((config.type, column), {})
         max_value = exp.get("kwargs", {}).get("max_value")
-        threshold = parameters.get(p) if (p := _param(max_value)) else max_value
+        threshold = parameters.get(p) if (p := parameter_name(max_value)) else max_value
         meaning = (exp.get("meta") or {}).get("notes") or exp.get("description") or exp.get("notes") or ""
         failed.append(FailedExpectation(config.type, str(column), gate_row.get(column), threshold, str(meaning)))
     return tuple(failed)

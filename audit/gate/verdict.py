@@ -7,7 +7,6 @@ the pair's `gate:` block.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -16,14 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from audit.findings import CATEGORIES
+from audit.gate.suites import suite_file
 from audit.inventory import Pair
 from audit.kernel.check import Uncovered
 from audit.kernel.kind import KindSpec
 from audit.kernel.state import FailedExpectation, GateVerdict, PairState
 from audit.layout import RunDir
-
-EXPECTATIONS_DIR = Path(__file__).resolve().parents[1] / "expectations"
-"""The suites, shipped inside the package. REPLICA_AUDIT_EXPECTATIONS points at a directory of edited ones."""
 
 METRICS_SCHEMA = pa.schema(
     [
@@ -34,10 +31,6 @@ METRICS_SCHEMA = pa.schema(
         ("value", pa.float64()),
     ]
 )
-
-
-def expectations_dir() -> Path:
-    return Path(os.environ.get("REPLICA_AUDIT_EXPECTATIONS", EXPECTATIONS_DIR))
 
 
 def uncovered_of(spec: KindSpec, pair: Pair, state: PairState) -> list[Uncovered]:
@@ -77,7 +70,7 @@ def gate_pair(run: RunDir, pair: Pair, spec: KindSpec, state: PairState) -> Gate
 
     started = time.time()
     row = gate_row(state, uncovered_of(spec, pair, state))
-    result = validate_gate(row, expectations_dir() / spec.suite, gate_parameters(pair), run.gate_dir(), pair.name)
+    result = validate_gate(row, suite_file(spec.suite), gate_parameters(pair), run.gate_dir(), pair.name)
     state.gate = GateVerdict(
         success=result.success,
         evaluated=result.evaluated,

@@ -72,6 +72,17 @@ def gate_field_names() -> list[str]:
     return list(Gate.model_fields)
 
 
+def suite_parameter(field_name: str) -> str:
+    """The suite parameter a `gate:` key sets (``max_missing`` -> ``max_missing_on_replica``)."""
+    category = CATEGORY_ALIASES.get(field_name)
+    return f"max_{category}" if category else field_name
+
+
+def gate_fields_of(parameters: frozenset[str] | None) -> list[str]:
+    """The `gate:` keys a suite reading `parameters` uses (every key when the suite is unknown: None)."""
+    return [f for f in gate_field_names() if parameters is None or suite_parameter(f) in parameters]
+
+
 class PairBase(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
     kind: str

@@ -15,7 +15,7 @@ from audit.errors import ConfigError
 from audit.report.offsets import REPLICATION_UNIT, run_offsets
 from audit.sources.redis.content import snapshot_digest
 from audit.sources.redis.snapshot import SNAPSHOT_SCHEMA
-from audit.verify import certificate_verdict, verification_inventory
+from audit.verify import certificate_verdict, verification_gate_keys, verification_inventory
 
 
 def test_zero_tolerance_inventory_gates_everything_at_zero() -> None:
@@ -23,7 +23,10 @@ def test_zero_tolerance_inventory_gates_everything_at_zero() -> None:
     (pair,) = inv.pairs
     assert pair.name == "migration" and pair.kind == "redis" and pair.check_replication is False
     assert pair.dbs is None  # empty: every db either side has keys in
-    assert all(v == 0 for v in pair.gate.model_dump().values())
+    keys = verification_gate_keys("redis")
+    assert pair.gate.model_fields_set == set(keys)  # the kind's own keys, no other kind's
+    assert {"max_missing", "max_ttl_mismatch", "max_uncovered", "max_lag_bytes"} <= set(keys)
+    assert all(getattr(pair.gate, k) == 0 for k in keys)
     assert pair.settings.qps == 500
     assert pair.master is not None and pair.master.get_secret_value() == "redis://src:6379"
 
@@ -32,9 +35,30 @@ def test_zero_tolerance_inventory_gates_everything_at_zero() -> None:
     ("strictness", "relaxed"), [("allow_ttl_drift", "max_ttl_mismatch"), ("allow_extra_on_target", "max_extra")]
 )
 def test_strictness_levels_relax_one_threshold(strictness: str, relaxed: str) -> None:
-    gate = verification_inventory("redis://a:1", "redis://b:2", "pika", strictness, [0, 2]).pairs[0].gate.model_dump()
-    assert gate.pop(relaxed) is None
-    assert all(v == 0 for v in gate.values())
+    gate = verification_inventory("redis://a:1", "redis://b:2", "pika", strictness, [0, 2]).pairs[0].gate
+    values = gate.model_dump(include=gate.model_fields_set)
+    assert values.pop(relaxed) is None
+    assert values and all(v == 0 for v in values.values())
+
+
+def test_a_mysql_verification_gates_only_its_own_thresholds() -> None:
+    gate = verification_inventory("mysql://u@a:3306", "mysql://u@b:3306", "mysql").pairs[0].gate
+    assert gate.model_fields_set == set(verification_gate_keys("mysql"))
+    assert {"max_missing_row", "max_extra_table", "max_errant_gtid"} <= gate.model_fields_set
+    assert not {"max_missing", "max_ttl_mismatch", "max_lag_bytes"} & gate.model_fields_set
+
+
+def test_allow_extra_on_target_lets_a_tables_extra_rows_and_tables_pass() -> None:
+    gate = (
+        verification_inventory("mysql://u@a:3306", "mysql://u@b:3306", "mysql", "allow_extra_on_target").pairs[0].gate
+    )
+    assert gate.max_extra_row is None and gate.max_extra_table is None
+    assert gate.max_missing_row == 0 and gate.max_row_mismatch == 0
+
+
+def test_a_level_that_loosens_nothing_of_the_kind_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"kind mysql reports no ttl_mismatch findings .*zero_tolerance, allow_extra"):
+        verification_inventory("mysql://u@a:3306", "mysql://u@b:3306", "mysql", "allow_ttl_drift")
 
 
 @pytest.mark.parametrize(

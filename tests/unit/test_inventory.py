@@ -36,6 +36,43 @@ def test_defaults_merge_and_pair_overrides() -> None:
     assert len(inv.digest) == 64
 
 
+MIXED = """
+defaults: {gate: {max_lag_bytes: 100, max_lag_seconds: 5, max_missing: 2}}
+pairs:
+  - {name: cache, kind: redis, master: 'redis://h:1', replica: 'redis://h:2'}
+  - {name: shop, kind: mysql, master: 'mysql://u@h:3306', replica: 'mysql://u@h2:3306'}
+"""
+
+
+def test_defaults_gate_gives_each_kind_only_the_thresholds_its_suite_reads() -> None:
+    cache, shop = parse_inventory(MIXED).pairs
+    assert cache.gate.model_fields_set == {"max_lag_bytes", "max_lag_seconds", "max_missing"}
+    assert (cache.gate.max_lag_bytes, cache.gate.max_missing) == (100, 2)
+    assert shop.gate.model_fields_set == {"max_lag_seconds"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "key"), [("mysql", "max_lag_bytes"), ("mysql", "max_missing"), ("rocketmq", "max_lagging")]
+)
+def test_a_gate_key_the_pairs_kind_never_checks_is_refused(kind: str, key: str) -> None:
+    ends = {
+        "mysql": "master: 'mysql://u@h:1', replica: 'mysql://u@h:2'",
+        "rocketmq": "master: {store_dir: /a}, replica: {store_dir: /b}",
+    }[kind]
+    with pytest.raises(
+        ConfigError, match=rf"pairs\[0\] \(p\)\.gate\.{key}: kind {kind} is not gated on this \(its keys: "
+    ):
+        parse_inventory(f"pairs: [{{name: p, kind: {kind}, {ends}, gate: {{{key}: 1}}}}]")
+
+
+def test_an_unreadable_suite_leaves_the_gate_keys_to_the_gate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("REPLICA_AUDIT_EXPECTATIONS", str(tmp_path / "nowhere"))  # the gate names it when it runs
+    (pair,) = parse_inventory(
+        "pairs: [{name: p, kind: mysql, master: 'mysql://u@h:1', replica: 'mysql://u@h:2', gate: {max_lag_bytes: 1}}]"
+    ).pairs
+    assert pair.gate.max_lag_bytes == 1
+
+
 R = "master: 'redis://h:1', replica: 'redis://h:2'"
 
 
