@@ -201,6 +201,20 @@ def _compared(pair: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def in_verification_terms(message: str, pair_name: str | None = None) -> str:
+    """A message of the audit's, with the side it starts with named as a verification names it.
+
+    Sources say which side failed first (`migration master 10.0.0.5:6379 unreachable: ...`, `master
+    10.0.0.5:3306: cannot reach ...`). Only that leading side is renamed: a server's own words after it
+    (`... a read only replica`) are quoted as they were.
+    """
+    name = rf"(?:pair )?{re.escape(pair_name)} " if pair_name else ""
+    leading = re.match(rf"^((?:{name})?)(master|replica)\b", message)
+    if leading is None:
+        return message
+    return leading[1] + SIDE_NAMES[leading[2]] + message[leading.end() :]
+
+
 def certificate_verdict(pair: dict[str, Any], sides: dict[str, Any], strictness: str | None) -> tuple[str, list[str]]:
     """The certificate's verdict and the reasons it is not `passed` (module docstring)."""
     status = pair.get("status", "incomplete")
@@ -212,7 +226,9 @@ def certificate_verdict(pair: dict[str, Any], sides: dict[str, Any], strictness:
         reasons.append(f"gate failed: {failed}")
     elif status != "passed":
         why = pair.get("not_covered") or ["the audit did not finish"]
-        reasons.append(f"not verified ({status}): " + "; ".join(why))
+        reasons.append(
+            f"not verified ({status}): " + "; ".join(in_verification_terms(w, pair.get("pair")) for w in why)
+        )
     in_flight = int((pair.get("metrics") or {}).get("recheck_in_flight") or 0)
     if in_flight:
         reasons.append(

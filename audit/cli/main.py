@@ -341,7 +341,7 @@ def verify(
     verification certificate (certificate.json / certificate.html). Exit 0 only when the certificate passes."""
     import yaml
 
-    from audit.verify import finish_verification, verification_inventory
+    from audit.verify import finish_verification, in_verification_terms, verification_inventory
 
     _output(as_json, quiet)
     given: dict[str, dict[str, Any]] = {"--setting": {}, "--option": {}}
@@ -371,7 +371,7 @@ def verify(
     _say(f"verification [bold]{run_dir.run_id}[/] → {run_dir.root}")
     outcome = audit_pair(inv.pairs[0], run_dir, on_stage=lambda n, stage: _say(f"[dim]{n}: {stage}[/]"))
     if outcome.status == "error":
-        err.print(f"[red]{name}: could not be verified:[/] {outcome.message}")
+        err.print(f"[red]{name}: could not be verified:[/] {in_verification_terms(outcome.message, name)}")
     cert = finish_verification(inv, run_dir, strictness=strictness, history=history)
     if _Output.json:
         sys.stdout.write(json.dumps(cert, sort_keys=True, default=str) + "\n")
@@ -379,8 +379,12 @@ def verify(
         _print_summary(json.loads(run_dir.summary.read_text()), run_dir.root)
         for reason in cert["reasons"]:
             out.print(f"  {reason}")
-        digests = "equal" if cert["digests_equal"] else "differ"
-        out.print(f"certificate: {run_dir.root / 'certificate.json'} ([bold]{cert['verdict']}[/]; digests {digests})")
+        if cert["digests_equal"]:
+            digests = "digests equal"
+        else:
+            have = [((cert.get(s) or {}).get("content") or {}).get("digest") for s in ("source", "target")]
+            digests = "digests differ" if None not in have else "no content digest for a side"
+        out.print(f"certificate: {run_dir.root / 'certificate.json'} ([bold]{cert['verdict']}[/]; {digests})")
     code = {"passed": 0, "failed": 1}.get(cert["verdict"], outcome.exit_code or 3)
     raise typer.Exit(code)
 

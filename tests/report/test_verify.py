@@ -15,7 +15,7 @@ from audit.errors import ConfigError
 from audit.report.offsets import REPLICATION_UNIT, run_offsets
 from audit.sources.redis.content import snapshot_digest
 from audit.sources.redis.snapshot import SNAPSHOT_SCHEMA
-from audit.verify import certificate_verdict, verification_gate_keys, verification_inventory
+from audit.verify import certificate_verdict, in_verification_terms, verification_gate_keys, verification_inventory
 
 
 def test_zero_tolerance_inventory_gates_everything_at_zero() -> None:
@@ -167,3 +167,28 @@ def test_offsets_from_the_summary_or_the_metrics() -> None:
     assert run_offsets({"replication_samples": [{"master": None, "replica": {"role": "slave"}}]}) is None
     assert run_offsets({"offsets": "garbage"}) is None
     assert run_offsets({"offsets": {"samples": "garbage"}}) is None
+
+
+@pytest.mark.parametrize(
+    ("said", "shown"),
+    [
+        ("migration master 10.0.0.5:1 unreachable: refused", "migration source 10.0.0.5:1 unreachable: refused"),
+        ("pair migration replica: 2 node(s) unreachable", "pair migration target: 2 node(s) unreachable"),
+        ("master 10.0.0.5:3306: cannot reach the server", "source 10.0.0.5:3306: cannot reach the server"),
+        (
+            "replica h:1: READONLY You can't write against a read only replica.",
+            "target h:1: READONLY You can't write against a read only replica.",
+        ),
+        ("checks skipped: the replica was not read", "checks skipped: the replica was not read"),
+        ("other master h:1 unreachable", "other master h:1 unreachable"),
+    ],
+)
+def test_a_verifications_errors_name_source_and_target(said: str, shown: str) -> None:
+    assert in_verification_terms(said, "migration") == shown
+
+
+def test_an_unverified_pair_says_which_side_failed_in_its_own_terms() -> None:
+    pair = {"pair": "migration", "status": "error", "not_covered": ["migration replica h:2 unreachable: refused"]}
+    verdict, reasons = certificate_verdict(pair, _sides("x", None), "zero_tolerance")
+    assert verdict == "error"
+    assert reasons[0] == "not verified (error): migration target h:2 unreachable: refused"
