@@ -202,7 +202,7 @@ def _problems(e: ValidationError, raw: list[Any], kind_tags: set[str]) -> str:
         path = _field_path(tuple(err["loc"]), raw, kind_tags)
         if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
             path += ".kind"
-        problems.setdefault(path, []).append(err["msg"])
+        problems.setdefault(path, []).append(str(err["msg"]).removeprefix("Value error, "))
     shown = [f"{path}: {' or '.join(dict.fromkeys(msgs))}" for path, msgs in list(problems.items())[:5]]
     more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
     return "; ".join(shown) + more

@@ -89,7 +89,31 @@ R = "master: 'redis://h:1', replica: 'redis://h:2'"
         ("pairs: [{name: a, kind: redis, replica: 'redis://h:2'}]", "pairs[0] (a).master: Field required"),
         (
             "pairs: [{name: a, kind: redis, master: 'http://h', replica: 'redis://h:2'}]",
-            "pairs[0] (a).master: Value error",
+            "pairs[0] (a).master: expected redis://host:port",
+        ),
+        (
+            "pairs: [{name: a, kind: redis, master: 'redis:///0', replica: 'redis://h:2'}]",
+            "pairs[0] (a).master: redis:///0: no host",
+        ),
+        (
+            "pairs: [{name: a, kind: pika, master: 'redis://:pw@/0', replica: 'redis://h:2'}]",
+            r"pairs[0] (a).master: redis://:***@/0: no host",
+        ),
+        (
+            "pairs: [{name: a, kind: redis, master: {url: 'rediss://', topology: cluster}}]",
+            "pairs[0] (a).master.url: rediss://: no host",
+        ),
+        (
+            "pairs: [{name: a, kind: redis, master: 'unix://', replica: 'redis://h:2'}]",
+            "pairs[0] (a).master: unix://: no socket path",
+        ),
+        (
+            "pairs: [{name: a, kind: mysql, master: 'mysql:///shop', replica: 'mysql://u@h:2'}]",
+            "pairs[0] (a).master: mysql:///shop: no host",
+        ),
+        (
+            "pairs: [{name: a, kind: mysql, master: 'mysql://u@h:1', replica: 'mysql://h:2'}]",
+            "pairs[0] (a).replica: mysql://h:2: no user",
         ),
         ("pairs: [{name: a, kind: pika, master: 'redis://h:1'}]", "give both servers"),
         ("pairs: [{name: a, kind: rocketmq, master: {store_dir: /x}, replica: {}}]", "pairs[0] (a).replica.store_dir"),

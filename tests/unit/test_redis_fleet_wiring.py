@@ -31,7 +31,7 @@ def pair(fields: str):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(
     ("fields", "names"),
     [
-        ("master: 'redis://a:1'", "pairs[0] (p): Value error, replica: give the replica's URL"),
+        ("master: 'redis://a:1'", "pairs[0] (p): replica: give the replica's URL"),
         (f"master: {CLUSTER}, replica: 'redis://b:1'", "check_replication: a cluster master with a standalone"),
         (f"master: {CLUSTER}, dbs: [1]", "dbs: a cluster has db 0 only"),
         (f"master: {CLUSTER}, compare: fast", "pairs[0] (p).compare: Input should be 'full', 'length' or 'keys'"),

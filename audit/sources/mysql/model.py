@@ -8,14 +8,20 @@ from pydantic import AfterValidator, Field, SecretStr
 
 from audit.errors import ConfigError
 from audit.kernel.pair import PairBase
-from audit.sources.mysql.endpoint import URL_HELP, MySQLSettings, parse_tables
+from audit.sources.mysql.endpoint import URL_HELP, MySQLEndpoint, MySQLSettings, parse_tables
 
 _SCHEMES = ("mysql://", "mariadb://", "conn:")
 
 
 def _mysql_url(value: SecretStr) -> SecretStr:
-    if not value.get_secret_value().startswith(_SCHEMES):
+    url = value.get_secret_value()
+    if not url.startswith(_SCHEMES):
         raise ValueError(f"expected {URL_HELP}, or conn:<airflow_conn_id>")
+    if not url.startswith("conn:"):  # a connection is checked when it is resolved
+        try:
+            MySQLEndpoint.from_url(url, "url")
+        except ConfigError as e:  # pydantic reports a ValueError under the pair's field
+            raise ValueError(str(e).removeprefix("url: ")) from None
     return value
 
 

@@ -50,7 +50,26 @@ def _check_url(value: SecretStr) -> SecretStr:
     scheme = urlsplit(raw).scheme
     if scheme not in SCHEMES:
         raise ValueError(f"expected redis://, rediss:// or unix:// (or conn:<id>), got scheme {scheme or 'none'!r}")
+    problem = address_problem(raw)
+    if problem:
+        raise ValueError(problem)
     return value
+
+
+def address_problem(url: str) -> str | None:
+    """What a redis://, rediss:// or unix:// URL lacks of an address, or None.
+
+    redis-py reads `redis:///0` as localhost:6379: an audit of a server nobody named.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None  # a malformed address: named by the URL check every endpoint gets (audit/urls.py)
+    if parts.scheme in ("redis", "rediss") and not parts.hostname:
+        return f"{redact_url(url)}: no host; expected redis://host:port"
+    if parts.scheme == "unix" and not parts.path:
+        return f"{redact_url(url)}: no socket path; expected unix:///path/to/redis.sock"
+    return None
 
 
 class NodeEndpoint(_Strict):

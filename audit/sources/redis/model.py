@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, Secr
 from audit import defaults
 from audit.diff.compare_modes import CompareMode
 from audit.kernel.pair import PairBase, Strict
-from audit.sources.redis.endpoints import NodeEndpoint, SentinelEndpoint
+from audit.sources.redis.endpoints import NodeEndpoint, SentinelEndpoint, address_problem
 from audit.sources.redis.keyfilter import KeysSpec
 
 if TYPE_CHECKING:
@@ -33,8 +33,14 @@ def _sorted_dbs(dbs: list[int] | None) -> list[int] | None:
 
 
 def _resp_url(value: SecretStr | None) -> SecretStr | None:
-    if value is not None and not value.get_secret_value().startswith(RESP_SCHEMES):
+    if value is None:
+        return value
+    url = value.get_secret_value()
+    if not url.startswith(RESP_SCHEMES):
         raise ValueError("expected redis://host:port, rediss:// (TLS), unix:// or conn:<airflow_conn_id>")
+    problem = address_problem(url)
+    if problem:
+        raise ValueError(problem)
     return value
 
 
