@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from pydantic import SecretStr
 
@@ -67,6 +67,23 @@ def _port_parses(parts: SplitResult) -> bool:
 
 
 _PASSWORD_RE = re.compile(r"(?<=[:/])[^:/@]*:[^@]*@")
+
+
+_USERINFO_RE = re.compile(r"://([^\s'\",{}\[\]]*)@")
+
+
+def url_secrets(text: str) -> list[str]:
+    """The passwords of the URLs written anywhere in `text`, as typed and percent-decoded.
+
+    For a secrets masker: a value that holds endpoints (a URL, a YAML mapping of them) is shown
+    only once each of these is masked.
+    """
+    found: list[str] = []
+    for userinfo in _USERINFO_RE.findall(text):
+        password = userinfo.partition(":")[2]
+        if password:
+            found.extend(dict.fromkeys((password, unquote(password))))
+    return found
 
 
 def redact_url(url: str | None) -> str:

@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -343,12 +344,16 @@ def _verify(
     return done, roots[0], json.loads((roots[0] / "certificate.json").read_text())
 
 
+SOURCE_SECRET = "S0urce:pw@/#x"
+
+
 def test_post_migration_verification_certifies_a_faithful_migration(
     airflow_env: dict[str, str], tmp_path: Path
 ) -> None:
     source, target = _migration(tmp_path)
     try:
         target.client().config_set("requirepass", "t4rget-s3cret")  # read through an Airflow connection
+        source.client().config_set("requirepass", SOURCE_SECRET)  # typed into the form's URL
         env = dict(
             airflow_env,
             AIRFLOW_CONN_MIGRATION_TARGET=json.dumps(
@@ -360,15 +365,17 @@ def test_post_migration_verification_certifies_a_faithful_migration(
                 }
             ),
         )
+        source_url = f"redis://:{quote(SOURCE_SECRET, safe='')}@127.0.0.1:{source.port}"
+        # a name native rendering would read as a number (2024), kept as the text it is
         done, root, cert = _verify(
-            env, tmp_path, {"source": source.url, "target": "conn:migration_target", "name": "cache-move"}
+            env, tmp_path, {"source": source_url, "target": "conn:migration_target", "name": "2024"}
         )
     finally:
         source.stop()
         target.stop()
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert cert["verdict"] == "passed" and cert["reasons"] == []
-    assert cert["pair"] == "cache-move" and cert["kind"] == "redis" and cert["strictness"] == "zero_tolerance"
+    assert cert["pair"] == "2024" and cert["kind"] == "redis" and cert["strictness"] == "zero_tolerance"
     assert all(v == 0 for k, v in cert["thresholds"].items() if k != "max_lag_seconds")
     src, tgt = cert["source"]["content"], cert["target"]["content"]
     assert src["keys"] == tgt["keys"] == 3502  # 3000 + big hash in db 0, 500 + big hash in db 3
@@ -377,13 +384,20 @@ def test_post_migration_verification_certifies_a_faithful_migration(
     assert cert["compared"]["keys_compared"] == 3502 and cert["compared"]["dbs"] == [0, 3]
     assert cert["source"]["version"] and cert["target"]["version"] and cert["tool_version"]
     assert cert["target"]["endpoint"].endswith(f"127.0.0.1:{target.port}")
-    assert cert["target"]["given"] == "conn:migration_target" and cert["source"]["given"] == source.url
+    assert cert["target"]["given"] == "conn:migration_target" and cert["source"]["given"].endswith(f":{source.port}")
     assert cert["gate"]["success"] is True and cert["gate"]["failed"] == []
     html = (root / "certificate.html").read_text()
     assert 'id="verdict">passed<' in html and src["digest"] in html
-    for path in root.rglob("*"):  # the target's password is in no output
+    for path in root.rglob("*"):  # neither password is in any output
         if path.is_file() and path.suffix in (".json", ".html", ".yml", ".yaml"):
-            assert "t4rget-s3cret" not in path.read_text(errors="replace"), path
+            text = path.read_text(errors="replace")
+            assert "t4rget-s3cret" not in text and SOURCE_SECRET not in text, path
+    # nor in the rendered fields Airflow keeps for its UI (the form's own conf is the user's to keep)
+    with sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db") as db:
+        rendered = [r[0] for r in db.execute("SELECT rendered_fields FROM rendered_task_instance_fields")]
+    assert any("2024" in r for r in rendered) and any("127.0.0.1" in r for r in rendered)
+    for secret in (SOURCE_SECRET, quote(SOURCE_SECRET, safe="")):
+        assert not [r for r in rendered if secret in r], secret
 
 
 def test_post_migration_verification_refuses_a_diverging_target(airflow_env: dict[str, str], tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ post-migration verification, as the arguments of :func:`audit.verify.verificatio
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +54,10 @@ SOURCE_RETRY_ARGS: dict[str, Any] = {
 }
 """The DAGs' default_args: every task retries an unreachable source twice, with backoff, and nothing else."""
 
+STAGES = ("snapshot", "diff", "recheck", "gate")
+"""The stages an AuditStageOperator runs (audit.pipeline.STAGES; named here so a DAG file's typo fails
+when it is parsed, without importing the pipeline there)."""
+
 InventorySpec = str | dict[str, Any]
 PairsSpec = list[str] | str | None
 """Pair names, or a template that renders to them (`"{{ params.pairs }}"` with native rendering)."""
@@ -61,7 +65,19 @@ PairsSpec = list[str] | str | None
 
 def safe_run_id(airflow_run_id: str) -> str:
     """`manual__2026-11-21T10:00:00+00:00` -> a directory name without `:` or `+`."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", airflow_run_id)
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", as_text(airflow_run_id, "run_id"))
+
+
+def as_text(value: Any, field: str) -> str:
+    """A rendered field that must be text. Native rendering reads `48213` as a number, which cannot be
+    turned back into what was typed (`1e3` -> 1000.0): render it with
+    `replica_audit_provider.dags.templates.text`, as the DAGs here do."""
+    if isinstance(value, str):
+        return value
+    raise AirflowFailException(
+        f"{field} rendered as {type(value).__name__} {value!r}: native rendering read it as a literal; "
+        f"render it with replica_audit_provider.dags.templates.text(...)"
+    )
 
 
 def load(spec: InventorySpec) -> Inventory:
@@ -70,8 +86,12 @@ def load(spec: InventorySpec) -> Inventory:
     from audit.verify import verification_inventory
 
     if isinstance(spec, dict):
-        return verification_inventory(**spec)
-    return load_inventory(spec)
+        text_args = ("source", "target", "kind", "strictness", "name")
+        args: dict[str, Any] = {
+            k: as_text(v, k) if k in text_args and not isinstance(v, dict) else v for k, v in spec.items()
+        }
+        return verification_inventory(**args)
+    return load_inventory(as_text(spec, "inventory"))
 
 
 def pair_names(value: PairsSpec) -> list[str] | None:
@@ -85,7 +105,34 @@ def _failed_checks(verdict: GateVerdict) -> str:
     return ", ".join(f"{f.column}={f.observed} (max {f.threshold})" for f in verdict.failed)
 
 
-class PlanPairsOperator(BaseOperator):
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+class _AuditOperator(BaseOperator):
+    """Masks the passwords of the URLs its rendered fields hold (a verification's source and target, a
+    history store's URL) before Airflow stores the rendered fields and shows them in its UI."""
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        super().render_template_fields(context, jinja_env)
+        from airflow.sdk.log import mask_secret
+
+        from audit.urls import url_secrets
+
+        for field in self.template_fields:
+            for text in _strings(getattr(self, field, None)):
+                for secret in url_secrets(text):
+                    mask_secret(secret)
+
+
+class PlanPairsOperator(_AuditOperator):
     """Returns the names of the inventory's pairs (all, or `pairs`), for dynamic task mapping."""
 
     template_fields: Sequence[str] = ("inventory", "pairs")
@@ -111,7 +158,7 @@ def out_path(out_dir: str) -> Path:
     return local_out_dir(out_dir)
 
 
-class AuditStageOperator(BaseOperator):
+class AuditStageOperator(_AuditOperator):
     """One stage (snapshot, diff, recheck, gate) of one pair."""
 
     template_fields: Sequence[str] = ("inventory", "out_dir", "run_id", "pair")
@@ -119,6 +166,8 @@ class AuditStageOperator(BaseOperator):
     def __init__(
         self, *, stage: str, pair: str, inventory: InventorySpec, out_dir: str, run_id: str, **kwargs: Any
     ) -> None:
+        if stage not in STAGES:
+            raise ValueError(f"AuditStageOperator stage {stage!r}: expected one of {', '.join(STAGES)}")
         super().__init__(**kwargs)
         self.stage, self.pair, self.inventory, self.out_dir, self.run_id = stage, pair, inventory, out_dir, run_id
 
@@ -128,7 +177,8 @@ class AuditStageOperator(BaseOperator):
         try:
             inv = load(self.inventory)
             run = start_run(inv, out_path(self.out_dir), safe_run_id(self.run_id))
-            verdict = run_stage(self.stage, inv.pair(self.pair), run, resolver=airflow_conn_resolver)
+            pair = inv.pair(as_text(self.pair, "pair"))
+            verdict = run_stage(self.stage, pair, run, resolver=airflow_conn_resolver)
         except SourceError as e:
             raise SourceUnavailable(f"{self.pair}: could not be audited: {e}") from None
         except AuditError as e:
@@ -138,7 +188,7 @@ class AuditStageOperator(BaseOperator):
         return verdict.model_dump() if verdict is not None else None
 
 
-class PairVerdictOperator(BaseOperator):
+class PairVerdictOperator(_AuditOperator):
     """Publishes the pair's verdict in this run as an event of its asset `replica-audit://<pair>`.
 
     Runs whatever the stages did (trigger rule ALL_DONE in the DAG), so a failed or unaudited pair
@@ -161,13 +211,13 @@ class PairVerdictOperator(BaseOperator):
             run = RunDir(out_path(self.out_dir), safe_run_id(self.run_id))
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
-        verdict = pair_verdict(run, self.pair)
+        verdict = pair_verdict(run, as_text(self.pair, "pair"))
         context["outlet_events"][PAIR_VERDICTS].add(pair_asset(self.pair), extra=verdict)
         self.log.info("%s: %s (%s divergences)", self.pair, verdict["status"], verdict["divergences"])
         return verdict
 
 
-class AuditReportOperator(BaseOperator):
+class AuditReportOperator(_AuditOperator):
     """summary.json and report.html for the run; fails when any pair failed its gate or was not audited."""
 
     template_fields: Sequence[str] = ("inventory", "out_dir", "run_id", "pairs")
@@ -181,10 +231,11 @@ class AuditReportOperator(BaseOperator):
 
         try:
             inv = load(self.inventory)
+            selected = inv.select(pair_names(self.pairs))
             run = start_run(inv, out_path(self.out_dir), safe_run_id(self.run_id))
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
-        summary = finish_run(inv, run, inv.select(pair_names(self.pairs)))
+        summary = finish_run(inv, run, selected)
         history = summary.pop("history", None) or {}
         if history.get("status") == "error":
             self.log.warning("results history %s: not written: %s", history.get("store"), history.get("message"))
@@ -195,7 +246,7 @@ class AuditReportOperator(BaseOperator):
         return {"verdict": summary["verdict"], "pairs": verdicts, "report": str(run.report)}
 
 
-class VerificationCertificateOperator(BaseOperator):
+class VerificationCertificateOperator(_AuditOperator):
     """summary, report and the verification certificate; fails unless the certificate's verdict is `passed`."""
 
     template_fields: Sequence[str] = ("verification", "out_dir", "run_id")
@@ -229,7 +280,7 @@ class VerificationCertificateOperator(BaseOperator):
         return {"verdict": cert["verdict"], "certificate": str(where), "digests_equal": cert["digests_equal"]}
 
 
-class DailyReportOperator(BaseOperator):
+class DailyReportOperator(_AuditOperator):
     """Renders `<out>/reports/daily-<date>.html` from the results history."""
 
     template_fields: Sequence[str] = ("out_dir", "history", "days", "as_of")
@@ -237,6 +288,8 @@ class DailyReportOperator(BaseOperator):
     def __init__(
         self, *, out_dir: str, history: str | None = None, days: int | str = 7, as_of: str | None = None, **kwargs: Any
     ) -> None:
+        if not isinstance(days, int) and "{{" not in str(days) and not str(days).strip().isdigit():
+            raise ValueError(f"DailyReportOperator days {days!r}: expected a whole number of days (or a template)")
         super().__init__(**kwargs)
         self.out_dir, self.history, self.days, self.as_of = out_dir, history, days, as_of
 
@@ -245,7 +298,11 @@ class DailyReportOperator(BaseOperator):
         from audit.report.daily import render_daily_report
 
         try:
-            path = render_daily_report(out_path(self.out_dir), self.history or None, int(self.days), self.as_of or None)
+            days = int(self.days)
+        except (TypeError, ValueError):
+            raise AirflowFailException(f"days rendered as {self.days!r}: expected a whole number of days") from None
+        try:
+            path = render_daily_report(out_path(self.out_dir), self.history or None, days, self.as_of or None)
         except SourceError as e:
             raise SourceUnavailable(f"history store: {e}") from None
         except AuditError as e:

@@ -22,6 +22,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, TriggerRule, task_group
 
+from replica_audit_provider.dags.templates import schedule_from_env, text
 from replica_audit_provider.operators import (
     SOURCE_RETRY_ARGS,
     AuditReportOperator,
@@ -30,9 +31,9 @@ from replica_audit_provider.operators import (
     PlanPairsOperator,
 )
 
-INVENTORY = "{{ params.inventory }}"
-OUT = "{{ params.out }}"
-RUN_ID = "{{ run_id }}"
+INVENTORY = text("params.inventory")
+OUT = text("params.out")
+RUN_ID = text("run_id")
 PAIRS = "{{ params.pairs }}"
 STAGES = ("snapshot", "diff", "recheck", "gate")
 
@@ -41,7 +42,7 @@ def consistency_audit_dag(dag_id: str = "consistency_audit", **dag_kwargs: Any) 
     """The audit DAG; `dag_kwargs` override the DAG's arguments (schedule, tags, ...)."""
     kwargs: dict[str, Any] = {
         "doc_md": __doc__,
-        "schedule": os.environ.get("REPLICA_AUDIT_SCHEDULE", "@hourly"),
+        "schedule": schedule_from_env("REPLICA_AUDIT_SCHEDULE", "@hourly"),
         "catchup": False,
         "max_active_runs": 1,
         "render_template_as_native_obj": True,  # `pairs` stays a list

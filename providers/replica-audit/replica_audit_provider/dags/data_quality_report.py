@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param
 
+from replica_audit_provider.dags.templates import schedule_from_env, text
 from replica_audit_provider.operators import SOURCE_RETRY_ARGS, DailyReportOperator
 
 
@@ -24,7 +25,7 @@ def data_quality_report_dag(dag_id: str = "data_quality_report", **dag_kwargs: A
     """The daily report DAG; `dag_kwargs` override the DAG's arguments."""
     kwargs: dict[str, Any] = {
         "doc_md": __doc__,
-        "schedule": os.environ.get("REPLICA_AUDIT_REPORT_SCHEDULE", "@daily"),
+        "schedule": schedule_from_env("REPLICA_AUDIT_REPORT_SCHEDULE", "@daily"),
         "catchup": False,
         "max_active_runs": 1,
         "render_template_as_native_obj": True,  # `days` stays a number
@@ -37,9 +38,11 @@ def data_quality_report_dag(dag_id: str = "data_quality_report", **dag_kwargs: A
                 description="the audits' output directory; the report goes to out/reports/",
             ),
             "history": Param(
-                os.environ.get("REPLICA_AUDIT_HISTORY", ""),
+                # not $REPLICA_AUDIT_HISTORY's value: a default is stored with the DAG, and that URL may
+                # hold a password. Empty reads the variable on the worker when the task runs.
+                "",
                 type="string",
-                description="history store URL (empty: out/history.sqlite)",
+                description="history store URL (empty: $REPLICA_AUDIT_HISTORY on the worker, else out/history.sqlite)",
             ),
             "days": Param(7, type="integer", minimum=1, maximum=366, description="days of history in the report"),
         },
@@ -48,8 +51,8 @@ def data_quality_report_dag(dag_id: str = "data_quality_report", **dag_kwargs: A
     with DAG(dag_id=dag_id, **kwargs) as dag:
         DailyReportOperator(
             task_id="render",
-            out_dir="{{ params.out }}",
-            history="{{ params.history }}",
+            out_dir=text("params.out"),
+            history=text("params.history"),
             days="{{ params.days }}",
             as_of="{{ dag_run.run_after.isoformat() }}",
         )

@@ -29,19 +29,20 @@ from typing import Any
 from airflow.sdk import DAG, Param, TriggerRule
 
 from audit.verify import DEFAULT_NAME, DEFAULT_STRICTNESS, STRICTNESS, verifiable_kinds
+from replica_audit_provider.dags.templates import text
 from replica_audit_provider.operators import SOURCE_RETRY_ARGS, AuditStageOperator, VerificationCertificateOperator
 
-ENDPOINT = r"^(conn:[A-Za-z0-9_.-]+|rediss?://\S+|(mysql|mariadb)://\S+|\{.*\})$"
-OUT = "{{ params.out }}"
-RUN_ID = "{{ run_id }}"
+ENDPOINT = r"^(conn:[A-Za-z0-9_.-]+|(rediss?|unix|mysql|mariadb)://\S+|\{.*\})$"
+OUT = text("params.out")
+RUN_ID = text("run_id")
 VERIFICATION = {  # the arguments of audit.verify.verification_inventory, rendered from the Params
-    "source": "{{ params.source }}",
-    "target": "{{ params.target }}",
-    "kind": "{{ params.kind }}",
-    "strictness": "{{ params.strictness }}",
+    "source": text("params.source"),
+    "target": text("params.target"),
+    "kind": text("params.kind"),
+    "strictness": text("params.strictness"),
     "dbs": "{{ params.dbs }}",
     "tables": "{{ params.tables }}",
-    "name": "{{ params.name }}",
+    "name": text("params.name"),
     "settings": "{{ params.settings }}",
     "options": "{{ params.options }}",
 }
@@ -129,7 +130,7 @@ def post_migration_verification_dag(dag_id: str = "post_migration_verification",
     with DAG(dag_id=dag_id, **kwargs) as dag:
         stages = [
             AuditStageOperator(
-                task_id=stage, stage=stage, pair="{{ params.name }}", inventory=VERIFICATION, out_dir=OUT, run_id=RUN_ID
+                task_id=stage, stage=stage, pair=text("params.name"), inventory=VERIFICATION, out_dir=OUT, run_id=RUN_ID
             )
             for stage in ("snapshot", "diff", "recheck", "gate")
         ]

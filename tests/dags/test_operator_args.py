@@ -1,0 +1,63 @@
+"""The operators' arguments: a typo fails when the DAG file is parsed, a value native rendering turned
+into a number fails the task saying so, and the DAGs' templates keep text as text."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import json
+from jinja2.nativetypes import NativeEnvironment
+from airflow.sdk.exceptions import AirflowFailException
+from replica_audit_provider import operators as ops
+from replica_audit_provider.dags.templates import schedule_from_env, text
+import os
+
+said = {}
+for name, make in {
+    "stage": lambda: ops.AuditStageOperator(
+        task_id="s", stage="snpashot", pair="p", inventory="i", out_dir="o", run_id="r"
+    ),
+    "days": lambda: ops.DailyReportOperator(task_id="d", out_dir="o", days="seven"),
+}.items():
+    try:
+        make()
+        said[name] = "built"
+    except ValueError as e:
+        said[name] = str(e)
+ops.DailyReportOperator(task_id="d2", out_dir="o", days="{{ params.days }}")  # a template is rendered later
+try:
+    ops.safe_run_id(48213)
+except AirflowFailException as e:
+    said["run_id"] = str(e)
+native = NativeEnvironment()
+odd = "a'b" + chr(92) + chr(34) + "<c>"
+said["native"] = [native.from_string(text("v")).render(v=v) for v in ("48213", "1e3", "None", odd, "x")]
+said["plain"] = [native.from_string("{{ v }}").render(v=v) for v in ("48213", "1e3")]
+for value in (None, "", "none", "@weekly"):
+    if value is None:
+        os.environ.pop("S", None)
+    else:
+        os.environ["S"] = value
+    said.setdefault("schedule", []).append(schedule_from_env("S", "@daily"))
+print(json.dumps(said))
+"""
+
+
+def test_operator_arguments_and_text_templates(tmp_path: Path) -> None:
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow")}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "stage 'snpashot': expected one of snapshot, diff, recheck, gate" in said["stage"]
+    assert "days 'seven': expected a whole number" in said["days"]
+    assert "run_id rendered as int 48213" in said["run_id"]
+    assert said["plain"] == [48213, 1000.0]  # what native rendering does to text that looks like a number
+    assert said["native"] == ["48213", "1e3", "None", "a'b" + chr(92) + chr(34) + "<c>", "x"]
+    assert said["schedule"] == ["@daily", None, None, "@weekly"]
