@@ -12,11 +12,12 @@ Login and password are percent-encoded; the URL holds the secret, so hand it to 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from audit import urls
 from audit.errors import ConfigError
@@ -100,8 +101,28 @@ def connection_endpoint(
     extra = extra or {}
     if kind.family == "store":
         return store_fields(conn_id, ctype, host, extra)["store_dir"]
+    _check_host(conn_id, host)
     tls = _true(extra_field(extra, ctype, "tls")) or _true(extra_field(extra, ctype, "ssl"))
-    return server_url(kind, host=host, port=port, login=login, password=password, schema=schema, tls=tls)
+    url = server_url(kind, host=host, port=port, login=login, password=password, schema=schema, tls=tls)
+    options = kind.url_options(ctype, extra) if kind.url_options else {}
+    return f"{url}?{urlencode(options)}" if options else url
+
+
+def _check_host(conn_id: str, host: str | None) -> None:
+    """A connection's host is a name or an address: a port, a scheme or a path there would be misread."""
+    if not host:
+        return
+    bare = host.strip("[]")
+    try:
+        ipaddress.ip_address(bare)
+        return
+    except ValueError:
+        pass
+    if any(c in host for c in "/@:?#[] "):
+        raise ConfigError(
+            f"conn:{conn_id}: host {host!r} is not a bare host name or address: "
+            "the port goes in the port field, and no scheme, path or user belongs in the host"
+        )
 
 
 def endpoint_from_json(conn_id: str, conn: Mapping[str, Any]) -> str:
@@ -148,7 +169,39 @@ def env_conn_resolver(conn_id: str) -> str:
         raise ConfigError(f"conn:{conn_id}: no Airflow connection (set {_CONN_ENV.format(conn_id.upper())})")
     if value.lstrip().startswith("{"):
         return _url_from_conn_json(conn_id, value)
-    return value
+    if value.startswith(_ENDPOINT_SCHEMES) or "://" not in value:
+        return value  # an endpoint as an inventory writes it (or a store's path)
+    return _endpoint_from_conn_uri(conn_id, value)
+
+
+_ENDPOINT_SCHEMES = ("redis://", "rediss://", "unix://", "mysql://", "mariadb://")
+"""URLs an inventory takes as they are; any other `<type>://` is Airflow's URI form of a connection."""
+
+
+def _endpoint_from_conn_uri(conn_id: str, value: str) -> str:
+    """Airflow's URI form (`replica-audit-redis://:pw@host:6379`): the scheme is the connection type
+    (`-` for `_`), the path the schema, the query the extra (or `__extra__` holding it as JSON)."""
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as e:
+        raise ConfigError(f"conn:{conn_id}: AIRFLOW_CONN_{conn_id.upper()} is not a connection URI ({e})") from None
+    extra: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if "__extra__" in extra:
+        try:
+            extra = json.loads(extra["__extra__"])
+        except ValueError:
+            raise ConfigError(f"conn:{conn_id}: __extra__ is not JSON") from None
+    return connection_endpoint(
+        conn_id,
+        parts.scheme.replace("-", "_"),
+        host=unquote(parts.hostname) if parts.hostname else None,
+        port=port,
+        login=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password else None,
+        schema=unquote(parts.path.lstrip("/")) or None,
+        extra=extra if isinstance(extra, dict) else {},
+    )
 
 
 def _url_from_conn_json(conn_id: str, value: str) -> str:

@@ -35,6 +35,8 @@ class ConnKind:
     scheme: str
     default_port: int
     with_schema: bool
+    url_options: Callable[[str, Mapping[str, Any]], dict[str, str]] | None = None
+    """(connection type, extra) -> the URL's query options (a server's TLS files, its timeouts)."""
 
 
 @dataclass(frozen=True)

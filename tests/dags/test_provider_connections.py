@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from audit.local.mariadb_server import MariaDBServer, mariadb_available
+from audit.local.redis_sentinel import start_sentinel_group
 from audit.local.redis_server import RedisServer, free_port
 from tests.conftest import FIXTURES
 from tests.pika_front import PikaFront
@@ -58,6 +59,10 @@ print(json.dumps({{
     for conn_type, (hook, testable, name) in found["hooks"].items():
         assert hook.startswith("replica_audit_provider.hooks.") and testable and "(replica-audit)" in name, conn_type
     assert found["widgets"] == [
+        "extra__replica_audit_mysql__connect_timeout",
+        "extra__replica_audit_mysql__ssl_ca",
+        "extra__replica_audit_mysql__ssl_cert",
+        "extra__replica_audit_mysql__ssl_key",
         "extra__replica_audit_pika__tls",
         "extra__replica_audit_redis__tls",
         "extra__replica_audit_rocketmq__broker_log",
@@ -83,9 +88,11 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     store = work / "rmq" / "store"
     (store / "commitlog").mkdir(parents=True)
     shutil.copy(FIXTURES / "rocketmq" / "00000000000000000000", store / "commitlog")
+    sentinels = start_sentinel_group(work / "sentinel")
     try:
-        yield {"redis": redis_server, "pika": pika, "mariadb": mariadb, "store": store}
+        yield {"redis": redis_server, "pika": pika, "mariadb": mariadb, "store": store, "sentinels": sentinels}
     finally:
+        sentinels.stop()
         pika.stop()
         redis_server.stop()
         if mariadb is not None:
@@ -110,16 +117,32 @@ def test_test_connection_reaches_each_kind_read_only(airflow_env: dict[str, str]
             "conn_type": "replica_audit_rocketmq",
             "extra": {"store_dir": str(servers["store"]), "broker_log": "/nonexistent/broker.log"},
         },
+        "store_log_is_dir": {
+            "conn_type": "replica_audit_rocketmq",
+            "extra": {"store_dir": str(servers["store"]), "broker_log": str(servers["store"])},
+        },
+        "store_stray_sep": {"conn_type": "replica_audit_rocketmq", "extra": {"store_dir": f"{servers['store']};"}},
+        "sentinel": {
+            "conn_type": "replica_audit_redis",
+            "host": "127.0.0.1",
+            "port": int(servers["sentinels"].sentinel_addresses[0].rsplit(":", 1)[1]),
+        },
+        "host_with_port": {"conn_type": "replica_audit_redis", "host": f"127.0.0.1:{redis_port}"},
     }
     mariadb = servers["mariadb"]
     if mariadb is not None:
-        conns["db"] = {
+        db = {
             "conn_type": "replica_audit_mysql",
             "host": "127.0.0.1",
             "port": mariadb.port,
             "login": mariadb.user,
             "password": mariadb.password,
         }
+        conns["db"] = db
+        # the audit's own checks: a TLS file that is not there, no user, a schema that is not there
+        conns["db_tls_missing"] = {**db, "extra": {"ssl_ca": "/nonexistent/ca.pem"}}
+        conns["db_no_user"] = {**db, "login": None}
+        conns["db_unknown_schema"] = {**db, "schema": "not_a_database"}
     env = dict(airflow_env, **{f"AIRFLOW_CONN_{k.upper()}": json.dumps(v) for k, v in conns.items()})
     admin = servers["redis"].client()
     admin.execute_command("AUTH", PASSWORD)
@@ -146,8 +169,23 @@ print(json.dumps({{i: list(Connection.get_connection_from_secrets(i).test_connec
         False,
         "FileNotFoundError: broker_log /nonexistent/broker.log is not a readable file",
     ]
+    assert results["store_log_is_dir"] == [
+        False,
+        f"FileNotFoundError: broker_log {servers['store']} is not a readable file",
+    ]
+    assert not results["store_stray_sep"][0] and "empty path" in results["store_stray_sep"][1]
+    ok, message = results["sentinel"]
+    assert ok and "sentinel mode" in message and "{sentinels: [<host>:<port>, ...], service: <name>}" in message
+    ok, message = results["host_with_port"]
+    assert not ok and "the port goes in the port field" in message, message
     if mariadb is not None:
         assert results["db"][0] is True and "MariaDB" in results["db"][1], results["db"]
+        assert results["db"][1].startswith("a read-only session: "), results["db"]
+        ok, message = results["db_tls_missing"]  # (the official type's {"ssl": ...}: tests/unit/test_connections.py)
+        assert not ok and "ssl_ca=/nonexistent/ca.pem: no such readable file" in message, message
+        ok, message = results["db_no_user"]
+        assert not ok and "no user" in message, message
+        assert results["db_unknown_schema"][0] is True  # the audit never selects a database
     assert all(PASSWORD not in message for _, message in results.values())
     # read-only: the Redis and Pika probes sent nothing but the handshake, PING and INFO
     used = {k.removeprefix("cmdstat_") for k in admin.info("commandstats")} - {"config|resetstat", "auth"}

@@ -172,3 +172,33 @@ def parse_tables(patterns: Sequence[str] | None, field: str = "tables") -> tuple
         (schema, schema_glob), (table, table_glob) = _part(m.group(1)), _part(m.group(2))
         out.append(TablePattern(schema, table, text.strip(), schema_glob, table_glob))
     return tuple(out)
+
+
+URL_OPTIONS = ("connect_timeout", "ssl_ca", "ssl_cert", "ssl_key")
+
+
+def connection_url_options(conn_type: str, extra: Mapping[str, Any]) -> dict[str, str]:
+    """The URL options an Airflow connection's extra sets: this provider's flat fields (`ssl_ca`, ...,
+    also as the form stores them, `extra__<type>__ssl_ca`), and the official MySQL provider's
+    `{"ssl": {"ca": ..., "cert": ..., "key": ...}}` (a mapping or its JSON text) and `connect_timeout`.
+    Without this, a connection's TLS settings were dropped and the audit connected in plain text."""
+    options: dict[str, str] = {}
+    for name in URL_OPTIONS:
+        value = extra.get(name)
+        if value in (None, ""):
+            value = extra.get(f"extra__{conn_type}__{name}")
+        if value not in (None, ""):
+            options[name] = str(value)
+    ssl = extra.get("ssl")
+    if isinstance(ssl, str) and ssl.strip().startswith("{"):
+        import json
+
+        try:
+            ssl = json.loads(ssl)
+        except ValueError:
+            raise ConfigError(f"connection extra ssl: not JSON: {ssl[:80]!r}") from None
+    if isinstance(ssl, Mapping):
+        for key in ("ca", "cert", "key"):
+            if ssl.get(key) not in (None, "") and f"ssl_{key}" not in options:
+                options[f"ssl_{key}"] = str(ssl[key])
+    return options

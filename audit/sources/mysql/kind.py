@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from audit.kernel.kind import ConnKind, KindSpec
-from audit.sources.mysql.endpoint import URL_HELP
+from audit.sources.mysql.endpoint import URL_HELP, connection_url_options
 from audit.sources.mysql.model import MySQLPair
 
 if TYPE_CHECKING:
@@ -36,8 +36,7 @@ KIND = KindSpec(
     endpoint_help=f"{URL_HELP}, or conn:<airflow_conn_id>",
     verifiable=True,
     connection_types={
-        "replica_audit_mysql": ConnKind("server", "mysql", 3306, with_schema=True),
-        "mysql": ConnKind("server", "mysql", 3306, with_schema=True),  # the official providers' types
-        "mariadb": ConnKind("server", "mysql", 3306, with_schema=True),
+        name: ConnKind("server", "mysql", 3306, with_schema=True, url_options=connection_url_options)
+        for name in ("replica_audit_mysql", "mysql", "mariadb")  # its own type, then the official providers'
     },
 )

@@ -22,6 +22,25 @@ _TLS = {
 }
 
 
+_MYSQL_TLS = {
+    **{
+        f"ssl_{part}": {
+            "label": f"TLS {what}",
+            "description": f"Path, on the workers, of the {what} (PEM); any of these turns TLS on.",
+            "schema": {"type": ["string", "null"]},
+        }
+        for part, what in (("ca", "CA certificate"), ("cert", "client certificate"), ("key", "client key"))
+    },
+    "connect_timeout": {
+        "label": "Connect timeout (s)",
+        "description": "Seconds to wait for the server (default 5).",
+        "schema": {"type": ["number", "null"], "exclusiveMinimum": 0},
+    },
+}
+"""The audit's MySQL URL options (docs/mysql.md), stored in the extra as `ssl_ca`, ...: see
+audit/sources/mysql/endpoint.py `connection_url_options`."""
+
+
 def _server_behaviour(port: int, what: str) -> dict[str, Any]:
     return {
         "hidden-fields": ["schema"],
@@ -56,6 +75,7 @@ def _connection_types() -> list[dict[str, Any]]:
             "connection-type": "replica_audit_mysql",
             "hook-class-name": f"{HOOKS_MODULE}.MySQLAuditHook",
             "hook-name": "MySQL / MariaDB (replica-audit)",
+            "conn-fields": _MYSQL_TLS,
             "ui-field-behaviour": {
                 "hidden-fields": [],
                 "relabeling": {"schema": "Database (optional)", "login": "User"},

@@ -95,13 +95,25 @@ class RedisAuditHook(_AuditHook):
             info = client.info("server")
         finally:
             client.close()
-        return f"PING answered by {self._server(info)} at {redact_url(url)}"
+        answered = f"PING answered by {self._server(info)} at {redact_url(url)}"
+        mode = info.get("redis_mode", "standalone")
+        form = MODE_FORMS.get(str(mode))
+        # A plain `conn:<id>` endpoint naming a sentinel or a cluster node is refused by the audit
+        # (it would read one shard, or nothing): say in which form this connection is usable.
+        return f"{answered}; it runs in {mode} mode: give it in an inventory as {form}" if form else answered
 
     @staticmethod
     def _server(info: dict[str, Any]) -> str:
         if "pika_version" in info:
             return f"Pika {info['pika_version']}"
         return f"Redis {info.get('redis_version', '?')}"
+
+
+MODE_FORMS = {
+    "sentinel": "{sentinels: [<host>:<port>, ...], service: <name>} (its address, not conn:<id>)",
+    "cluster": "{url: conn:<id>, topology: cluster}",
+}
+"""How an inventory names a server of each mode other than standalone."""
 
 
 class PikaAuditHook(RedisAuditHook):
@@ -120,26 +132,19 @@ class MySQLAuditHook(_AuditHook):
     hook_name = "MySQL / MariaDB (replica-audit)"
 
     def _probe(self) -> str:
-        import pymysql
+        """The audit's own session (the same URL, TLS options and read-only setup), so a connection that
+        passes here is one the audit can use."""
+        from audit.sources.mysql.client import connect
+        from audit.sources.mysql.endpoint import MySQLEndpoint
 
-        conn = self.get_connection(self.audit_conn_id)
-        db = pymysql.connect(
-            host=conn.host or "127.0.0.1",
-            port=int(conn.port or 3306),
-            user=conn.login or None,
-            password=conn.password or "",
-            database=conn.schema or None,
-            connect_timeout=int(TEST_TIMEOUT_S),
-            read_timeout=int(TEST_TIMEOUT_S),
-        )
+        endpoint = MySQLEndpoint.from_url(self.get_conn(), f"conn:{self.audit_conn_id}")
+        server = connect(endpoint, f"conn:{self.audit_conn_id}", read_timeout_s=TEST_TIMEOUT_S)
         try:
-            with db.cursor() as cur:
-                cur.execute("SELECT VERSION()")
-                row = cur.fetchone()
+            version = server.version
         finally:
-            db.close()
-        version = row[0] if row else "?"
-        return f"SELECT VERSION() answered {version} at {conn.host or '127.0.0.1'}:{conn.port or 3306}"
+            server.close()
+        tls = " over TLS" if endpoint.ssl_ca or endpoint.ssl_cert else ""
+        return f"a read-only session{tls}: {version} at {endpoint.shown}"
 
 
 class RocketMQStoreHook(_AuditHook):
@@ -158,9 +163,11 @@ class RocketMQStoreHook(_AuditHook):
         fields = self.fields()
         found = []
         for path in fields["store_dir"].split(";"):
-            found.append(_commit_log_files(Path(path)))
+            if not path.strip():
+                raise ValueError(f"store_dir {fields['store_dir']!r} holds an empty path (a stray ';')")
+            found.append(_commit_log_files(Path(path.strip())))
         for name in ("broker_log", "ha_status"):
-            if name in fields and not os.access(fields[name], os.R_OK):
+            if name in fields and not (os.path.isfile(fields[name]) and os.access(fields[name], os.R_OK)):
                 raise FileNotFoundError(f"{name} {fields[name]} is not a readable file")
         return f"store {fields['store_dir']}: {sum(found)} commit-log files readable"
 

@@ -1,0 +1,68 @@
+"""audit/connections.py: an Airflow connection, in any of its forms, becomes the endpoint the audit reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from audit.connections import connection_endpoint, env_conn_resolver
+from audit.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("uri", "endpoint"),
+    [
+        ("replica-audit-redis://:pw%2F@127.0.0.1:16391", "redis://:pw%2F@127.0.0.1:16391"),
+        ("replica-audit-redis://u:p@10.0.0.5:6380?tls=true", "rediss://u:p@10.0.0.5:6380"),
+        ("replica-audit-pika://:p@10.0.0.6", "redis://:p@10.0.0.6:9221"),
+        (
+            "replica-audit-mysql://aud:pw@db.example:3307/shop?ssl_ca=%2Fetc%2Fca.pem",
+            "mysql://aud:pw@db.example:3307/shop?ssl_ca=%2Fetc%2Fca.pem",
+        ),
+        ("replica-audit-rocketmq://?store_dir=%2Fdata%2Fstore", "/data/store"),
+        ("redis://:p@h:1/2", "redis://:p@h:1/2"),  # an inventory's own URL is used as it is
+        ("/data/rocketmq/store", "/data/rocketmq/store"),
+    ],
+)
+def test_airflow_uri_form_outside_airflow_reads_as_airflow_reads_it(
+    monkeypatch: pytest.MonkeyPatch, uri: str, endpoint: str
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_X", uri)
+    assert env_conn_resolver("x") == endpoint
+
+
+def test_an_unknown_connection_type_in_uri_form_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_X", "http://h:1")
+    with pytest.raises(ConfigError, match=r"conn:x: connection type 'http' is not one replica-audit reads"):
+        env_conn_resolver("x")
+
+
+@pytest.mark.parametrize(
+    ("conn_type", "extra", "query"),
+    [
+        ("replica_audit_mysql", {"ssl_ca": "/ca.pem", "connect_timeout": 3}, "connect_timeout=3&ssl_ca=%2Fca.pem"),
+        ("replica_audit_mysql", {"extra__replica_audit_mysql__ssl_key": "/k.pem"}, "ssl_key=%2Fk.pem"),
+        (
+            "mysql",
+            {"ssl": {"ca": "/ca.pem", "cert": "/c.pem"}, "charset": "utf8"},
+            "ssl_ca=%2Fca.pem&ssl_cert=%2Fc.pem",
+        ),
+        ("mysql", {"ssl": '{"ca": "/ca.pem"}'}, "ssl_ca=%2Fca.pem"),
+        ("mariadb", {}, ""),
+    ],
+)
+def test_a_mysql_connections_tls_and_timeout_reach_the_url(
+    conn_type: str, extra: dict[str, object], query: str
+) -> None:
+    url = connection_endpoint("db", conn_type, host="h", port=3306, login="u", password="p", extra=extra)
+    assert url == "mysql://u:p@h:3306" + (f"?{query}" if query else "")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1/0", "127.0.0.1:16391", "redis://127.0.0.1", "user@h", "h 1"])
+def test_a_host_field_holding_more_than_a_host_is_refused(host: str) -> None:
+    with pytest.raises(ConfigError, match=r"conn:c: host .* the port goes in the port field"):
+        connection_endpoint("c", "replica_audit_redis", host=host, port=6379)
+
+
+@pytest.mark.parametrize(("host", "shown"), [("::1", "[::1]"), ("[::1]", "[::1]"), ("db-1.example", "db-1.example")])
+def test_addresses_and_names_are_hosts(host: str, shown: str) -> None:
+    assert connection_endpoint("c", "replica_audit_redis", host=host, port=1) == f"redis://{shown}:1"
