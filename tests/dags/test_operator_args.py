@@ -44,6 +44,18 @@ for value in (None, "", "none", "@weekly"):
     else:
         os.environ["S"] = value
     said.setdefault("schedule", []).append(schedule_from_env("S", "@daily"))
+inv = os.path.join(os.getcwd(), "inv.yaml")
+with open(inv, "w") as f:
+    f.write("pairs: [{name: p, kind: redis, master: 'redis://127.0.0.1:1', replica: 'redis://127.0.0.1:2'}]")
+out = os.path.join(os.getcwd(), "out")
+report = ops.AuditReportOperator(task_id="r", inventory=inv, out_dir=out, run_id="r1", pairs=["nope"])
+try:
+    report.execute({})
+except AirflowFailException as e:
+    said["report"] = str(e)
+os.environ["REPLICA_AUDIT_HISTORY"] = "mysql://hist:HistPw-Secret42@db:3306/h"
+from replica_audit_provider.dags import data_quality_report_dag
+said["history_default"] = data_quality_report_dag().params["history"]
 print(json.dumps(said))
 """
 
@@ -61,3 +73,6 @@ def test_operator_arguments_and_text_templates(tmp_path: Path) -> None:
     assert said["plain"] == [48213, 1000.0]  # what native rendering does to text that looks like a number
     assert said["native"] == ["48213", "1e3", "None", "a'b" + chr(92) + chr(34) + "<c>", "x"]
     assert said["schedule"] == ["@daily", None, None, "@weekly"]
+    assert said["report"].startswith("--pair nope")  # failed as a task, not a traceback
+    assert not (tmp_path / "out" / "r1").exists()  # and nothing was started
+    assert said["history_default"] == ""  # the worker reads $REPLICA_AUDIT_HISTORY; the DAG stores no URL
