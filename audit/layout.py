@@ -6,6 +6,7 @@ its own file inside, so mapped Airflow tasks never write the same file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -93,10 +94,15 @@ class RunDir:
 
 def write_text(path: Path, text: str) -> None:
     """Write atomically: a reader never sees half a file, even if the writer is killed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as e:  # an output directory made read-only, or a full disk: the operator's to fix
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise ConfigError(f"output {path.parent}: cannot write {path.name}: {e.strerror or e}") from None
 
 
 def write_json(path: Path, data: Any) -> None:

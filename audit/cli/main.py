@@ -202,6 +202,12 @@ def run(
         raise ConfigError("--resume RUN_ID and --run-id name different runs; give one")
     if resume and not RunDir(out_dir, resume).manifest.is_file():
         raise ConfigError(f"--resume {resume}: no such run in {out_dir}")
+    if run_id and not resume and RunDir(out_dir, run_id).manifest.is_file():
+        # a second run under one id would mix its results with the first's (manifest, states, history)
+        raise ConfigError(
+            f"--run-id {run_id}: a run of that id is already in {out_dir}; --resume {run_id} goes on with it,"
+            " or give a new id"
+        )
     inv, pairs = _setup(inventory, pair, spark_master, spark_conf)
     _audit(inv, pairs, out_dir, resume or run_id, resume is not None, history)
 

@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from audit.background import Preload
-from audit.errors import GateError
+from audit.errors import ConfigError, GateError
 from audit.gate.suites import parameter_name
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -285,6 +285,8 @@ def validate_gate(
             result, page, index = _run_checkpoint(context_dir, spec, frame, params, run)
     except GateError:
         raise
+    except OSError as e:  # the output directory (OUT/gx) is not writable: the operator's to fix, not a source's
+        raise ConfigError(f"gate {name}: cannot write the GX context in {context_dir}: {e.strerror or e}") from e
     except Exception as e:
         raise GateError(f"gate {name} could not run: {type(e).__name__}: {e}") from e
     failed = _failed(result, spec, gate_row, parameters, name)

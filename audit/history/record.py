@@ -56,6 +56,9 @@ class RunRecord:
     pairs: list[PairRecord]
     metrics: list[tuple[str, str, float]]
     """(pair, metric, value), unique per (pair, metric)."""
+    kept_pairs: tuple[str, ...] = ()
+    """Pairs of the run this summary leaves out (a resumed `--pair` subset): their rows, written by an
+    earlier append of the same run, stay as they are."""
 
     @property
     def duration_s(self) -> float | None:
@@ -135,6 +138,7 @@ def read_run(run_dir: Path) -> RunRecord:
     summary = _load_json(run_dir / "summary.json")
     run_id = summary.get("run_id") or manifest.get("run_id") or run_dir.name
     pairs = summary.get("pairs", [])
+    kept = tuple(str(p["pair"]) for p in summary.get("pairs_not_in_this_summary", []) if p.get("pair"))
     exit_code = summary.get("exit_code", manifest.get("exit_code"))
     return RunRecord(
         run_id=str(run_id),
@@ -145,7 +149,8 @@ def read_run(run_dir: Path) -> RunRecord:
         tool_version=manifest.get("tool_version"),
         inventory_digest=manifest.get("inventory_digest"),
         pairs=[_pair_record(p) for p in pairs],
-        metrics=_metrics(run_dir, pairs),
+        metrics=[m for m in _metrics(run_dir, pairs) if m[0] not in kept],
+        kept_pairs=kept,
     )
 
 

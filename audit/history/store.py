@@ -236,8 +236,11 @@ class SqlHistory(ABC):
         raise AssertionError("unreachable")
 
     def _write(self, cur: Any, record: RunRecord) -> int:
-        for table in ("metrics", "pair_results", "runs"):
-            cur.execute(self._sql(f"DELETE FROM {table} WHERE run_id = ?"), (record.run_id,))
+        kept = record.kept_pairs
+        unless_kept = f" AND pair NOT IN ({', '.join('?' * len(kept))})" if kept else ""
+        for table in ("metrics", "pair_results"):
+            cur.execute(self._sql(f"DELETE FROM {table} WHERE run_id = ?{unless_kept}"), (record.run_id, *kept))
+        cur.execute(self._sql("DELETE FROM runs WHERE run_id = ?"), (record.run_id,))
         run_row = (
             record.run_id,
             record.started_at,

@@ -206,6 +206,12 @@ def test_a_summary_of_some_pairs_keeps_the_others_verdicts(dirfiles_kind, tmp_pa
     # a run of one pair from the start is that pair's run: the others are not part of it
     assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "one"), "-p", "good"], monkeypatch) == 0
     assert "pairs_not_in_this_summary" not in summary(latest_run(tmp_path / "one"))
+    # a new run under the id of one that exists would mix the two: refused, the run left as it was
+    before = (root / "manifest.json").read_text()
+    capsys.readouterr()
+    assert run_cli(["run", "-i", str(inv), "-o", out, "--run-id", root.name], monkeypatch) == 2
+    assert f"--run-id {root.name}: a run of that id is already in" in capsys.readouterr().err
+    assert (root / "manifest.json").read_text() == before
 
 
 def test_an_out_that_cannot_be_a_directory_and_a_verify_option_that_is_not_yaml_exit_2(

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from audit.errors import GateError
+from audit.errors import ConfigError, GateError
 from audit.gate.gx import GateResult, run_name, validate_gate
+from audit.layout import write_json
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "audit" / "expectations" / "redis.json"
@@ -192,3 +193,15 @@ def test_a_gate_reuses_the_templates_an_earlier_gate_compiled(tmp_path: Path, mo
     second = _run(tmp_path, _row(missing_on_replica=1), _params(), run="run-2")
     assert compiled == []
     assert second.validation_page is not None and "missing_on_replica" in Path(second.validation_page).read_text()
+
+
+def test_an_unwritable_gx_context_is_the_operators_to_fix_not_a_source_error(tmp_path: Path) -> None:
+    (tmp_path / "gx").write_text("not a directory")  # as a read-only OUT/gx would fail, for root too
+    with pytest.raises(ConfigError, match=r"gate pair-1: cannot write the GX context in .*gx"):
+        _run(tmp_path, _row(lag_seconds=None), _params())
+
+
+def test_an_unwritable_output_file_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "run").write_text("not a directory")
+    with pytest.raises(ConfigError, match=r"output .*run: cannot write summary.json"):
+        write_json(tmp_path / "run" / "summary.json", {"a": 1})

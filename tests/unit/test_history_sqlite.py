@@ -150,6 +150,29 @@ class HistoryContract:
         assert store.pair_history("sessions") == []  # the old r2 had it; the new one does not
         assert store.metric_series("cache", "findings_missing_on_replica") == []
 
+    def test_a_resumed_subset_keeps_the_rows_of_the_pairs_it_left_out(
+        self, store: HistoryStore, tmp_path: Path
+    ) -> None:
+        root = make_run(tmp_path, "r9", "2026-01-09T00:00:00Z", {"cache": passed(), "sessions": passed(diff_s=7.0)})
+        store.append_run(root)
+        # `run --resume r9 --pair cache`: cache is audited again, sessions is left out of the summary
+        inventory = parse_inventory(INVENTORY)
+        run = start_run(inventory, tmp_path, "r9")
+        cache = inventory.pair("cache")
+        state = PairState.model_validate({"pair": "cache", "kind": cache.kind, **passed(value_mismatch=3)})
+        run.save_state(state)
+        write_metrics(run, cache, state)
+        finish_run(inventory, run, [cache])
+        assert read_run(root).kept_pairs == ("sessions",)
+        store.append_run(root)
+        (sessions,) = store.pair_history("sessions")
+        assert sessions["run_id"] == "r9" and sessions["status"] == "passed"
+        assert [p["value"] for p in store.metric_series("sessions", "diff_s")] == [7.0]
+        (cache_row,) = store.pair_history("cache")
+        assert cache_row["counts"] == {"value_mismatch": 3}
+        (r9,) = store.runs()
+        assert r9["pairs"] == 2
+
     def test_runs(self, store: HistoryStore, runs_dir: dict[str, Path]) -> None:
         for name in ("r3", "r1", "r2"):  # append order does not matter: start time does
             store.append_run(runs_dir[name])
