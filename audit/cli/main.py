@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from typer.exceptions import TyperException
 
 from audit.cli.options import (
@@ -124,7 +125,10 @@ def _progress() -> tuple[Any, Any]:
 def _print_summary(summary: dict[str, Any], run_root: Path) -> None:
     history = summary.pop("history", None) or {}
     if history.get("status") == "error":  # the verdict stands; the daily report will lack this run
-        err.print(f"[yellow]results history {history.get('store')}: not written:[/] {history.get('message')}")
+        err.print(
+            f"[yellow]results history {escape(str(history.get('store')))}: not written:[/] "
+            f"{escape(str(history.get('message')))}"
+        )
     if _Output.json:
         sys.stdout.write(json.dumps(summary, sort_keys=True, default=str) + "\n")
         return
@@ -168,10 +172,11 @@ def _audit(
                 if state is not None and state.error is not None and state.error.traceback:
                     err.print(state.error.traceback, markup=False, highlight=False)
                 err.print(
-                    f"[red]{p.name}: internal error[/] (a bug in replica-audit; please report it): {outcome.message}"
+                    f"[red]{p.name}: internal error[/] (a bug in replica-audit; please report it): "
+                    f"{escape(outcome.message)}"
                 )
             elif outcome.status == "error":
-                err.print(f"[red]{p.name}: could not be audited:[/] {outcome.message}")
+                err.print(f"[red]{p.name}: could not be audited:[/] {escape(outcome.message)}")
     finally:
         if bar is not None:
             bar.stop()
@@ -234,9 +239,9 @@ def _stage(
             code = exit_code_of_error(e)
             if code == EXIT_INTERNAL:
                 traceback.print_exc()
-            err.print(f"[red]{p.name}: {stage} failed:[/] {e}")
+            err.print(f"[red]{p.name}: {stage} failed:[/] {escape(str(e))}")
             codes.append(code)
-    out.print(f"{stage}: done for {', '.join(p.name for p in selected)}; run_id {run_dir.run_id}")
+    out.print(escape(f"{stage}: done for {', '.join(p.name for p in selected)}; run_id {run_dir.run_id}"))
     raise typer.Exit(run_exit_code(codes))
 
 
@@ -377,20 +382,22 @@ def verify(
     _say(f"verification [bold]{run_dir.run_id}[/] → {run_dir.root}")
     outcome = audit_pair(inv.pairs[0], run_dir, on_stage=lambda n, stage: _say(f"[dim]{n}: {stage}[/]"))
     if outcome.status == "error":
-        err.print(f"[red]{name}: could not be verified:[/] {in_verification_terms(outcome.message, name)}")
+        err.print(f"[red]{name}: could not be verified:[/] {escape(in_verification_terms(outcome.message, name))}")
     cert = finish_verification(inv, run_dir, strictness=strictness, history=history)
     if _Output.json:
         sys.stdout.write(json.dumps(cert, sort_keys=True, default=str) + "\n")
     elif not _Output.quiet:
         _print_summary(json.loads(run_dir.summary.read_text()), run_dir.root)
         for reason in cert["reasons"]:
-            out.print(f"  {reason}")
+            out.print(f"  {escape(reason)}")
         if cert["digests_equal"]:
             digests = "digests equal"
         else:
             have = [((cert.get(s) or {}).get("content") or {}).get("digest") for s in ("source", "target")]
             digests = "digests differ" if None not in have else "no content digest for a side"
-        out.print(f"certificate: {run_dir.root / 'certificate.json'} ([bold]{cert['verdict']}[/]; {digests})")
+        out.print(
+            f"certificate: {escape(str(run_dir.root / 'certificate.json'))} ([bold]{cert['verdict']}[/]; {digests})"
+        )
     code = {"passed": 0, "failed": 1}.get(cert["verdict"], outcome.exit_code or 3)
     raise typer.Exit(code)
 
@@ -406,7 +413,7 @@ def daily_report(
     from audit.report.daily import render_daily_report
 
     path = render_daily_report(out_dir, history, days, as_of)
-    out.print(f"daily report: {path}")
+    out.print(escape(f"daily report: {path}"))
 
 
 app.command("spark-server")(spark_server)
@@ -422,7 +429,7 @@ def main() -> None:
         sys.exit(e.exit_code)
     except AuditError as e:
         code = exit_code_of_error(e)
-        err.print(f"[red]{'error' if code == EXIT_USAGE else 'could not audit'}:[/] {e}")
+        err.print(f"[red]{'error' if code == EXIT_USAGE else 'could not audit'}:[/] {escape(str(e))}")
         sys.exit(code)
     except typer.Abort:
         sys.exit(130)
@@ -431,11 +438,11 @@ def main() -> None:
         if callable(show):
             show()
         else:
-            err.print(f"[red]error:[/] {e}")
+            err.print(f"[red]error:[/] {escape(str(e))}")
         sys.exit(int(getattr(e, "exit_code", EXIT_USAGE)))
     except Exception as e:
         traceback.print_exc()
-        err.print(f"[red]internal error[/] (a bug in replica-audit; please report it): {e}")
+        err.print(f"[red]internal error[/] (a bug in replica-audit; please report it): {escape(str(e))}")
         sys.exit(EXIT_INTERNAL)
 
 

@@ -6,13 +6,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 _STYLE = {"passed": "green", "failed": "red", "error": "magenta", "incomplete": "magenta"}
 
 
 def print_summary(console: Console, summary: dict[str, Any], run_root: Path) -> None:
-    table = Table(title=f"run {summary['run_id']}: {summary['verdict']}")
+    table = Table(title=escape(f"run {summary['run_id']}: {summary['verdict']}"))
     for col in ("pair", "verdict", "findings", "diagnoses", "coverage"):
         table.add_column(col)
     for p in summary["pairs"]:
@@ -25,18 +26,19 @@ def print_summary(console: Console, summary: dict[str, Any], run_root: Path) -> 
         for name, why in p["skipped_checks"].items():
             coverage += f"\nskipped {name}: {why}"
         style = _STYLE.get(p["status"], "")
-        table.add_row(p["pair"], f"[{style}]{p['status']}[/]", counts, diags, coverage)
+        # what a server or a file said may hold brackets (`[host:port, ...]`), which rich reads as markup
+        table.add_row(escape(p["pair"]), f"[{style}]{p['status']}[/]", escape(counts), escape(diags), escape(coverage))
     console.print(table)
     for p in summary["pairs"]:
         for f in (p.get("gate") or {}).get("failed", []):
             console.print(
-                f"  {p['pair']}: gate failed on [bold]{f['column']}[/] = {f['observed']} "
-                f"(max {f['threshold']}): {f['meaning']}"
+                f"  {escape(p['pair'])}: gate failed on [bold]{escape(str(f['column']))}[/] = {f['observed']} "
+                f"(max {f['threshold']}): {escape(str(f['meaning']))}"
             )
     for p in summary.get("pairs_not_in_this_summary", []):
-        console.print(f"  {p['pair']}: in this run but not in this summary; its state: [bold]{p['status']}[/]")
-    console.print(f"report: {run_root / 'report.html'}")
-    console.print(f"summary: {run_root / 'summary.json'}")
+        console.print(f"  {escape(p['pair'])}: in this run but not in this summary; its state: [bold]{p['status']}[/]")
+    console.print(escape(f"report: {run_root / 'report.html'}"))
+    console.print(escape(f"summary: {run_root / 'summary.json'}"))
 
 
 def _compared(coverage: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from audit.cli.options import SparkConfOpt, err, spark_settings
 from audit.errors import ConfigError
@@ -82,7 +83,10 @@ def _warm_up_server(url: str) -> None:
             secs = warm_up(url, Path(work))
         err.print(f"spark connect server: warmed up by a keyspace diff in {secs:.1f} s")
     except Exception as e:
-        err.print(f"[yellow]spark connect server: the warm-up failed[/] ({type(e).__name__}: {e}); serving anyway")
+        err.print(
+            f"[yellow]spark connect server: the warm-up failed[/] ({type(e).__name__}: {escape(str(e))});"
+            " serving anyway"
+        )
 
 
 def interrupted(signum: int, frame: object) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,3 +42,27 @@ def test_each_kind_says_what_it_compared() -> None:
     text = out.getvalue()
     assert "2 tables compared" in text and "6 rows compared" in text and "1,200 keys compared" in text
     assert " 0 keys compared" not in text
+
+
+def test_what_a_server_said_is_shown_with_its_brackets() -> None:
+    # a sentinel's refusal reads "{sentinels: [host:port, ...], service: <name>}": rich took the bracket as markup
+    said = "cache master 10.0.0.5:26379: give this side as {sentinels: [host:port, ...], service: <name>}"
+    pair = {**_pair("cache", {}), "status": "error", "not_covered": [said]}
+    pair["gate"] = {"failed": [{"column": "x[bold]", "observed": 1, "threshold": 0, "meaning": "see [red]"}]}
+    out = io.StringIO()
+    print_summary(Console(file=out, width=300), {"run_id": "r", "verdict": "error", "pairs": [pair]}, Path("/[red]"))
+    text = out.getvalue()
+    assert "[host:port, ...]" in text and "x[bold] = 1" in text and "see [red]" in text
+    assert "report: /[red]/report.html" in text
+
+
+def test_an_error_message_keeps_its_brackets_on_the_terminal(tmp_path: Path) -> None:
+    missing = tmp_path / "[red]inventory.yaml"
+    done = subprocess.run(
+        [sys.executable, "-m", "audit", "run", "-i", str(missing), "-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "[red]inventory.yaml" in done.stderr, done.stderr
