@@ -165,6 +165,13 @@ def pair_trend(store: HistoryStore, pair: str, out: Path, since: str, until: str
     return trend
 
 
+def report_day(until: datetime) -> str:
+    """The day a report up to `until` is named for: a report up to midnight (a scheduled daily run's
+    time) covers the day that just ended, not the one that has only begun."""
+    at_midnight = (until.hour, until.minute, until.second, until.microsecond) == (0, 0, 0, 0)
+    return (until - timedelta(days=1) if at_midnight else until).date().isoformat()
+
+
 def render_daily_report(
     out_dir: Path, history_url: str | None = None, days: int = DAYS, as_of: datetime | str | None = None
 ) -> Path:
@@ -189,13 +196,14 @@ def render_daily_report(
     verdicts: dict[str, int] = {}
     for r in runs:
         verdicts[str(r["verdict"])] = verdicts.get(str(r["verdict"]), 0) + 1
-    path = out / REPORTS_DIR / f"daily-{until_dt.date().isoformat()}.html"
+    day = report_day(until_dt)
+    path = out / REPORTS_DIR / f"daily-{day}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     html = (
         environment()
         .get_template("daily.html.j2")
         .render(
-            day=until_dt.date().isoformat(),
+            day=day,
             since=since,
             until=until,
             days=days,

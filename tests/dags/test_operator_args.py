@@ -14,7 +14,8 @@ import json
 from jinja2.nativetypes import NativeEnvironment
 from airflow.sdk.exceptions import AirflowFailException
 from replica_audit_provider import operators as ops
-from replica_audit_provider.dags.templates import schedule_from_env, text
+from replica_audit_provider.dags.arguments import schedule_from_env
+from replica_audit_provider.dags.templates import text
 import os
 
 said = {}
@@ -56,6 +57,12 @@ except AirflowFailException as e:
 os.environ["REPLICA_AUDIT_HISTORY"] = "mysql://hist:HistPw-Secret42@db:3306/h"
 from replica_audit_provider.dags import data_quality_report_dag
 said["history_default"] = data_quality_report_dag().params["history"]
+from replica_audit_provider.dags import consistency_audit_dag
+mine = consistency_audit_dag(dag_id="mine", params={"inventory": "/etc/mine.yaml"}, default_args={"owner": "dba"})
+said["merged"] = {
+    "params": sorted(mine.params), "inventory": mine.params["inventory"],
+    "owner": mine.default_args["owner"], "retries": mine.default_args["retries"],
+}
 print(json.dumps(said))
 """
 
@@ -75,4 +82,10 @@ def test_operator_arguments_and_text_templates(tmp_path: Path) -> None:
     assert said["schedule"] == ["@daily", None, None, "@weekly"]
     assert said["report"].startswith("--pair nope")  # failed as a task, not a traceback
     assert not (tmp_path / "out" / "r1").exists()  # and nothing was started
+    assert said["merged"] == {
+        "params": ["inventory", "out", "pairs"],
+        "inventory": "/etc/mine.yaml",
+        "owner": "dba",
+        "retries": 2,
+    }
     assert said["history_default"] == ""  # the worker reads $REPLICA_AUDIT_HISTORY; the DAG stores no URL

@@ -48,7 +48,8 @@ SOURCE_RETRY_POLICY = ExceptionRetryPolicy(
 SOURCE_RETRY_ARGS: dict[str, Any] = {
     "retries": 2,
     "retry_delay": timedelta(seconds=30),
-    "retry_exponential_backoff": 2.0,  # a multiplier in Airflow 3.3 (True would mean 1.0): 30 s, then 60 s
+    # a multiplier in Airflow 3.3 (True would mean 1.0); Airflow spreads each delay, so 30-60 s, then 60-120 s
+    "retry_exponential_backoff": 2.0,
     "max_retry_delay": timedelta(minutes=10),
     "retry_policy": SOURCE_RETRY_POLICY,
 }

@@ -22,7 +22,8 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, TriggerRule, task_group
 
-from replica_audit_provider.dags.templates import schedule_from_env, text
+from replica_audit_provider.dags.arguments import dag_arguments, schedule_from_env
+from replica_audit_provider.dags.templates import text
 from replica_audit_provider.operators import (
     SOURCE_RETRY_ARGS,
     AuditReportOperator,
@@ -61,9 +62,8 @@ def consistency_audit_dag(dag_id: str = "consistency_audit", **dag_kwargs: Any) 
             ),
             "pairs": Param([], type="array", items={"type": "string"}, description="only these pairs (empty: all)"),
         },
-        **dag_kwargs,
     }
-    with DAG(dag_id=dag_id, **kwargs) as dag:
+    with DAG(dag_id=dag_id, **dag_arguments(kwargs, dag_kwargs)) as dag:
         plan = PlanPairsOperator(task_id="plan", inventory=INVENTORY, pairs=PAIRS)
 
         @task_group(group_id="audit_pair")

@@ -17,7 +17,8 @@ from typing import Any
 
 from airflow.sdk import DAG, Param
 
-from replica_audit_provider.dags.templates import schedule_from_env, text
+from replica_audit_provider.dags.arguments import dag_arguments, schedule_from_env
+from replica_audit_provider.dags.templates import text
 from replica_audit_provider.operators import SOURCE_RETRY_ARGS, DailyReportOperator
 
 
@@ -46,9 +47,8 @@ def data_quality_report_dag(dag_id: str = "data_quality_report", **dag_kwargs: A
             ),
             "days": Param(7, type="integer", minimum=1, maximum=366, description="days of history in the report"),
         },
-        **dag_kwargs,
     }
-    with DAG(dag_id=dag_id, **kwargs) as dag:
+    with DAG(dag_id=dag_id, **dag_arguments(kwargs, dag_kwargs)) as dag:
         DailyReportOperator(
             task_id="render",
             out_dir=text("params.out"),

@@ -29,6 +29,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, TriggerRule
 
 from audit.verify import DEFAULT_NAME, DEFAULT_STRICTNESS, STRICTNESS, verifiable_kinds
+from replica_audit_provider.dags.arguments import dag_arguments
 from replica_audit_provider.dags.templates import text
 from replica_audit_provider.operators import SOURCE_RETRY_ARGS, AuditStageOperator, VerificationCertificateOperator
 
@@ -125,9 +126,8 @@ def post_migration_verification_dag(dag_id: str = "post_migration_verification",
         "tags": ["replica-audit", "verification"],
         "default_args": SOURCE_RETRY_ARGS,
         "params": _params(),
-        **dag_kwargs,
     }
-    with DAG(dag_id=dag_id, **kwargs) as dag:
+    with DAG(dag_id=dag_id, **dag_arguments(kwargs, dag_kwargs)) as dag:
         stages = [
             AuditStageOperator(
                 task_id=stage, stage=stage, pair=text("params.name"), inventory=VERIFICATION, out_dir=OUT, run_id=RUN_ID

@@ -8,18 +8,7 @@ mode reads back as the very same string.
 
 from __future__ import annotations
 
-import os
-
 
 def text(expression: str) -> str:
     """A template rendering `expression` as a string, also under native rendering."""
     return "{{ (" + expression + ") | string | tojson }}"
-
-
-def schedule_from_env(variable: str, default: str) -> str | None:
-    """The DAG's schedule: `variable` when set, `none` (or empty) for no schedule, else `default`."""
-    value = os.environ.get(variable)
-    if value is None:
-        return default
-    value = value.strip()
-    return None if value.lower() in ("", "none", "null") else value
