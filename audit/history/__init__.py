@@ -19,6 +19,7 @@ from audit.history.mysql import MySQLHistory
 from audit.history.record import PairRecord, RunRecord, read_run
 from audit.history.sqlite import DEFAULT_FILE_NAME, SqliteHistory
 from audit.history.store import HistoryStore, SqlHistory, shown_url, to_frame
+from audit.urls import ConnResolver
 
 HISTORY_BY_SCHEME: dict[str, type[SqlHistory]] = {
     SqliteHistory.SCHEME: SqliteHistory,
@@ -30,8 +31,12 @@ ENV_VAR = "REPLICA_AUDIT_HISTORY"
 """The environment variable the CLI reads the history URL from when `--history` is not given."""
 
 
-def open_history(url: str | None, *, out: Path | None = None) -> HistoryStore:
+def open_history(url: str | None, *, out: Path | None = None, resolver: ConnResolver | None = None) -> HistoryStore:
     """Open (creating tables if missing) the store at `url`; None means `<out>/history.sqlite`.
+
+    `conn:<id>` names a connection (a `mysql` or `replica_audit_mysql` one, whose schema is the
+    database), read by `resolver`, else from AIRFLOW_CONN_<ID>: the store's password then stays out
+    of the environment variable and the DAG.
 
     Raises ConfigError for a malformed URL (the message names `history` and shows the URL redacted)
     and SourceConnectError when the store cannot be reached (naming host:port, never the password).
@@ -40,6 +45,13 @@ def open_history(url: str | None, *, out: Path | None = None) -> HistoryStore:
         if out is None:
             raise ConfigError(f"history: no URL and no output directory to put the default {DEFAULT_FILE_NAME} in")
         return SqliteHistory.in_dir(Path(out))
+    if url.startswith("conn:"):
+        from audit.connections import endpoint_url
+
+        try:
+            url = str(endpoint_url(url, resolver))
+        except ConfigError as e:
+            raise ConfigError(f"history: {e}") from None
     scheme = url.split("://", 1)[0] if "://" in url else ""
     backend = HISTORY_BY_SCHEME.get(scheme)
     if backend is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from audit.errors import SourceConnectError
+from audit.errors import ConfigError, SourceConnectError
 from audit.history import HistoryStore, MySQLHistory, open_history
 from audit.local.mariadb_server import MariaDBServer, free_port, mariadb_available
 from tests.unit.test_history_sqlite import HistoryContract, build_runs
@@ -101,3 +102,24 @@ def test_mysql_and_sqlite_give_the_same_answers(
             same(lambda s, p=pair: s.pair_history(p))
             same(lambda s, p=pair: s.category_series(p))
             same(lambda s, p=pair: s.metric_series(p, "master_keys"))
+
+
+def test_a_connection_names_the_store_without_its_password_in_the_variable(
+    mariadb: MariaDBServer, database: str, monkeypatch: pytest.MonkeyPatch, runs_dir: dict[str, Path]
+) -> None:
+    conn = {
+        "conn_type": "mysql",
+        "host": "127.0.0.1",
+        "port": mariadb.port,
+        "login": mariadb.user,
+        "password": mariadb.password,
+        "schema": database,
+        "extra": {"connect_timeout": 3},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_HISTORY_DB", json.dumps(conn))
+    with open_history("conn:history_db") as store:
+        assert isinstance(store, MySQLHistory) and store.where == f"127.0.0.1:{mariadb.port}/{database}"
+        store.append_run(runs_dir["r1"])
+    assert mariadb.execute("SELECT run_id FROM runs", database=database) == [("r1",)]
+    with pytest.raises(ConfigError, match=r"history: conn:nope: no Airflow connection"):
+        open_history("conn:nope")

@@ -12,6 +12,7 @@ post-migration verification, as the arguments of :func:`audit.verify.verificatio
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
@@ -93,6 +94,14 @@ def load(spec: InventorySpec) -> Inventory:
         }
         return verification_inventory(**args)
     return load_inventory(as_text(spec, "inventory"))
+
+
+def history_url(value: str | None = None) -> str | None:
+    """The results store: `value`, else $REPLICA_AUDIT_HISTORY; `conn:<id>` read from Airflow's connections."""
+    url = value or os.environ.get("REPLICA_AUDIT_HISTORY") or None
+    if url and url.startswith("conn:"):
+        return airflow_conn_resolver(url.removeprefix("conn:"))
+    return url
 
 
 def pair_names(value: PairsSpec) -> list[str] | None:
@@ -234,9 +243,10 @@ class AuditReportOperator(_AuditOperator):
             inv = load(self.inventory)
             selected = inv.select(pair_names(self.pairs))
             run = start_run(inv, out_path(self.out_dir), safe_run_id(self.run_id))
+            store_url = history_url()
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
-        summary = finish_run(inv, run, selected)
+        summary = finish_run(inv, run, selected, store_url)
         history = summary.pop("history", None) or {}
         if history.get("status") == "error":
             self.log.warning("results history %s: not written: %s", history.get("store"), history.get("message"))
@@ -263,7 +273,7 @@ class VerificationCertificateOperator(_AuditOperator):
         try:
             inv = load(self.verification)
             run = start_run(inv, out_path(self.out_dir), safe_run_id(self.run_id))
-            cert = finish_verification(inv, run, strictness=self.verification.get("strictness"))
+            cert = finish_verification(inv, run, strictness=self.verification.get("strictness"), history=history_url())
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
         where = run.root / "certificate.json"
@@ -303,7 +313,8 @@ class DailyReportOperator(_AuditOperator):
         except (TypeError, ValueError):
             raise AirflowFailException(f"days rendered as {self.days!r}: expected a whole number of days") from None
         try:
-            path = render_daily_report(out_path(self.out_dir), self.history or None, days, self.as_of or None)
+            history = history_url(self.history or None)
+            path = render_daily_report(out_path(self.out_dir), history, days, self.as_of or None)
         except SourceError as e:
             raise SourceUnavailable(f"history store: {e}") from None
         except AuditError as e:
