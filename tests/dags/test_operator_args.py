@@ -57,6 +57,11 @@ except AirflowFailException as e:
 os.environ["REPLICA_AUDIT_HISTORY"] = "mysql://hist:HistPw-Secret42@db:3306/h"
 from replica_audit_provider.dags import data_quality_report_dag
 said["history_default"] = data_quality_report_dag().params["history"]
+os.environ["AIRFLOW_CONN_HIST"] = json.dumps(
+    {"conn_type": "mysql", "host": "db", "port": 3307, "login": "h", "password": "p/w", "schema": "audit"}
+)
+os.environ["REPLICA_AUDIT_HISTORY"] = "conn:hist"
+said["history_url"] = ops.history_url()
 from replica_audit_provider.dags import consistency_audit_dag
 mine = consistency_audit_dag(dag_id="mine", params={"inventory": "/etc/mine.yaml"}, default_args={"owner": "dba"})
 said["merged"] = {
@@ -88,4 +93,7 @@ def test_operator_arguments_and_text_templates(tmp_path: Path) -> None:
         "owner": "dba",
         "retries": 2,
     }
-    assert said["history_default"] == ""  # the worker reads $REPLICA_AUDIT_HISTORY; the DAG stores no URL
+    assert said["history_default"] == ""
+    assert (
+        said["history_url"] == "mysql://h:p%2Fw@db:3307/audit"
+    )  # conn:<id> read from Airflow's connections  # the worker reads $REPLICA_AUDIT_HISTORY; the DAG stores no URL
