@@ -24,9 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from audit.connections import endpoint_url, env_conn_resolver
 from audit.errors import ConfigError
-from audit.gate.suites import suite_parameters
 from audit.kernel.kind import KindSpec, registered_kinds
 from audit.kernel.pair import PairBase, display_endpoint, gate_field_names, gate_fields_of
+from audit.kernel.suite import suite_parameters
 from audit.urls import ConnResolver, redact_url
 
 __all__ = [

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from audit.errors import ConfigError, StageInputError
-from audit.gate.suites import suite_parameters
 from audit.inventory import Inventory, Pair, parse_inventory
 from audit.kernel.kind import kind_spec, registered_kinds
 from audit.kernel.pair import gate_fields_of, suite_parameter
+from audit.kernel.suite import suite_parameters
 from audit.layout import RunDir, write_json
 
 STRICTNESS: dict[str, tuple[frozenset[str], str]] = {

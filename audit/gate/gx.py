@@ -39,7 +39,7 @@ from urllib.parse import unquote, urlparse
 
 from audit.background import Preload
 from audit.errors import ConfigError, GateError
-from audit.gate.suites import parameter_name
+from audit.kernel.suite import parameter_name
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 SITE = "replica_audit"

@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from audit.findings import CATEGORIES
-from audit.gate.suites import suite_file
 from audit.inventory import Pair
 from audit.kernel.check import Uncovered
 from audit.kernel.kind import KindSpec
 from audit.kernel.state import FailedExpectation, GateVerdict, PairState
+from audit.kernel.suite import suite_file
 from audit.layout import RunDir
 
 METRICS_SCHEMA = pa.schema(

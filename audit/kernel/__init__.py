@@ -5,6 +5,7 @@
 - `context`: :class:`StageContext`, what a check's stage is given: pair, run, state, connections, progress.
 - `staging`: findings staged by checks at any stage, consolidated into the pair's findings file.
 - `kind`: :class:`KindSpec`, a kind = its pair model, its checks and its GX suite; the registry's loader.
+- `suite`: where a kind's GX suite file lives and which gate thresholds it reads.
 
 docs/architecture.md tells the whole flow; docs/adding-a-kind.md the checklist for a new kind.
 """

@@ -1,4 +1,4 @@
-"""Where a kind's GX suite lives, and which thresholds it reads (no GX import: the inventory uses this).
+"""A kind's GX suite: where its file lives, and which thresholds it reads (no GX import: the inventory uses this).
 
 A suite's thresholds are suite parameters, ``{"$PARAMETER": "max_missing_on_replica"}``. The inventory
 reads them to refuse a `gate:` key the pair's kind never checks (a `max_lag_bytes` on a MySQL pair
