@@ -16,7 +16,7 @@ from audit.sources.rocketmq.diff import StoreDiff, diff_stores
 from audit.sources.rocketmq.ha import ha_findings, parse_broker_log
 from audit.sources.rocketmq.scan import scan_commitlog
 from audit.sources.rocketmq.spark_store import Keep, coalesce_ranges, read_store
-from audit.sources.rocketmq.store import commitlog_files, max_offset
+from audit.sources.rocketmq.store import commitlog_files, list_store, max_offset
 from tests.unit.test_rmq_ha import proposed
 
 FILE_SIZE = 16 * 1024
@@ -235,3 +235,66 @@ def test_coalesce_ranges_and_the_findings_schema(spark: Any) -> None:
     assert coalesce_ranges([(5, 9), (0, 5), (20, 30), (25, 26)]) == ((0, 9), (20, 30))
     empty = spark.createDataFrame(pa.Table.from_pylist([], schema=FINDINGS_SCHEMA))
     assert tuple(empty.columns) == FINDING_COLUMNS
+
+
+def _store_pair(root: Path, n: int = 320) -> tuple[Path, Path]:
+    """A master and a slave holding the same records in non-preallocated files (the last one short)."""
+    offsets = write_store(root / "m", [msg(i) for i in range(n)], file_size=FILE_SIZE, preallocate=False)
+    replicate(root / "m", root / "s", start=0, upto=offsets[-1] + SIZE, preallocate=False)
+    assert len(commitlog_files(root / "m")) >= 4
+    return root / "m", root / "s"
+
+
+def _damage_middle(store: Path, how: str) -> str:
+    """Damage the second file of a store the way an operator or a disk would; returns its name."""
+    path = commitlog_files(store)[2].path
+    path.unlink()
+    if how == "symlink loop":
+        path.symlink_to(path.name)
+    elif how == "empty":
+        path.touch()
+    return path.name
+
+
+def _run_listed(spark: Any, master: Path, replica: Path) -> tuple[list[dict[str, Any]], StoreDiff]:
+    sides = {"master": list_store(master), "replica": list_store(replica)}
+    unlisted = {side: [(u.name, u.problem) for u in listing.unlisted] for side, listing in sides.items()}
+    result = diff_stores(spark, sides["master"].files, sides["replica"].files, chunk_bytes=CHUNK, unlisted=unlisted)
+    rows = sorted((r.asDict() for r in result.findings.collect()), key=lambda r: (r["category"], r["start_num"]))
+    result.release()
+    return rows, result
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [("deleted", "missing_file"), ("symlink loop", "unreadable_file"), ("empty", "empty_file")],
+)
+def test_a_middle_file_gone_on_both_sides_is_damage_not_a_clean_pass(
+    spark: Any, tmp_path: Path, how: str, reason: str
+) -> None:
+    master, replica = _store_pair(tmp_path)
+    name = _damage_middle(master, how)
+    assert _damage_middle(replica, how) == name
+    rows, result = _run_listed(spark, master, replica)
+    start = int(name)
+    assert [(r["category"], r["start_num"], r["end_num"], r["bytes"]) for r in rows] == [
+        ("corrupt_record", start, start + FILE_SIZE, FILE_SIZE)
+    ] * 2
+    details = [json.loads(r["detail"]) for r in rows]
+    assert sorted(d["side"] for d in details) == ["master", "replica"]
+    assert {(d["reason"], d["file"]) for d in details} == {(reason, name)}
+    m = result.metrics
+    # The hole is not compared, and counted once although both sides lack it.
+    assert m["bytes_not_compared"] == FILE_SIZE
+    assert m["bytes_compared"] == m["common_bytes"] - FILE_SIZE == m["master_bytes"]
+
+
+def test_a_master_missing_a_file_the_slave_has_names_the_masters_file(spark: Any, tmp_path: Path) -> None:
+    master, replica = _store_pair(tmp_path)
+    name = _damage_middle(master, "deleted")
+    rows, result = _run_listed(spark, master, replica)
+    (row,) = rows  # not a divergent_entry: the slave's records there have nothing to be compared with
+    ev = json.loads(row["detail"])
+    assert (row["category"], ev["side"], ev["reason"], ev["file"]) == ("corrupt_record", "master", "missing_file", name)
+    assert ev["missing_files"] == [name] and ev["previous_file"] < name < ev["next_file"]
+    assert result.metrics["bytes_not_compared"] == FILE_SIZE and result.metrics["replica_records_compared"] == 0

@@ -21,7 +21,7 @@ of its file, so the rest of that file is "not compared", never "missing".
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 
 from audit.diff.spark import arrow_frame
 from audit.findings import FINDINGS_SCHEMA, Finding
+from audit.sources.rocketmq.contiguity import Hole, holes
 from audit.sources.rocketmq.record_diff import (
     at_same_offset,
     bridged_end,
@@ -86,6 +87,8 @@ class _Side:
     damage: tuple[dict[str, Any], ...]
     blanks: dict[int, int]
     """BLANK offset -> the end of its file."""
+    holes: tuple[Hole, ...] = ()
+    """Where the files do not follow one another (audit/sources/rocketmq/contiguity.py)."""
 
     @property
     def min_offset(self) -> int | None:
@@ -103,10 +106,12 @@ class _Side:
         return sum(int(s.get(key) or 0) for s in self.summaries.values())
 
     def not_read(self) -> list[tuple[int, int]]:
-        """From each damaged record to its file's end: bytes this side could not read."""
-        return [
+        """From each damaged record to its file's end, and every hole between files: bytes this side could
+        not read."""
+        damaged = [
             (int(d["phys_offset"]), int(d["file_start"]) + self.sizes.get(int(d["file_start"]), 0)) for d in self.damage
         ]
+        return damaged + [(h.start, h.end) for h in self.holes if h.start is not None and h.end is not None]
 
     @property
     def first_store_ts(self) -> int | None:
@@ -118,7 +123,7 @@ class _Side:
         return sorted({h for s in self.summaries.values() for h in s.get("store_hosts") or []})
 
 
-def _learn(files: Sequence[CommitLogFile], rows: DataFrame) -> _Side:
+def _learn(files: Sequence[CommitLogFile], rows: DataFrame, unlisted: Sequence[tuple[str, str]] = ()) -> _Side:
     """One small job: the rows that are not records (a few per file)."""
     cols = ["row_kind", "phys_offset", "size", "magic", "file_start", "detail"]
     small = rows.where(F.col("row_kind") != "record").select(*cols).collect()
@@ -131,7 +136,8 @@ def _learn(files: Sequence[CommitLogFile], rows: DataFrame) -> _Side:
             (r.asDict() for r in small if r.row_kind in ("corrupt_record", "torn_tail")), key=lambda d: d["phys_offset"]
         )
     )
-    return _Side(tuple(files), ends, sizes, summaries, damage, blanks)
+    found = holes([(f.start, sizes.get(f.start, 0)) for f in files], unlisted)
+    return _Side(tuple(files), ends, sizes, summaries, damage, blanks, tuple(found))
 
 
 def _lookup_keys(side: _Side, rows: DataFrame, limit: int) -> frozenset[str] | None:
@@ -177,6 +183,28 @@ def _damage_findings(side: str, s: _Side) -> list[Finding]:
     return out
 
 
+def _hole_findings(side: str, s: _Side) -> list[Finding]:
+    """One corrupt_record per hole in the side's run of files, at the hole's offsets, naming the file."""
+    out = []
+    for h in s.holes:
+        size = None if h.start is None or h.end is None else h.end - h.start
+        evidence = {"side": side, "file": h.file, "position": 0, "reason": h.reason, "not_read_bytes": size}
+        out.append(
+            Finding(
+                "commitlog",
+                "corrupt_record",
+                start=h.file if h.start is None else str(h.start),
+                end=None if h.end is None else str(h.end),
+                start_num=h.start,
+                end_num=h.end,
+                count=1,
+                bytes=size,
+                evidence={**evidence, **h.evidence},
+            )
+        )
+    return out
+
+
 def _chunk_plan(chunks: list[Chunk], lo: int, hi: int) -> tuple[tuple[tuple[int, int], ...], dict[str, int]]:
     """Differing chunk ranges within [lo, hi) and the chunk counts over that range."""
     differ: list[tuple[int, int]] = []
@@ -211,8 +239,13 @@ def diff_stores(
     *,
     chunk_bytes: int = CHUNK_BYTES,
     max_lookup_keys: int = MAX_LOOKUP_KEYS,
+    unlisted: Mapping[str, Sequence[tuple[str, str]]] | None = None,
 ) -> StoreDiff:
-    """Diff a master's commit log against its slave's (see the module docstring); findings and coverage."""
+    """Diff a master's commit log against its slave's (see the module docstring); findings and coverage.
+
+    `unlisted` gives per side the (name, problem) of entries named like a file that could not be read as
+    one (audit/sources/rocketmq/store.py, list_store); each is reported with the hole it leaves.
+    """
     from pyspark import StorageLevel
 
     if not master_files or not replica_files:
@@ -225,19 +258,22 @@ def diff_stores(
 
     level = StorageLevel.MEMORY_AND_DISK
     replica_rows = read_store(spark, replica_files, keep=Keep(plan)).persist(level)
-    replica = _learn(replica_files, replica_rows)
+    unlisted = unlisted or {}
+    replica = _learn(replica_files, replica_rows, unlisted.get("replica", ()))
     slave_keys = _lookup_keys(replica, replica_rows, max_lookup_keys)
     keys = slave_keys or frozenset()
     replica_max = replica.max_offset if replica.max_offset is not None else file_lo
     master_plan = coalesce_ranges([(a, min(b, replica_max + 1)) for a, b in plan if a <= replica_max])
     master_rows = read_store(spark, master_files, keep=Keep(master_plan, keys)).persist(level)
-    master = _learn(master_files, master_rows)
+    master = _learn(master_files, master_rows, unlisted.get("master", ()))
 
     lo = max(master.min_offset or 0, replica.min_offset or 0)
     hi = min(master.max_offset or 0, replica.max_offset or 0)
     compare_plan, counts = _chunk_plan(chunk_rows, lo, hi)
     damage = [
-        f.to_row(None, None, None) for f in _damage_findings("master", master) + _damage_findings("replica", replica)
+        f.to_row(None, None, None)
+        for side, s in (("master", master), ("replica", replica))
+        for f in _damage_findings(side, s) + _hole_findings(side, s)
     ]
     findings = arrow_frame(spark, pa.Table.from_pylist(damage, schema=FINDINGS_SCHEMA))
     compared_counts = {"m": 0, "r": 0}
@@ -253,7 +289,9 @@ def diff_stores(
             .asDict()
         )
 
-    not_compared = sum(max(0, min(b, hi) - max(a, lo)) for a, b in master.not_read() + replica.not_read())
+    # A range both sides could not read is not compared once, not twice.
+    not_read = coalesce_ranges(master.not_read() + replica.not_read())
+    not_compared = sum(max(0, min(b, hi) - max(a, lo)) for a, b in not_read)
     metrics: dict[str, Any] = {
         "master_files": len(master_files),
         "replica_files": len(replica_files),
@@ -274,8 +312,8 @@ def diff_stores(
         "bytes_not_compared": not_compared,
         "master_records_compared": int(compared_counts["m"]),
         "replica_records_compared": int(compared_counts["r"]),
-        "master_damaged_records": len(master.damage),
-        "replica_damaged_records": len(replica.damage),
+        "master_damaged_records": len(master.damage) + len(master.holes),
+        "replica_damaged_records": len(replica.damage) + len(replica.holes),
         "duplicate_lookup": "whole master log" if slave_keys is not None else "differing chunks only",
     }
     return StoreDiff(findings=findings, metrics=metrics, cached=(master_rows, replica_rows))

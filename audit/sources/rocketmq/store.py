@@ -6,14 +6,18 @@ preallocated and zero-filled; see audit/sources/rocketmq/format.py for the recor
 
 from __future__ import annotations
 
+import errno
 import mmap
+import os
 import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 import pyarrow as pa
 
+from audit.sources.rocketmq.contiguity import MAX_OFFSET
 from audit.sources.rocketmq.scan import DEFAULT_BATCH_BYTES, data_end, iter_batches
 
 _FILE_NAME = re.compile(r"^\d{20}$")
@@ -24,24 +28,81 @@ class CommitLogFile(NamedTuple):
     path: Path
 
 
-def commitlog_files(store_dir: str | Path) -> list[CommitLogFile]:
-    """The commit-log files of a store, by start offset.
+class Unlisted(NamedTuple):
+    """An entry named like a commit-log file that cannot be read as one, and why."""
 
-    `store_dir` is a store root (holding ``commitlog/``), a commit-log directory itself, or several of
-    either joined with ``;`` as in the broker's storePathCommitLog (MultiPathMappedFileQueue).
+    name: str
+    path: Path
+    problem: str
+
+
+class Listing(NamedTuple):
+    files: list[CommitLogFile]
+    """The readable regular files, by start offset."""
+    unlisted: list[Unlisted]
+
+
+def _entry(p: Path) -> CommitLogFile | Unlisted:
+    """One directory entry named with 20 digits: a file, or why it is none. Permission errors raise."""
+    start = int(p.name)
+    if start > MAX_OFFSET:
+        return Unlisted(p.name, p, "offset beyond 2^63-1, the largest a broker can write")
+    try:
+        st = p.stat()
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOENT, errno.ENOTDIR):  # a link loop, a dangling link
+            return Unlisted(p.name, p, e.strerror or str(e))
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        return Unlisted(p.name, p, "not a regular file")
+    return CommitLogFile(start, p)
+
+
+def commitlog_folders(store_dir: str | Path) -> list[Path]:
+    """Each part of `store_dir` (``a;b``): its ``commitlog/`` when it has one, else the part itself.
+
+    Raises OSError (naming the path) when a part cannot be searched, is not a directory or loops.
     """
-    found: dict[int, Path] = {}
+    folders = []
     for part in str(store_dir).split(";"):
         if not part.strip():
             continue
         root = Path(part.strip())
         folder = root / "commitlog" if (root / "commitlog").is_dir() else root
-        if not folder.is_dir():
-            continue
-        for p in folder.iterdir():
-            if _FILE_NAME.match(p.name) and p.is_file():
-                found.setdefault(int(p.name), p)
-    return [CommitLogFile(start, found[start]) for start in sorted(found)]
+        if not stat.S_ISDIR(folder.stat().st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
+        folders.append(folder)
+    return folders
+
+
+def list_store(store_dir: str | Path) -> Listing:
+    """The commit-log files of a store, by start offset, and the entries named like one that are none.
+
+    `store_dir` is a store root (holding ``commitlog/``), a commit-log directory itself, or several of
+    either joined with ``;`` as in the broker's storePathCommitLog (MultiPathMappedFileQueue). An
+    unreadable directory raises OSError; so does a missing one.
+    """
+    found: dict[int, Path] = {}
+    unlisted: list[Unlisted] = []
+    for folder in commitlog_folders(store_dir):
+        for p in sorted(folder.iterdir()):
+            if not _FILE_NAME.match(p.name):
+                continue
+            entry = _entry(p)
+            if isinstance(entry, Unlisted):
+                unlisted.append(entry)
+            else:
+                found.setdefault(entry.start, entry.path)
+    return Listing([CommitLogFile(start, found[start]) for start in sorted(found)], unlisted)
+
+
+def commitlog_files(store_dir: str | Path) -> list[CommitLogFile]:
+    """The readable commit-log files of a store, by start offset (see list_store; a missing directory
+    is no files here)."""
+    try:
+        return list_store(store_dir).files
+    except FileNotFoundError:
+        return []
 
 
 def parse_file(
