@@ -143,3 +143,43 @@ def test_live_pair_written_during_the_audit_gives_no_false_positive(tmp_path, mo
         w.close()
     assert written["n"] > 300  # both stores really grew while being read
     assert {f["category"] for f in findings(root)} <= {"torn_tail"} and code == 0
+
+
+def _damaged_pair(tmp_path: Path, damage: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The reviewer's stores: 5 files of 4 KiB (the last one short), copied to the slave, then damaged."""
+    offsets = write_store(tmp_path / "m", [msg(i) for i in range(120)], file_size=4096, preallocate=False)
+    replicate(tmp_path / "m", tmp_path / "s", start=0, upto=offsets[-1] + 1000, preallocate=False)
+    for side in ("m", "s"):
+        folder = tmp_path / side / "commitlog"
+        if damage == "gap":
+            (folder / "00000000000000008192").unlink()
+        elif damage == "loop":
+            (folder / "00000000000000008192").unlink()
+            (folder / "00000000000000008192").symlink_to("00000000000000008192")
+    if damage == "overflow":
+        (tmp_path / "m" / "commitlog" / "99999999999999999999").write_bytes(b"\0" * 100)
+    return {"store_dir": str(tmp_path / "m")}, {"store_dir": str(tmp_path / "s")}
+
+
+@pytest.mark.parametrize(("damage", "reason"), [("loop", "unreadable_file"), ("overflow", "name_out_of_range")])
+def test_a_damaged_run_of_files_fails_the_gate_naming_the_file(tmp_path, monkeypatch, damage, reason) -> None:  # type: ignore[no-untyped-def]
+    master, replica = _damaged_pair(tmp_path, damage)
+    code, root = audit(tmp_path, monkeypatch, master, replica)
+    got = findings(root)
+    assert {f["category"] for f in got} == {"corrupt_record"} and code == 1
+    name = "00000000000000008192" if damage == "loop" else "99999999999999999999"
+    assert all(f'"file": "{name}"' in f["detail"] and f'"reason": "{reason}"' in f["detail"] for f in got)
+    s = summary(root)["pairs"][0]
+    assert s["status"] == "failed"
+    if damage == "loop":  # both sides: 2 findings, the 4 KiB they lack not compared (once)
+        assert len(got) == 2 and s["coverage"]["bytes_not_compared"] == 4096
+
+
+def test_stores_of_empty_files_are_not_audited(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    for side in ("m", "s"):
+        (tmp_path / side / "commitlog").mkdir(parents=True)
+        (tmp_path / side / "commitlog" / ("0" * 20)).touch()
+    code, root = audit(tmp_path, monkeypatch, {"store_dir": str(tmp_path / "m")}, {"store_dir": str(tmp_path / "s")})
+    assert code == 3 and "no commit-log data: all 1 files are empty" in " ".join(capsys.readouterr().err.split())
+    assert summary(root)["pairs"][0]["status"] == "error"
+    assert "Traceback" not in (root / "summary.json").read_text() + (root / "report.html").read_text()

@@ -6,10 +6,13 @@ The snapshot lists the slave's files first, so a master still appending never lo
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from audit.errors import SnapshotError
+from audit.errors import SnapshotError, SourceError
 from audit.kernel.check import Check
 from audit.kernel.context import StageContext
 from audit.layout import write_json
@@ -19,13 +22,58 @@ SIDES = ("master", "replica")
 STORE_META = "store.json"
 
 
-def commitlog_dir(store_dir: str) -> str:
-    """`store_dir` may be the store root (holding commitlog/) or the commitlog directory itself."""
-    parts = []
-    for one in store_dir.split(";"):
-        p = Path(one)
-        parts.append(str(p / "commitlog") if (p / "commitlog").is_dir() else str(p))
-    return ";".join(parts)
+def _cannot_read(pair: str, side: str, store_dir: str, e: OSError) -> SnapshotError:
+    """A short error naming the pair, the side and the path the system refused (no traceback)."""
+    path = e.filename or store_dir
+    return SnapshotError(f"pair {pair}: {side} store {store_dir}: cannot read {path}: {e.strerror or e}", where=path)
+
+
+def _readable_size(path: Path) -> int:
+    """The file's size, once it is known to open for reading (a task would fail on it later)."""
+    with path.open("rb") as fh:
+        return os.fstat(fh.fileno()).st_size
+
+
+def read_side(pair: str, side: str, store_dir: str) -> dict[str, Any]:
+    """One side's listing for store.json: its files with their sizes, the unlisted entries, min and max.
+
+    Raises SnapshotError when the store cannot be read (a path refused, a loop, no directory), holds no
+    commit-log file, or holds files that are all empty (nothing to audit).
+    """
+    from audit.sources.rocketmq.store import commitlog_folders, file_data_end, list_store
+
+    try:
+        directory = ";".join(str(f) for f in commitlog_folders(store_dir))
+        listing = list_store(store_dir)
+        sizes = [_readable_size(f.path) for f in listing.files]
+        last = listing.files[-1] if listing.files else None
+        last_end = None if last is None else file_data_end(last.path, file_start=last.start, last_file=True)
+    except OSError as e:
+        raise _cannot_read(pair, side, store_dir, e) from None
+    where = f"pair {pair}: {side} store {directory}"
+    unlisted = [[u.name, u.problem] for u in listing.unlisted]
+    if last is None:
+        bad = "; ".join(f"{name}: {problem}" for name, problem in unlisted)
+        raise SnapshotError(f"{where}: no {'readable ' if bad else ''}commit-log files{f' ({bad})' if bad else ''}")
+    if not any(sizes):
+        raise SnapshotError(f"{where}: no commit-log data: all {len(sizes)} files are empty", where=directory)
+    return {
+        "store_dir": directory,
+        "files": [[f.start, str(f.path), size] for f, size in zip(listing.files, sizes, strict=True)],
+        "unlisted": unlisted,
+        "min_offset": listing.files[0].start,
+        "max_offset": last_end,
+        "at_ms": int(time.time() * 1000),
+    }
+
+
+def check_readable(pair: str, side: str, paths: Sequence[str]) -> None:
+    """Every file still opens (Spark tasks read them next; a refused path would fail there, verbosely)."""
+    for path in paths:
+        try:
+            Path(path).open("rb").close()
+        except OSError as e:
+            raise SourceError(f"pair {pair}: {side} file {path}: cannot read: {e.strerror or e}", where=path) from None
 
 
 class CommitLogCheck(Check):
@@ -52,32 +100,13 @@ class CommitLogCheck(Check):
         self.pair = pair
 
     def snapshot(self, ctx: StageContext) -> None:
-        from audit.sources.rocketmq.store import commitlog_files, file_data_end
-
         files_count = {}
         for side in ("replica", "master"):
             endpoint: StoreEndpoint = getattr(self.pair, side)
-            directory = commitlog_dir(endpoint.store_dir)
-            if not all(Path(d).is_dir() for d in directory.split(";")):
-                raise SnapshotError(
-                    f"pair {self.pair.name}: {side} store {directory}: no such directory", where=directory
-                )
-            files = commitlog_files(directory)
-            if not files:
-                raise SnapshotError(
-                    f"pair {self.pair.name}: {side} store {directory}: no commit-log files", where=directory
-                )
-            last_end = file_data_end(files[-1].path, file_start=files[-1].start, last_file=True)
-            meta = {
-                "store_dir": directory,
-                "files": [[f.start, str(f.path), Path(f.path).stat().st_size] for f in files],
-                "min_offset": files[0].start,
-                "max_offset": last_end,
-                "at_ms": int(time.time() * 1000),
-            }
+            meta = read_side(self.pair.name, side, endpoint.store_dir)
             write_json(ctx.snapshot_dir(side) / STORE_META, meta)
-            ctx.state.servers[side] = {"endpoint": directory, "version": None}
-            files_count[side] = len(files)
+            ctx.state.servers[side] = {"endpoint": meta["store_dir"], "version": None}
+            files_count[side] = len(meta["files"])
         ctx.state.servers = {side: ctx.state.servers[side] for side in SIDES}
         ctx.done(f"{files_count['master']}+{files_count['replica']} files")
 
@@ -86,11 +115,13 @@ class CommitLogCheck(Check):
         from audit.sources.rocketmq.store import CommitLogFile
 
         started = time.time()
-        files = {}
+        files, unlisted = {}, {}
         for side in SIDES:
             meta = json.loads((ctx.snapshot_dir(side) / STORE_META).read_text())
+            check_readable(self.pair.name, side, [path for _, path, _ in meta["files"]])
             files[side] = [CommitLogFile(start, Path(path)) for start, path, _ in meta["files"]]
-        result = diff_stores(ctx.spark(), files["master"], files["replica"])
+            unlisted[side] = [(name, problem) for name, problem in meta.get("unlisted", [])]
+        result = diff_stores(ctx.spark(), files["master"], files["replica"], unlisted=unlisted)
         try:
             ctx.add_findings_frame(result.findings)
         finally:
