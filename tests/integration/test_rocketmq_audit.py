@@ -183,3 +183,44 @@ def test_stores_of_empty_files_are_not_audited(tmp_path, monkeypatch, capsys) ->
     assert code == 3 and "no commit-log data: all 1 files are empty" in " ".join(capsys.readouterr().err.split())
     assert summary(root)["pairs"][0]["status"] == "error"
     assert "Traceback" not in (root / "summary.json").read_text() + (root / "report.html").read_text()
+
+
+def test_ha_files_with_nothing_parsable_are_never_taken_as_checked(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """ha_status or broker_log pointing at a binary file is an error naming it; broker logs without one HA
+    line leave the ack unchecked, which fails the gate as uncovered; broker_status is read and compared."""
+    offsets = write_store(tmp_path / "m", [msg(i) for i in range(100)], file_size=FILE_SIZE)
+    top = max_offset(tmp_path / "m") or 0
+    assert offsets
+    replicate(tmp_path / "m", tmp_path / "s", start=0, upto=top)
+    binary = str(tmp_path / "m" / "commitlog" / ("0" * 20))
+    quiet = tmp_path / "quiet.log"
+    quiet.write_text("2025-01-01 00:00:00 INFO main - The broker[broker-a] boot success\n")
+    status = tmp_path / "status.txt"
+    status.write_text(f"commitLogMinOffset              : 0\ncommitLogMaxOffset              : {top - 10}\n")
+
+    def pair(name: str, **master: str) -> dict[str, Any]:
+        store = {"store_dir": str(tmp_path / "m"), **master}
+        return {"name": name, "kind": "rocketmq", "master": store, "replica": {"store_dir": str(tmp_path / "s")}}
+
+    pairs = [
+        pair("ha_bin", ha_status=binary),
+        pair("log_bin", broker_log=binary),
+        pair("status_bad", broker_status=str(quiet)),
+        pair("log_quiet", broker_log=str(quiet)),
+        pair("status", broker_status=str(status)),
+    ]
+    inv = write_inventory(tmp_path / "inv.yaml", pairs)
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 3
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"ha_status {binary}: binary data, not a text file: nothing parsable was found" in err
+    assert f"broker_log {binary}: binary data, not a text file: nothing parsable was found" in err
+    assert f"broker_status {quiet}: no commitLogMaxOffset found: nothing parsable" in err
+    by_pair = {p["pair"]: p for p in summary(latest_run(tmp_path / "out"))["pairs"]}
+    assert [by_pair[p]["status"] for p in ("ha_bin", "log_bin", "status_bad")] == ["error"] * 3
+    quiet_pair = by_pair["log_quiet"]
+    assert quiet_pair["status"] == "failed" and quiet_pair["metrics"]["ha_ack_evidence"] == 0
+    assert "no HA line in broker_log" in quiet_pair["checks"]["ha"]["reason"]
+    assert any("ack offset not checked" in str(n) for n in quiet_pair["not_covered"])
+    ok = by_pair["status"]
+    assert ok["status"] == "passed" and "ha_ack_evidence" not in ok["metrics"]
+    assert (ok["metrics"]["master_status_max_offset"], ok["metrics"]["master_status_offset_diff"]) == (top - 10, 10)

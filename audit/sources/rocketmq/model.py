@@ -5,8 +5,10 @@
 
 `store_dir` holds `commitlog/` (or is it; `a;b` for several paths); `broker_log` (one path or a list:
 broker.log, store.log) gives the master's `Slave fall behind master` lines and HA requests; `ha_status`
-a saved `mqadmin haStatus` output, `broker_status` a saved `brokerStatus`, `ha_addr` the slave's HA
-address. What is not given is skipped, and the summary says so.
+a saved `mqadmin haStatus` output, `broker_status` (either side) a saved `brokerStatus` whose
+commitLogMaxOffset is set beside the files' max offset, `ha_addr` the slave's HA address. What is not
+given is skipped, and the summary says so; a given file with nothing parsable is an error or, for broker
+logs without an HA line, uncovered (audit/sources/rocketmq/ha_check.py).
 """
 
 from __future__ import annotations
