@@ -33,7 +33,7 @@ def conn_types() -> dict[str, ConnKind]:
     return found
 
 
-STORE_FIELDS = ("store_dir", "broker_log", "ha_status", "ha_addr")
+STORE_FIELDS = ("store_dir", "broker_log", "ha_status", "broker_status", "ha_addr")
 """Extra fields of a file-store connection (a RocketMQ store; `store_dir` alone for Pika binlog directories)."""
 
 
@@ -78,6 +78,12 @@ def store_fields(conn_id: str, conn_type: str, host: str | None, extra: Mapping[
     return fields
 
 
+def store_endpoint_text(fields: Mapping[str, str]) -> str:
+    """A store connection as one string: its directory alone, or, with more fields (a RocketMQ broker
+    log, a saved haStatus), the mapping as JSON, which the store's kind reads back."""
+    return fields["store_dir"] if set(fields) == {"store_dir"} else json.dumps(dict(fields), sort_keys=True)
+
+
 def connection_endpoint(
     conn_id: str,
     conn_type: str | None,
@@ -100,7 +106,7 @@ def connection_endpoint(
         )
     extra = extra or {}
     if kind.family == "store":
-        return store_fields(conn_id, ctype, host, extra)["store_dir"]
+        return store_endpoint_text(store_fields(conn_id, ctype, host, extra))
     _check_host(conn_id, host)
     tls = _true(extra_field(extra, ctype, "tls")) or _true(extra_field(extra, ctype, "ssl"))
     url = server_url(kind, host=host, port=port, login=login, password=password, schema=schema, tls=tls)

@@ -66,6 +66,7 @@ print(json.dumps({{
         "extra__replica_audit_pika__tls",
         "extra__replica_audit_redis__tls",
         "extra__replica_audit_rocketmq__broker_log",
+        "extra__replica_audit_rocketmq__broker_status",
         "extra__replica_audit_rocketmq__ha_addr",
         "extra__replica_audit_rocketmq__ha_status",
         "extra__replica_audit_rocketmq__store_dir",

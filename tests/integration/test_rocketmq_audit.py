@@ -4,6 +4,7 @@ RMQ_STALE_SLAVE), and a foreign client's 8 bytes on the HA port (docs/incidents.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -224,3 +225,22 @@ def test_ha_files_with_nothing_parsable_are_never_taken_as_checked(tmp_path, mon
     ok = by_pair["status"]
     assert ok["status"] == "passed" and "ha_ack_evidence" not in ok["metrics"]
     assert (ok["metrics"]["master_status_max_offset"], ok["metrics"]["master_status_offset_diff"]) == (top - 10, 10)
+
+
+def test_a_store_named_by_a_connection_is_read_with_its_broker_files(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`master: conn:<id>`: the connection's store directory and its broker_status, as the provider's form
+    stores them (Airflow's JSON form in AIRFLOW_CONN_<ID> outside Airflow)."""
+    write_store(tmp_path / "m", [msg(i) for i in range(60)], file_size=FILE_SIZE)
+    top = max_offset(tmp_path / "m") or 0
+    replicate(tmp_path / "m", tmp_path / "s", start=0, upto=top)
+    status = tmp_path / "status.txt"
+    status.write_text(f"commitLogMaxOffset              : {top}\n")
+    conn = {"conn_type": "replica_audit_rocketmq", "extra": {"store_dir": str(tmp_path / "m"), "broker_status": ""}}
+    conn["extra"]["broker_status"] = str(status)
+    monkeypatch.setenv("AIRFLOW_CONN_MQ_A", json.dumps(conn))
+    monkeypatch.setenv("AIRFLOW_CONN_MQ_S", json.dumps({"conn_type": "fs", "extra": {"path": str(tmp_path / "s")}}))
+    code, root = audit(tmp_path, monkeypatch, "conn:mq_a", "conn:mq_s")  # type: ignore[arg-type]
+    s = summary(root)["pairs"][0]
+    assert code == 0 and s["status"] == "passed", s
+    assert s["metrics"]["master_status_max_offset"] == top and s["metrics"]["master_status_offset_diff"] == 0
+    assert s["coverage"]["master_records"] == 60

@@ -102,7 +102,7 @@ class CommitLogCheck(Check):
     def snapshot(self, ctx: StageContext) -> None:
         files_count = {}
         for side in ("replica", "master"):
-            endpoint: StoreEndpoint = getattr(self.pair, side)
+            endpoint: StoreEndpoint = self.pair.store(side, ctx.resolver)
             meta = read_side(self.pair.name, side, endpoint.store_dir)
             write_json(ctx.snapshot_dir(side) / STORE_META, meta)
             ctx.state.servers[side] = {"endpoint": meta["store_dir"], "version": None}

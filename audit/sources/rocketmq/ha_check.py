@@ -70,7 +70,7 @@ class HaCheck(Check):
 
         said = []
         for side in ("master", "replica"):
-            path = getattr(self.pair, side).broker_status
+            path = self.pair.store(side, ctx.resolver).broker_status
             text = read_text(path, "broker_status", self.pair.name)
             if text is None:
                 continue
@@ -90,7 +90,7 @@ class HaCheck(Check):
     def recheck(self, ctx: StageContext) -> None:
         from audit.sources.rocketmq.ha import ha_findings, parse_broker_log, parse_ha_status
 
-        master, name = self.pair.master, self.pair.name
+        master, name = self.pair.store("master", ctx.resolver), self.pair.name
         log = None
         if logs := _paths(master.broker_log):
             lines: list[str] = []
@@ -119,7 +119,7 @@ class HaCheck(Check):
                 master_min=offset("master_min_offset"),
                 log=log,
                 ha_status=status,
-                replica_addr=self.pair.replica.ha_addr,
+                replica_addr=self.pair.store("replica", ctx.resolver).ha_addr,
             )
         )
         said = self._status_offsets(ctx)

@@ -24,7 +24,8 @@ KIND = KindSpec(
     pair_model=RocketMQPair,
     checks=checks,
     suite="rocketmq.json",
-    endpoint_help="{store_dir: PATH, broker_log: PATH (master), ha_status: PATH (saved mqadmin haStatus)}",
+    endpoint_help="{store_dir: PATH, broker_log: PATH (master), ha_status: PATH (saved mqadmin haStatus)}"
+    " or conn:<airflow_conn_id>",
     connection_types={
         "replica_audit_rocketmq": ConnKind("store", "", 0, with_schema=False),
         "fs": ConnKind("store", "", 0, with_schema=False),  # Airflow's own file connection

@@ -13,11 +13,13 @@ logs without an HA line, uncovered (audit/sources/rocketmq/ha_check.py).
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from audit.kernel.pair import PairBase, Strict
+from audit.urls import ConnResolver
 
 
 class StoreEndpoint(Strict):
@@ -28,7 +30,28 @@ class StoreEndpoint(Strict):
     ha_addr: str | None = None
 
 
+def _endpoint_or_conn(value: Any) -> Any:
+    if isinstance(value, str) and not value.startswith("conn:"):
+        raise ValueError("expected a mapping {store_dir: ..., broker_log: ...} or conn:<airflow_conn_id>")
+    return value
+
+
+StoreSide = Annotated[StoreEndpoint | str, BeforeValidator(_endpoint_or_conn)]
+"""A store as a mapping, or `conn:<id>`: an Airflow connection of type replica_audit_rocketmq (or fs/file)."""
+
+
 class RocketMQPair(PairBase):
     kind: Literal["rocketmq"]
-    master: StoreEndpoint
-    replica: StoreEndpoint
+    master: StoreSide
+    replica: StoreSide
+
+    def store(self, side: str, resolver: ConnResolver | None = None) -> StoreEndpoint:
+        """The side's store; a `conn:<id>` is read through `resolver` (AIRFLOW_CONN_<ID> when None)."""
+        value = getattr(self, side)
+        if isinstance(value, StoreEndpoint):
+            return value
+        from audit.connections import endpoint_url
+
+        text = str(endpoint_url(value, resolver))
+        fields = json.loads(text) if text.lstrip().startswith("{") else {"store_dir": text}
+        return StoreEndpoint.model_validate(fields)

@@ -109,6 +109,12 @@ def _connection_types() -> list[dict[str, Any]]:
                     "description": "A file holding `mqadmin haStatus` output.",
                     "schema": {"type": ["string", "null"]},
                 },
+                "broker_status": {
+                    "label": "Saved brokerStatus",
+                    "description": "A file holding `mqadmin brokerStatus` output: its commitLogMaxOffset is "
+                    "recorded next to the files' end.",
+                    "schema": {"type": ["string", "null"]},
+                },
                 "ha_addr": {
                     "label": "Slave HA address",
                     "description": "host:port of the slave's HA connection, to pick it among several.",
@@ -122,6 +128,7 @@ def _connection_types() -> list[dict[str, Any]]:
                     "store_dir": "/data/rocketmq/store",
                     "broker_log": "/data/rocketmq/logs/broker.log",
                     "ha_status": "/tmp/ha-status.txt",
+                    "broker_status": "/tmp/broker-status.txt",
                     "ha_addr": "10.0.0.9:10912",
                 },
             },

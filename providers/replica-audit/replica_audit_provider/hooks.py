@@ -155,7 +155,8 @@ class RocketMQStoreHook(_AuditHook):
     hook_name = "RocketMQ store (replica-audit)"
 
     def fields(self) -> dict[str, str]:
-        """`store_dir`, and `broker_log`, `ha_status`, `ha_addr` when set: an inventory's RocketMQ endpoint."""
+        """`store_dir`, and `broker_log`, `ha_status`, `broker_status`, `ha_addr` when set: an inventory's RocketMQ
+        endpoint."""
         conn = self.get_connection(self.audit_conn_id)
         return ac.store_fields(conn.conn_id, conn.conn_type or "", conn.host, conn.extra_dejson)
 
@@ -166,7 +167,7 @@ class RocketMQStoreHook(_AuditHook):
             if not path.strip():
                 raise ValueError(f"store_dir {fields['store_dir']!r} holds an empty path (a stray ';')")
             found.append(_commit_log_files(Path(path.strip())))
-        for name in ("broker_log", "ha_status"):
+        for name in ("broker_log", "ha_status", "broker_status"):
             if name in fields and not (os.path.isfile(fields[name]) and os.access(fields[name], os.R_OK)):
                 raise FileNotFoundError(f"{name} {fields[name]} is not a readable file")
         return f"store {fields['store_dir']}: {sum(found)} commit-log files readable"
