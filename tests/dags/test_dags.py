@@ -191,14 +191,15 @@ print(json.dumps({
     assert r["cache_new"] == "rediss://auditor:p%40ss%3Aw%2Frd@10.1.2.3:7000"
     assert r["pika_a"] == "redis://10.1.2.4:9221"
     assert r["orders_db"] == "mysql://reader:pw@db.internal:3307/shop"
-    assert r["rmq_a"] == "/data/rmq/store"
+    # a store connection with more than its directory resolves to the whole endpoint (the RocketMQ model reads it)
+    assert json.loads(r["rmq_a"]) == {"store_dir": "/data/rmq/store", "broker_log": "/l"}
     assert r["rmq_empty"].startswith("ConfigError: conn:rmq_empty: a file-store connection needs extra")
     assert r["legacy_redis"] == "rediss://:x@10.1.2.3:7000"
     assert r["legacy_mysql"] == "mysql://reader:pw@db.internal:3307/shop"
     assert r["legacy_fs"] == result["old_name"] == "/data/rmq/store"
     assert r["something_else"].startswith("ConfigError: conn:something_else: connection type 'http'")
     assert r["nope"] == "ConfigError: conn:nope: no such Airflow connection"
-    assert result["hooks"] == [r["cache_new"], r["orders_db"], r["rmq_a"]]
+    assert result["hooks"] == [r["cache_new"], r["orders_db"], "/data/rmq/store"]
     assert result["rmq_fields"] == {"store_dir": "/data/rmq/store", "broker_log": "/l"}
     assert (result["retry_source"], result["retry_other"], result["retry_airflow"]) == ("retry", "fail", "fail")
 
@@ -268,6 +269,7 @@ def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(
     assert task == "audit_pair.verdict"
     assert extra["status"] == "failed" and extra["counts"] == {"missing_on_replica": 1}
     assert extra["failed_checks"] == ["missing_on_replica"] and extra["run_id"] == root.name
+    assert extra["airflow_run_id"] and extra["airflow_run_id"] != root.name  # the DAG run's own id, unsanitised
     assert events["replica-audit://dag-pika"][0]["status"] == "passed"
     aliased = airflow_db(
         airflow_env,

@@ -154,6 +154,10 @@ class RocketMQStoreHook(_AuditHook):
     conn_type = "replica_audit_rocketmq"
     hook_name = "RocketMQ store (replica-audit)"
 
+    def get_conn(self) -> str:
+        """The store directory (`fields()` has the whole endpoint)."""
+        return self.fields()["store_dir"]
+
     def fields(self) -> dict[str, str]:
         """`store_dir`, and `broker_log`, `ha_status`, `broker_status`, `ha_addr` when set: an inventory's RocketMQ
         endpoint."""

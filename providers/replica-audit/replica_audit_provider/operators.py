@@ -221,7 +221,8 @@ class PairVerdictOperator(_AuditOperator):
             run = RunDir(out_path(self.out_dir), safe_run_id(self.run_id))
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
-        verdict = pair_verdict(run, as_text(self.pair, "pair"))
+        # run_id names the run's directory under out_dir; airflow_run_id the DAG run it came from
+        verdict = {**pair_verdict(run, as_text(self.pair, "pair")), "airflow_run_id": context.get("run_id")}
         context["outlet_events"][PAIR_VERDICTS].add(pair_asset(self.pair), extra=verdict)
         self.log.info("%s: %s (%s divergences)", self.pair, verdict["status"], verdict["divergences"])
         return verdict
