@@ -407,7 +407,10 @@ def daily_report(
     out_dir: OutOpt,
     history: HistoryOpt = None,
     days: Annotated[int, typer.Option("--days", help="how many days back")] = 7,
-    as_of: Annotated[str | None, typer.Option("--as-of", help="end of the window, ISO date/time (default now)")] = None,
+    as_of: Annotated[
+        str | None,
+        typer.Option("--as-of", help="end of the window: an ISO time, or a date for that whole day (default now)"),
+    ] = None,
 ) -> None:
     """Render OUT/reports/daily-<date>.html from the results history: trends per pair over the last days."""
     from audit.report.daily import render_daily_report

@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from audit.report.summary import compared_lines
+
 _STYLE = {"passed": "green", "failed": "red", "error": "magenta", "incomplete": "magenta"}
 
 
@@ -17,14 +19,15 @@ def print_summary(console: Console, summary: dict[str, Any], run_root: Path) -> 
     for col in ("pair", "verdict", "findings", "diagnoses", "coverage"):
         table.add_column(col)
     for p in summary["pairs"]:
-        counts = "\n".join(f"{c}: {n}" for c, n in sorted(p["counts"].items())) or "none"
+        counts = "\n".join(f"{c}: {n}" for c, n in sorted(p["counts"].items())) or _no_findings(p["status"])
         diags = "\n".join(f"{code} ×{d['count']}" for code, d in p["diagnoses"].items()) or "-"
-        cov = p.get("coverage", {})
-        coverage = _compared(cov)
+        coverage = "\n".join(p.get("compared") or compared_lines(p.get("coverage", {})))
         if p["not_covered"]:
             coverage += ("\n" if coverage else "") + "NOT covered: " + "; ".join(p["not_covered"])
         for name, why in p["skipped_checks"].items():
             coverage += f"\nskipped {name}: {why}"
+        for limit in p.get("limits") or []:
+            coverage += f"\nas asked: {limit}"
         style = _STYLE.get(p["status"], "")
         # what a server or a file said may hold brackets (`[host:port, ...]`), which rich reads as markup
         table.add_row(escape(p["pair"]), f"[{style}]{p['status']}[/]", escape(counts), escape(diags), escape(coverage))
@@ -41,7 +44,6 @@ def print_summary(console: Console, summary: dict[str, Any], run_root: Path) -> 
     console.print(escape(f"summary: {run_root / 'summary.json'}"))
 
 
-def _compared(coverage: dict[str, Any]) -> str:
-    """`keys_compared: 100` -> "100 keys compared", whatever a kind compares (rows, records, keys)."""
-    items = [(k.removesuffix("_compared").replace("_", " "), v) for k, v in coverage.items() if k.endswith("_compared")]
-    return "\n".join(f"{int(v or 0):,} {what} compared" for what, v in items)
+def _no_findings(status: str) -> str:
+    """What an empty findings cell means: none found, or the pair was not (fully) audited."""
+    return "none" if status in ("passed", "failed") else "- (not fully audited)"

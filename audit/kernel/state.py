@@ -100,6 +100,9 @@ class PairState(_Model):
     """Files a check wrote for people (a repair plan): label -> path relative to the run directory."""
     notes: list[str] = Field(default_factory=list)
     """Plain sentences for the summary about how the pair was audited (e.g. which dbs were compared)."""
+    limits: list[str] = Field(default_factory=list)
+    """What the audit did not compare because the inventory asked so (a compare mode without values, a key
+    filter): not uncovered, but never reported as full coverage either."""
     check_data: dict[str, dict[str, Any]] = Field(default_factory=dict)
     gate: GateVerdict | None = None
     error: ErrorInfo | None = None

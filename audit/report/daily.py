@@ -56,10 +56,13 @@ def _as_of(value: datetime | str | None) -> datetime:
     if value is None:
         return datetime.now(UTC)
     if isinstance(value, str):
+        day_only = len(value.strip()) == 10  # 2026-11-24: the report of that whole day, up to its end
         try:
             value = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             raise ConfigError(f"daily report: as_of {value!r} is not an ISO date or time") from None
+        if day_only:
+            value += timedelta(days=1)
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 

@@ -92,6 +92,12 @@ def _not_covered(uncovered: list[Uncovered], state: PairState) -> list[str]:
     return found
 
 
+def compared_lines(coverage: dict[str, Any]) -> list[str]:
+    """`keys_compared: 1200` -> "1,200 keys compared", whatever a kind compares (rows, tables, bytes, records)."""
+    items = [(k.removesuffix("_compared").replace("_", " "), v) for k, v in coverage.items() if k.endswith("_compared")]
+    return [f"{int(v or 0):,} {what} compared" for what, v in items]
+
+
 def pair_summary(run: RunDir, pair: Pair, per_category: int) -> dict[str, Any]:
     spec = kind_spec(pair.kind)
     state = run.load_state(pair.name) or PairState(pair=pair.name, kind=pair.kind)
@@ -110,10 +116,12 @@ def pair_summary(run: RunDir, pair: Pair, per_category: int) -> dict[str, Any]:
         "checks": checks,
         "skipped_checks": {name: c.reason for name, c in state.checks.items() if c.status == "skipped"},
         "not_covered": _not_covered(uncovered_of(spec, pair, state), state),
+        "limits": state.limits,
         "headlines": headlines,
         "notes": state.notes,
         "artifacts": state.artifacts,
         "coverage": {k: state.metrics[k] for k in coverage_keys if k in state.metrics},
+        "compared": compared_lines({k: state.metrics[k] for k in coverage_keys if k in state.metrics}),
         "metrics": state.metrics,
         "counts": state.counts,
         "diagnoses": {code: {"count": n, "meaning": meaning(code)} for code, n in sorted(diagnoses.items())},

@@ -77,3 +77,18 @@ def test_filter_fields_and_plan_on_a_standalone_pair(
     }
     html = (run / "report.html").read_text()
     assert "repair/cache.txt" in html and "f17" in html
+    # what the inventory asked not to compare is said, never called full coverage
+    assert s["limits"] == [
+        next(n for n in s["notes"] if "SCAN MATCH" in n).join(("only the keys the filter keeps: ", ""))
+    ]
+    overview = html.split('<table id="pairs">')[1].split("</table>")[0]
+    assert "full coverage" not in overview and "as asked: only the keys the filter keeps" in overview
+    presence = write_inventory(tmp_path / "keys.yaml", [{**pair, "name": "presence", "compare": "keys"}])
+    assert run_cli(["run", "-i", str(presence), "-o", str(tmp_path / "keys")], monkeypatch) == 1  # user:new
+    run = latest_run(tmp_path / "keys")
+    assert {bytes(r["key"]) for r in findings(run)} == {b"user:new"}  # the values were not read
+    s = summary(run)["pairs"][0]
+    assert any(limit.startswith("values not compared: compare: keys (presence only") for limit in s["limits"])
+    overview = (run / "report.html").read_text().split('<table id="pairs">')[1].split("</table>")[0]
+    assert "values not compared" in overview and "full coverage" not in overview
+    assert s["compared"] == [f"{s['coverage']['keys_compared']:,} keys compared"] and s["compared"][0] in overview

@@ -19,3 +19,11 @@ from audit.report.daily import report_day
 )
 def test_a_report_up_to_midnight_is_the_report_of_the_day_that_ended(until: datetime, day: str) -> None:
     assert report_day(until) == day
+
+
+def test_as_of_a_date_is_the_report_of_that_whole_day() -> None:
+    from audit.report.daily import _as_of
+
+    until = _as_of("2026-11-24")
+    assert until == datetime(2026, 11, 25, tzinfo=UTC) and report_day(until) == "2026-11-24"
+    assert _as_of("2026-11-24T13:00:00Z") == datetime(2026, 11, 24, 13, tzinfo=UTC)

@@ -136,6 +136,11 @@ def compare_note(mode: str) -> str:
     return f"compare: {mode} ({COMPARE_MEANING.get(mode, mode)})"
 
 
+def compare_limit(mode: str) -> str | None:
+    """What a compare mode leaves out, for the pair's limits; None for `full`."""
+    return None if mode == "full" else f"values not compared: {compare_note(mode)}"
+
+
 def filter_note(spec: Mapping[str, Any], filtered: Mapping[str, int], match: str | None) -> str:
     """One sentence: the key filter and how many keys each side left out."""
     parts = [f"include {spec.get('include') or ['*']}"]

@@ -35,6 +35,7 @@ from audit.layout import RunDir
 from audit.sources.redis.client import connect
 from audit.sources.redis.divergence import (
     COMPARE_MEANING,
+    compare_limit,
     compare_note,
     field_evidence,
     filter_note,
@@ -164,9 +165,9 @@ class FleetKeyspaceCheck(Check):
         moving = sum(int((r.meta or {}).get("keys_in_moving_slots") or 0) for r in fleet.results)
         m["keys_in_moving_slots"] = moving
         if moving:
-            ctx.state.notes.append(
-                f"{moving} keys of slots being imported were not compared: a replica cannot serve them mid-migration"
-            )
+            said = f"{moving} keys of slots being imported were not compared: a replica cannot serve them mid-migration"
+            ctx.state.notes.append(said)
+            ctx.state.limits.append(said)
         m["shards_read"] = len({r.shard for r in fleet.results if r.status == "ok"})
         m["shards_unread"] = len({r.shard for r in fleet.errors})
 
@@ -185,10 +186,14 @@ class FleetKeyspaceCheck(Check):
                 f"{sides_dbs['master']}, replica {sides_dbs['replica']}; a cluster side is db 0{default}"
             )
         notes.append(compare_note(self.extras.compare))
+        if limit := compare_limit(self.extras.compare):
+            ctx.state.limits.append(limit)
         if kf is not None:
             counts = {s: int(ctx.metrics.get(f"{s}_keys_filtered_out") or 0) for s in ("master", "replica")}
             match = kf.scan_match()
-            notes.append(filter_note(kf.describe(), counts, match.decode("utf-8", "replace") if match else None))
+            said = filter_note(kf.describe(), counts, match.decode("utf-8", "replace") if match else None)
+            notes.append(said)
+            ctx.state.limits.append(f"only the keys the filter keeps: {said}")
         how = "Spark tasks" if self.settings.fleet_snapshot == "spark" else f"{self.settings.fleet_threads} threads"
         notes.append(f"snapshot: {len(fleet.results)} nodes read as {how}")
 

@@ -29,6 +29,7 @@ from audit.sources.redis.ack import ReplicaAck
 from audit.sources.redis.client import connect
 from audit.sources.redis.divergence import (
     COMPARE_MEANING,
+    compare_limit,
     compare_note,
     field_evidence,
     filter_note,
@@ -167,15 +168,17 @@ class KeyspaceCheck(Check):
     def _notes(self, ctx: StageContext, filtered: dict[str, int]) -> None:
         """The compare mode and what the key filter left out, for the summary (and their metrics)."""
         ctx.state.notes.append(compare_note(self.extras.compare))
+        if limit := compare_limit(self.extras.compare):
+            ctx.state.limits.append(limit)
         kf = self.extras.key_filter()
         if kf is None:
             return
         for side, n in filtered.items():
             ctx.metrics[f"{side}_keys_filtered_out"] = n
         match = kf.scan_match()
-        ctx.state.notes.append(
-            filter_note(kf.describe(), filtered, match.decode("utf-8", "replace") if match is not None else None)
-        )
+        said = filter_note(kf.describe(), filtered, match.decode("utf-8", "replace") if match is not None else None)
+        ctx.state.notes.append(said)
+        ctx.state.limits.append(f"only the keys the filter keeps: {said}")
 
     # --- diff ---------------------------------------------------------------------------------------
     def diff(self, ctx: StageContext) -> None:
