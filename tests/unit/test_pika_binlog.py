@@ -136,6 +136,24 @@ def test_manifest_and_file_names(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ((5, 1 << 63, 0, 0), "pro_offset 9223372036854775808"),
+        ((5, (1 << 64) - 1, 0, 0), "pro_offset 18446744073709551615"),
+        ((1 << 31, 0, 0, 0), "pro_num 2147483648"),
+    ],
+)
+def test_a_manifest_position_no_file_can_have_is_damage_naming_the_field(
+    fields: tuple[int, int, int, int], said: str
+) -> None:
+    # pro_offset 2^63+5 went on into a signed long Spark column: a NumberFormatException, exit 4
+    with pytest.raises(CorruptRecordError, match=said):
+        parse_manifest(struct.pack("<IQQI", *fields))
+    top = parse_manifest(struct.pack("<IQQI", (1 << 31) - 1, (1 << 63) - 1, (1 << 64) - 1, (1 << 32) - 1))
+    assert (top.pro_num, top.pro_offset) == ((1 << 31) - 1, (1 << 63) - 1)
+
+
 # -- round trip -----------------------------------------------------------------------------------------
 
 

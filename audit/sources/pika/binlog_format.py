@@ -190,11 +190,21 @@ class Manifest:
     term: int
 
 
+MAX_FILENUM = (1 << 31) - 1  # the scan's `filenum` column is an int32 (Pika's u32 never gets near it)
+MAX_OFFSET = (1 << 63) - 1  # offsets are int64 columns
+
+
 def parse_manifest(data: bytes | memoryview) -> Manifest:
-    """Decode a `manifest` file's content; CorruptRecordError when it is shorter than 24 bytes."""
+    """Decode a `manifest` file's content; CorruptRecordError when it is shorter than 24 bytes or its
+    producer position is out of any file's range (the error names the field)."""
     if len(data) < MANIFEST.size:
         raise CorruptRecordError(f"manifest is {len(data)} bytes, needs {MANIFEST.size}", offset=0)
-    return Manifest(*MANIFEST.unpack_from(data, 0))
+    m = Manifest(*MANIFEST.unpack_from(data, 0))
+    if m.pro_num > MAX_FILENUM:
+        raise CorruptRecordError(f"manifest field pro_num {m.pro_num} is over {MAX_FILENUM}", offset=0)
+    if m.pro_offset > MAX_OFFSET:
+        raise CorruptRecordError(f"manifest field pro_offset {m.pro_offset} is over {MAX_OFFSET}", offset=4)
+    return m
 
 
 def read_manifest(log_dir: Path) -> Manifest:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from audit.errors import SnapshotError
+from audit.errors import CorruptRecordError, SnapshotError
 from audit.sources.pika.binlog_format import RECORD_SCHEMA, Manifest, binlog_files, parse_manifest
 
 if TYPE_CHECKING:
@@ -45,27 +45,65 @@ class DbLog:
     files: tuple[LogFile, ...]
 
 
-def _readable(path: Path) -> None:
+def _size(path: Path, side: str) -> int:
+    """The file's size, once it is known to be readable."""
     try:
-        with path.open("rb"):
-            pass
+        with path.open("rb") as f:
+            return os.fstat(f.fileno()).st_size
     except OSError as e:
-        raise SnapshotError(f"{path}: cannot read: {e.strerror}", where=str(path)) from None
+        raise SnapshotError(f"{side} binlog file {path}: cannot read: {e.strerror}", where=str(path)) from None
 
 
-def discover(log_root: Path, dbs: list[int] | None, side: str) -> list[DbLog]:
-    """The binlogs of each database under `log_root`; `dbs` None means every `log_db<N>` found."""
+def _listing(directory: Path, side: str) -> list[tuple[int, Path]]:
+    try:
+        return binlog_files(directory)
+    except OSError as e:
+        raise SnapshotError(
+            f"{side} binlog directory {directory}: cannot list: {e.strerror}", where=str(directory)
+        ) from None
+
+
+def _manifest(directory: Path, side: str) -> Manifest | None:
+    """The manifest's producer position; None when there is no manifest. An unreadable or damaged one is
+    a SnapshotError naming the side and the file: without it the side has no consistent cut."""
+    path = directory / MANIFEST
+    try:
+        with path.open("rb") as f:
+            data = f.read(64)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise SnapshotError(f"{side} binlog manifest {path}: cannot read: {e.strerror}", where=str(path)) from None
+    try:
+        return parse_manifest(data)
+    except CorruptRecordError as e:
+        raise SnapshotError(f"{side} binlog manifest {path} is damaged: {e}", where=str(path)) from None
+
+
+def _log_dirs(log_root: Path, side: str) -> dict[int, Path]:
     if not log_root.is_dir():
         raise SnapshotError(
             f"{side} binlog directory {log_root} does not exist or is not a directory", where=str(log_root)
         )
-    found = {int(m.group(1)): log_root / d for d in os.listdir(log_root) if (m := _LOG_DIR.match(d))}
+    try:
+        names = os.listdir(log_root)
+    except OSError as e:
+        raise SnapshotError(
+            f"{side} binlog directory {log_root}: cannot list: {e.strerror}", where=str(log_root)
+        ) from None
+    found = {int(m.group(1)): log_root / d for d in names if (m := _LOG_DIR.match(d))}
     if not found:  # a wrong path (Pika's root instead of its log/) must not read as an empty, healthy log
         raise SnapshotError(
             f"{side} binlog directory {log_root} holds no log_db<N>/ directory: is it Pika's log directory "
             "(its `log-path`, e.g. /data/pika/log)?",
             where=str(log_root),
         )
+    return found
+
+
+def discover(log_root: Path, dbs: list[int] | None, side: str) -> list[DbLog]:
+    """The binlogs of each database under `log_root`; `dbs` None means every `log_db<N>` found."""
+    found = _log_dirs(log_root, side)
     wanted = dbs if dbs is not None else sorted(found)
     out = []
     for db in wanted:
@@ -76,22 +114,22 @@ def discover(log_root: Path, dbs: list[int] | None, side: str) -> list[DbLog]:
                 f"{', '.join(f'log_db{d}' for d in sorted(found)) or 'none'})",
                 where=str(log_root),
             )
-        manifest = None
-        if (directory / MANIFEST).exists():
-            _readable(directory / MANIFEST)
-            manifest = parse_manifest((directory / MANIFEST).read_bytes()[:64])
-        on_disk = binlog_files(directory)
-        if not on_disk:
-            raise SnapshotError(f"{side} binlog directory {directory} holds no write2file<N>", where=str(directory))
-        files = []
-        for filenum, path in on_disk:
-            if manifest is not None and filenum > manifest.pro_num:
-                continue  # created after the manifest was read: past this side's cut
-            _readable(path)
-            end = manifest.pro_offset if manifest is not None and manifest.pro_num == filenum else None
-            files.append(LogFile(filenum, str(path), path.stat().st_size, end))
-        out.append(DbLog(db, str(directory), manifest, tuple(files)))
+        out.append(_db_log(db, directory, side))
     return out
+
+
+def _db_log(db: int, directory: Path, side: str) -> DbLog:
+    manifest = _manifest(directory, side)
+    on_disk = _listing(directory, side)
+    if not on_disk:
+        raise SnapshotError(f"{side} binlog directory {directory} holds no write2file<N>", where=str(directory))
+    files = []
+    for filenum, path in on_disk:
+        if manifest is not None and filenum > manifest.pro_num:
+            continue  # created after the manifest was read: past this side's cut
+        end = manifest.pro_offset if manifest is not None and manifest.pro_num == filenum else None
+        files.append(LogFile(filenum, str(path), _size(path, side), end))
+    return DbLog(db, str(directory), manifest, tuple(files))
 
 
 def _scan_file(task: dict[str, Any]) -> pa.RecordBatch:
