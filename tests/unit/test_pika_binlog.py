@@ -526,6 +526,42 @@ def test_random_and_bit_flipped_bytes_never_raise(clean: bytes, tmp_path: Path) 
             assert parse_file(path, db=0, filenum=0, chunk_size=64 << 10).equals(batch)
 
 
+def test_a_record_cut_in_a_file_that_is_not_the_last_is_damage_not_a_torn_tail(clean: bytes, tmp_path: Path) -> None:
+    # Pika moves to the next file only after a whole record and trims the file it leaves: a cut or a zero
+    # tail there is damage. It was an info-level torn_tail, and the pair passed.
+    good = _clean_rows(clean)
+    last = good[-1]
+    s, e = last["start"], last["end"]
+    split = _in_block(good, 2, straddling=True)
+    block = split["end"] - split["end"] % B
+    cases = [(clean[:cut], last, cut) for cut in (s + 3, s + 8, s + 50, e - 1)]
+    cases += [(clean[:block] + bytes(B), split, block), (clean[: s + 40] + bytes(B), last, s + 40)]
+    for data, r, cut in cases:
+        torn = rows(scan_binlog(data, db=0, filenum=0))
+        got = rows(scan_binlog(data, db=0, filenum=0, last=False))
+        assert got[:-1] == torn[:-1] == [x for x in good if x["end"] <= r["start"]]
+        assert torn[-1]["row_kind"] == "torn_tail" and got[-1]["row_kind"] == "corrupt_record"
+        assert (got[-1]["start"], got[-1]["end"]) == (torn[-1]["start"], torn[-1]["end"]) and torn[-1]["end"] <= cut
+        assert got[-1]["detail"] == f"record cut in a file that is not the last: {torn[-1]['detail']}"
+        path = tmp_path / "write2file0"
+        path.write_bytes(data)
+        assert parse_file(path, db=0, filenum=0, last=False, chunk_size=B).to_pylist() == got
+
+
+def test_a_zero_tail_ends_only_the_last_file_quietly(clean: bytes, tmp_path: Path) -> None:
+    good = _clean_rows(clean)
+    assert rows(scan_binlog(clean, db=0, filenum=0, last=False)) == good  # a trimmed file: no false positive
+    assert rows(scan_binlog(clean + bytes(B), db=0, filenum=0)) == good
+    got = rows(scan_binlog(clean + bytes(B), db=0, filenum=0, last=False))
+    assert got[:-1] == good
+    tail = (got[-1]["row_kind"], got[-1]["start"], got[-1]["end"], got[-1]["detail"])
+    assert tail == ("corrupt_record", len(clean), len(clean) + B, "zero-filled tail in a file that is not the last")
+    path = tmp_path / "write2file0"
+    path.write_bytes(clean + bytes(3 * B))
+    for chunk in (B, 8 << 20):
+        assert parse_file(path, db=0, filenum=0, last=False, chunk_size=chunk).to_pylist()[-1]["start"] == len(clean)
+
+
 # -- found by the property tests (tests/unit/test_pika_fuzz.py) -------------------------------------------
 
 

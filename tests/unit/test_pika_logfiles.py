@@ -34,6 +34,16 @@ def log(written: Path, tmp_path: Path) -> Path:
     return tmp_path / "log"
 
 
+def test_a_healthy_log_is_read_whole_and_only_the_manifest_file_is_last(log: Path) -> None:
+    (db,) = discover(log, None, "master")
+    assert [f.filenum for f in db.files] == list(range(FILES))
+    assert [f.last for f in db.files] == [False] * 5 + [True]
+    assert db.files[-1].logical_end == db.manifest.pro_offset if db.manifest else False
+    (log / "log_db0" / "manifest").unlink()  # no manifest: the highest file is the last, read to its end
+    (db,) = discover(log, None, "master")
+    assert [f.last for f in db.files] == [False] * 5 + [True] and db.files[-1].logical_end is None
+
+
 @pytest.mark.parametrize(
     ("manifest", "said"),
     [

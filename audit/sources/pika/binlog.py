@@ -45,6 +45,7 @@ _LAST_HEADER_AT = BLOCK_SIZE - HEADER_SIZE  # a header at or past this block off
 _CUT_BY_ZEROS = "record cut where the zero-filled tail starts"
 _ZERO_GAP = "zero-filled gap before more data"
 _NONZERO = re.compile(rb"[^\x00]")
+_NOT_LAST = "record cut in a file that is not the last"
 
 
 class _Scan(BinlogRows):
@@ -59,8 +60,9 @@ class _Scan(BinlogRows):
     detail and null item fields are kept aside in `special`.
     """
 
-    def __init__(self, db: int, filenum: int) -> None:
+    def __init__(self, db: int, filenum: int, last: bool = True) -> None:
         super().__init__(db, filenum)
+        self.last = last  # the side's last file: a cut record at the end of its data is a torn tail
         self.pad_start = -1  # file offset of an open padding run, carried across chunks
         self.bad_start = -1  # file offset of an open corrupt region (skipping continuations), carried
         self.bad_detail = ""
@@ -147,6 +149,14 @@ class _Scan(BinlogRows):
         self.done = True
         return -1
 
+    def _torn(self, start: int, end: int, why: str) -> None:
+        """A record cut by the end of the data: a torn tail in the last file, damage in any other (Pika
+        only moves to the next file after a whole record, and trims the file it leaves)."""
+        if self.last:
+            self._row(ROW_TORN, start, end, why)
+        else:
+            self._row(ROW_CORRUPT, start, end, f"{_NOT_LAST}: {why}")
+
     def _step(self, buf: bytes, base: int, i: int, limit: int, final: bool) -> int:
         """Handle whatever starts at buf[i] that the hot loop did not; returns where to go on, or -1."""
         if i >= limit:
@@ -216,7 +226,7 @@ class _Scan(BinlogRows):
         if not final:
             return self._need(base, i)
         if buf.count(0, i, limit) != limit - i:
-            self._row(ROW_TORN, base + i, base + limit, "record header cut by the end of data")
+            self._torn(base + i, base + limit, "record header cut by the end of data")
         return self._finish()
 
     def _zero_header(self, buf: bytes, base: int, i: int, limit: int, final: bool) -> int:
@@ -226,7 +236,11 @@ class _Scan(BinlogRows):
         """
         more = _NONZERO.search(buf, i, limit)
         if more is None:
-            return self._finish() if final else self._need(base, i)
+            if not final:
+                return self._need(base, i)
+            if not self.last:  # Pika trims a file's zero tail when it moves on to the next file
+                self._row(ROW_CORRUPT, base + i, base + limit, "zero-filled tail in a file that is not the last")
+            return self._finish()
         at = more.start()
         self.bad_start, self.bad_detail = base + i, _ZERO_GAP
         return self._resync(buf, base, max(i + _B - (i & _MASK), at - (at & _MASK)), limit, final)
@@ -235,13 +249,13 @@ class _Scan(BinlogRows):
         """The record at buf[start] is cut and only zeros follow: torn up to where the zeros begin."""
         if not final:
             return self._need(base, start)  # the zeros may end in the next chunk: read on
-        self._row(ROW_TORN, base + start, base + start + max(1, len(buf[start:limit].rstrip(b"\0"))), why)
+        self._torn(base + start, base + start + max(1, len(buf[start:limit].rstrip(b"\0"))), why)
         return self._finish()
 
     def _torn_or_need(self, base: int, start: int, i: int, limit: int, final: bool, why: str) -> int:
         if not final:
             return self._need(base, start)
-        self._row(ROW_TORN, base + start, base + limit, why)
+        self._torn(base + start, base + limit, why)
         return self._finish()
 
     def _fragmented(self, buf: bytes, base: int, first: int, i: int, limit: int, final: bool) -> int:
@@ -315,7 +329,7 @@ class _Scan(BinlogRows):
                 if not final:
                     return self._need(base, i)
                 self._end_padding(base + i)
-                self._row(ROW_TORN, base + i, base + limit, "padding record cut by the end of data")
+                self._torn(base + i, base + limit, "padding record cut by the end of data")
                 return self._finish()
             i = e
         self._end_padding(base + i)
@@ -380,22 +394,34 @@ def _cut_by_zeros(buf: bytes, e: int, limit: int) -> bool:
 
 
 def scan_binlog(
-    data: bytes | bytearray | memoryview, *, db: int, filenum: int, logical_end: int | None = None
+    data: bytes | bytearray | memoryview,
+    *,
+    db: int,
+    filenum: int,
+    logical_end: int | None = None,
+    last: bool = True,
 ) -> pa.RecordBatch:
     """Every record, padding run and damaged region of one binlog file's bytes, as RECORD_SCHEMA rows.
 
     Reading stops at the first all-zero header or at `logical_end` (the manifest's pro_offset when this
-    is the file being written). Damage becomes rows, never an exception.
+    is the file being written). Damage becomes rows, never an exception. `last` False says a later file
+    exists: a record cut at the end of the data, or a zero-filled tail, is then damage, not a torn tail.
     """
     buf = data if isinstance(data, bytes) else bytes(data)
     limit = len(buf) if logical_end is None else max(0, min(len(buf), logical_end))
-    scan = _Scan(db, filenum)
+    scan = _Scan(db, filenum, last)
     scan.run(buf, 0, 0, limit, True)
     return scan.batch()
 
 
 def parse_file(
-    path: Path | str, *, db: int, filenum: int, logical_end: int | None = None, chunk_size: int = 8 << 20
+    path: Path | str,
+    *,
+    db: int,
+    filenum: int,
+    logical_end: int | None = None,
+    chunk_size: int = 8 << 20,
+    last: bool = True,
 ) -> pa.RecordBatch:
     """`scan_binlog` over a file read in block-aligned chunks, so memory stays near `chunk_size`.
 
@@ -403,7 +429,7 @@ def parse_file(
     end is read again from its start with the next chunk.
     """
     chunk = max(_B, chunk_size - chunk_size % _B)
-    scan = _Scan(db, filenum)
+    scan = _Scan(db, filenum, last)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         stop = size if logical_end is None else max(0, min(size, logical_end))

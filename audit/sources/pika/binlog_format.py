@@ -72,7 +72,8 @@ One row per thing found in a file (RECORD_SCHEMA):
 | record         | one item                                                                      |
 | padding        | one contiguous run of type-6 records                                          |
 | corrupt_record | structural damage (see below); `detail` says what                             |
-| torn_tail      | a record cut by the end of the data, or cut where only zeros follow           |
+| torn_tail      | a record cut by the end of the data, or cut where only zeros follow, in the   |
+|                | last file (in any other: a corrupt_record, "record cut in a file that is not the last") |
 
 Structural damage is an all-zero header before more data, a fragment length over 65528 or past its
 block, an unknown record type, a broken fragment sequence (Middle or Last without First, First or Full

@@ -35,6 +35,7 @@ class LogFile:
     path: str
     size: int
     logical_end: int | None  # manifest pro_offset for the file being written, else None (read to the end)
+    last: bool = True  # the side's last file: a record cut at its end is a torn tail, elsewhere damage
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,19 +124,22 @@ def _db_log(db: int, directory: Path, side: str) -> DbLog:
     on_disk = _listing(directory, side)
     if not on_disk:
         raise SnapshotError(f"{side} binlog directory {directory} holds no write2file<N>", where=str(directory))
+    cut = manifest.pro_num if manifest is not None else on_disk[-1][0]
     files = []
     for filenum, path in on_disk:
-        if manifest is not None and filenum > manifest.pro_num:
+        if filenum > cut:
             continue  # created after the manifest was read: past this side's cut
-        end = manifest.pro_offset if manifest is not None and manifest.pro_num == filenum else None
-        files.append(LogFile(filenum, str(path), _size(path, side), end))
+        end = manifest.pro_offset if manifest is not None and filenum == cut else None
+        files.append(LogFile(filenum, str(path), _size(path, side), end, filenum == cut))
     return DbLog(db, str(directory), manifest, tuple(files))
 
 
 def _scan_file(task: dict[str, Any]) -> pa.RecordBatch:
     from audit.sources.pika.binlog import parse_file
 
-    rb = parse_file(task["path"], db=task["db"], filenum=task["filenum"], logical_end=task["logical_end"])
+    rb = parse_file(
+        task["path"], db=task["db"], filenum=task["filenum"], logical_end=task["logical_end"], last=task["last"]
+    )
     real = pc.fill_null(
         pc.and_(pc.equal(rb.column("row_kind"), "record"), pc.not_equal(rb.column("command"), "padding")), False
     )
@@ -158,7 +162,14 @@ SCAN_PARQUET_OPTIONS: dict[str, Any] = {
 """pyarrow.parquet.write_table options for the scan's part files."""
 
 _DONE_SCHEMA = pa.schema([("db", pa.int32()), ("filenum", pa.int32()), ("rows", pa.int64())])
-_TASK_COLUMNS = (("db", "int"), ("filenum", "int"), ("path", "string"), ("logical_end", "long"), ("size", "long"))
+_TASK_COLUMNS = (
+    ("db", "int"),
+    ("filenum", "int"),
+    ("path", "string"),
+    ("logical_end", "long"),
+    ("size", "long"),
+    ("last", "boolean"),
+)
 
 
 def _scan_partition(out_path: str, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -194,7 +205,7 @@ def scan_logs(spark: SparkSession, logs: list[DbLog], out_path: str) -> dict[str
     if "://" not in out_path:
         shutil.rmtree(out_path, ignore_errors=True)
         Path(out_path).mkdir(parents=True)
-    tasks = [(log.db, f.filenum, f.path, f.logical_end, f.size) for log in logs for f in log.files]
+    tasks = [(log.db, f.filenum, f.path, f.logical_end, f.size, f.last) for log in logs for f in log.files]
     if not tasks:
         empty = spark.createDataFrame([], from_arrow_schema(SCAN_SCHEMA))
         empty.write.mode("overwrite").parquet(out_path)
