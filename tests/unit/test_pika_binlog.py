@@ -13,7 +13,7 @@ import xxhash
 from audit.errors import CorruptRecordError
 from audit.local.pika_binlog import BinlogWriter, padding_item, raw_item
 from audit.sources.pika.binlog import parse_file, scan_binlog
-from audit.sources.pika.binlog_format import RECORD_SCHEMA, binlog_files, file_number, parse_manifest, read_manifest
+from audit.sources.pika.binlog_format import RECORD_SCHEMA, binlog_entries, file_number, parse_manifest, read_manifest
 from tests.pika_binlog_helpers import BinlogRecord, iter_records, summarize
 
 B = 65536
@@ -129,10 +129,21 @@ def test_manifest_and_file_names(tmp_path: Path) -> None:
     assert file_number("manifest") is None and file_number("write2file3.bak") is None
     for name in ("write2file10", "write2file2", "write2file0", "manifest", "context", "write2filex"):
         (tmp_path / name).write_bytes(b"")
-    assert [(n, p.name) for n, p in binlog_files(tmp_path)] == [
-        (0, "write2file0"),
-        (2, "write2file2"),
-        (10, "write2file10"),
+    (tmp_path / "write2file3").symlink_to("write2file3")  # a loop
+    (tmp_path / "write2file4").symlink_to("gone")  # dangling
+    (tmp_path / "write2file5").mkdir()
+    (tmp_path / "write2file6").symlink_to("write2file2")  # a symlink to a file is a file
+    (tmp_path / "write2file2147483648").write_bytes(b"")  # past the int32 filenum column
+    got = [(n, p.name, why) for n, p, why in binlog_entries(tmp_path)]
+    assert got == [
+        (0, "write2file0", None),
+        (2, "write2file2", None),
+        (3, "write2file3", "cannot stat: Too many levels of symbolic links"),
+        (4, "write2file4", "cannot stat: No such file or directory"),
+        (5, "write2file5", "not a regular file"),
+        (6, "write2file6", None),
+        (10, "write2file10", None),
+        (2147483648, "write2file2147483648", "file number over 2147483647"),
     ]
 
 
@@ -201,9 +212,9 @@ def test_round_trip_mixed_sizes_edges_and_rollover(tmp_path: Path) -> None:
     assert (tmp_path / f"write2file{fn}").read_bytes()[prev_end:start] == bytes(5)  # the trailer
 
     got: list[dict[str, Any]] = []
-    files = binlog_files(tmp_path)
-    assert [n for n, _ in files] == [0, 1, 2]
-    for n, path in files:
+    files = binlog_entries(tmp_path)
+    assert [(n, why) for n, _, why in files] == [(0, None), (1, None), (2, None)]
+    for n, path, _ in files:
         data = path.read_bytes()
         whole = scan_binlog(data, db=1, filenum=n)
         if n == manifest.pro_num:

@@ -36,12 +36,21 @@ def log(written: Path, tmp_path: Path) -> Path:
 
 def test_a_healthy_log_is_read_whole_and_only_the_manifest_file_is_last(log: Path) -> None:
     (db,) = discover(log, None, "master")
-    assert [f.filenum for f in db.files] == list(range(FILES))
+    assert [f.filenum for f in db.files] == list(range(FILES)) and (db.cut, db.unreadable) == (5, ())
     assert [f.last for f in db.files] == [False] * 5 + [True]
     assert db.files[-1].logical_end == db.manifest.pro_offset if db.manifest else False
     (log / "log_db0" / "manifest").unlink()  # no manifest: the highest file is the last, read to its end
     (db,) = discover(log, None, "master")
     assert [f.last for f in db.files] == [False] * 5 + [True] and db.files[-1].logical_end is None
+
+
+def test_entries_that_are_no_file_are_listed_with_why(log: Path) -> None:
+    d = log / "log_db0"
+    (d / "write2file2").unlink()
+    (d / "write2file2").symlink_to("write2file2")
+    (db,) = discover(log, None, "replica")
+    assert [f.filenum for f in db.files] == [0, 1, 3, 4, 5]
+    assert db.unreadable == ((2, str(d / "write2file2"), "cannot stat: Too many levels of symbolic links"),)
 
 
 @pytest.mark.parametrize(

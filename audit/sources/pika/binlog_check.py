@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from audit.kernel.context import StageContext
 from audit.kernel.state import PairState
 from audit.layout import RunDir
 from audit.sources.pika.binlog_diff import FileBases
+from audit.sources.pika.file_chain import FileFacts
 from audit.sources.pika.info import BinlogOffset
 from audit.sources.pika.model import PikaPair
 from audit.sources.pika.replication import manifest_behind_info
@@ -109,6 +111,38 @@ def file_ends(master: DataFrame, replica: DataFrame) -> dict[str, dict[tuple[int
     }
 
 
+def file_chain(master: DataFrame, replica: DataFrame, metas: dict[str, dict[str, Any]]) -> list[Finding]:
+    """corrupt_record findings for files missing, unreadable or cut short, per side and db (file_chain.py)."""
+    from audit.sources.pika.file_chain import chain_findings
+
+    found = []
+    for side, df in (("master", master), ("replica", replica)):
+        meta, seen = metas[side], _file_facts(df)
+        for db, cut in meta.get("cut", {}).items():
+            paths = meta["paths"][db]
+            files = [replace(seen.get((int(db), int(n)), FileFacts(int(n), "")), path=p) for n, p in paths.items()]
+            unreadable = [(int(n), str(p), str(why)) for n, p, why in meta["unreadable"][db]]
+            found += chain_findings(side, int(db), meta["directories"][db], files, unreadable, cut)
+    return found
+
+
+def _file_facts(df: DataFrame) -> dict[tuple[int, int], FileFacts]:
+    """Per (db, filenum) with rows: where its data ends, whether it is damaged, its first row."""
+    from pyspark.sql import functions as F
+
+    first = F.min(F.struct("start", "row_kind", "command", "prev_filenum", "prev_offset")).alias("first")
+    rows = df.groupBy("db", "filenum").agg(
+        F.max("end").alias("e"), F.max((F.col("row_kind") == "corrupt_record").cast("int")).alias("bad"), first
+    )
+    out = {}
+    for r in rows.collect():
+        f = r["first"]
+        real = f["row_kind"] == "record" and f["command"] != "padding"  # a padding command embeds (0, 0)
+        prev = (int(f["prev_filenum"]), int(f["prev_offset"])) if real else None
+        out[r["db"], r["filenum"]] = FileFacts(r["filenum"], "", int(r["e"] or 0), bool(r["bad"]), f["row_kind"], prev)
+    return out
+
+
 def file_bases(ends: dict[str, dict[tuple[int, int], int]]) -> FileBases:
     """Where each file starts in its side's log, counted from the first file number both sides hold."""
     out: dict[str, dict[int, int]] = {}
@@ -184,6 +218,10 @@ class BinlogCheck(Check):
                 "manifest": {str(d): list(p) if p else None for d, p in positions.items()},
                 "info_binlog_offset": {str(d): [o.filenum, o.offset] for d, o in info.binlog.items()} if info else None,
                 "files": {str(log.db): [[f.filenum, f.size, f.logical_end] for f in log.files] for log in logs},
+                "paths": {str(log.db): {str(f.filenum): f.path for f in log.files} for log in logs},
+                "cut": {str(log.db): log.cut for log in logs},
+                "unreadable": {str(log.db): [list(u) for u in log.unreadable] for log in logs},
+                "directories": {str(log.db): log.directory for log in logs},
             }
             (out / BINLOG_META).write_text(json.dumps(meta[side], indent=1, sort_keys=True))
             ctx.metrics[f"{side}_binlog_files"] = counts["files"]
@@ -249,6 +287,7 @@ class BinlogCheck(Check):
         ctx.metrics["binlog_unreplicated_bytes"] = sum(int(r["bytes"] or 0) for r in lag_rows)
         ctx.metrics["binlog_diff_s"] = round(time.time() - started, 3)
         ctx.add_findings(self._producer_ahead(ctx, bases))
+        ctx.add_findings(file_chain(m, s, {side: _meta(ctx, side) for side in SIDES}))
         if ctx.state.offsets is None:
             ctx.state.offsets = self._offsets(ctx, bases)
 

@@ -92,7 +92,9 @@ compares content digests).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
@@ -220,14 +222,33 @@ def file_number(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def binlog_files(log_dir: Path) -> list[tuple[int, Path]]:
-    """The `write2file<N>` files of one DB's log directory, sorted by N (manifest and context are skipped)."""
+def binlog_entries(log_dir: Path) -> list[tuple[int, Path, str | None]]:
+    """The `write2file<N>` entries of one DB's log directory, sorted by N, each with why it cannot be read
+    as a binlog file (None for a regular file): a dangling or looping symlink, a directory, a number past
+    MAX_FILENUM. Listing errors (OSError) are the caller's to report."""
     found = []
-    for p in log_dir.iterdir():
-        n = file_number(p.name)
-        if n is not None and p.is_file():
-            found.append((n, p))
+    with os.scandir(log_dir) as it:
+        for entry in it:
+            n = file_number(entry.name)
+            if n is not None:
+                found.append((n, Path(entry.path), _unusable(entry, n)))
     return sorted(found)
+
+
+def binlog_files(log_dir: Path) -> list[tuple[int, Path]]:
+    """The `write2file<N>` regular files of one DB's log directory, sorted by N (what the writer and the
+    bench read; the audit uses `binlog_entries`, which also says which entries cannot be read)."""
+    return [(n, p) for n, p, why in binlog_entries(log_dir) if why is None]
+
+
+def _unusable(entry: os.DirEntry[str], n: int) -> str | None:
+    if n > MAX_FILENUM:
+        return f"file number over {MAX_FILENUM}"
+    try:
+        st = os.stat(entry.path)  # follows symlinks
+    except OSError as e:
+        return f"cannot stat: {e.strerror}"
+    return None if stat.S_ISREG(st.st_mode) else "not a regular file"
 
 
 def signed64(value: int) -> int:

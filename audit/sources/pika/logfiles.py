@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from audit.errors import CorruptRecordError, SnapshotError
-from audit.sources.pika.binlog_format import RECORD_SCHEMA, Manifest, binlog_files, parse_manifest
+from audit.sources.pika.binlog_format import RECORD_SCHEMA, Manifest, binlog_entries, parse_manifest
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -44,6 +44,8 @@ class DbLog:
     directory: str
     manifest: Manifest | None
     files: tuple[LogFile, ...]
+    unreadable: tuple[tuple[int, str, str], ...] = ()  # (filenum, path, why) of write2file<N> that are no file
+    cut: int = 0  # the number of the side's last file: the manifest's pro_num, else the highest found
 
 
 def _size(path: Path, side: str) -> int:
@@ -55,9 +57,9 @@ def _size(path: Path, side: str) -> int:
         raise SnapshotError(f"{side} binlog file {path}: cannot read: {e.strerror}", where=str(path)) from None
 
 
-def _listing(directory: Path, side: str) -> list[tuple[int, Path]]:
+def _listing(directory: Path, side: str) -> list[tuple[int, Path, str | None]]:
     try:
-        return binlog_files(directory)
+        return binlog_entries(directory)
     except OSError as e:
         raise SnapshotError(
             f"{side} binlog directory {directory}: cannot list: {e.strerror}", where=str(directory)
@@ -121,17 +123,23 @@ def discover(log_root: Path, dbs: list[int] | None, side: str) -> list[DbLog]:
 
 def _db_log(db: int, directory: Path, side: str) -> DbLog:
     manifest = _manifest(directory, side)
-    on_disk = _listing(directory, side)
-    if not on_disk:
-        raise SnapshotError(f"{side} binlog directory {directory} holds no write2file<N>", where=str(directory))
-    cut = manifest.pro_num if manifest is not None else on_disk[-1][0]
+    entries = _listing(directory, side)
+    usable = [(n, p) for n, p, why in entries if why is None]
+    if not usable:
+        raise SnapshotError(
+            f"{side} binlog directory {directory} holds no write2file<N>"
+            + "".join(f"; {p.name}: {why}" for _, p, why in entries),
+            where=str(directory),
+        )
+    cut = manifest.pro_num if manifest is not None else usable[-1][0]
     files = []
-    for filenum, path in on_disk:
+    for filenum, path in usable:
         if filenum > cut:
             continue  # created after the manifest was read: past this side's cut
         end = manifest.pro_offset if manifest is not None and filenum == cut else None
         files.append(LogFile(filenum, str(path), _size(path, side), end, filenum == cut))
-    return DbLog(db, str(directory), manifest, tuple(files))
+    unreadable = tuple((n, str(p), why) for n, p, why in entries if why is not None and n <= cut)
+    return DbLog(db, str(directory), manifest, tuple(files), unreadable, cut)
 
 
 def _scan_file(task: dict[str, Any]) -> pa.RecordBatch:
