@@ -1,5 +1,5 @@
-"""Finding a side's binlog files (audit/sources/pika/logfiles.py `discover`): errors that name the side and
-the path (never a traceback: README, exit codes)."""
+"""Finding a side's binlog files (audit/sources/pika/logfiles.py `discover`): what it reads, what it says it
+could not read, and errors that name the side and the path (never a traceback: README, exit codes)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from audit.errors import SnapshotError
 from audit.local.pika_binlog import BinlogWriter
+from audit.sources.pika import logfiles
 from audit.sources.pika.logfiles import discover
 
 FILES = 6  # write2file0..5 with the writer below
@@ -36,7 +37,7 @@ def log(written: Path, tmp_path: Path) -> Path:
 
 def test_a_healthy_log_is_read_whole_and_only_the_manifest_file_is_last(log: Path) -> None:
     (db,) = discover(log, None, "master")
-    assert [f.filenum for f in db.files] == list(range(FILES)) and (db.cut, db.unreadable) == (5, ())
+    assert [f.filenum for f in db.files] == list(range(FILES)) and (db.cut, db.unreadable, db.past_cut) == (5, (), ())
     assert [f.last for f in db.files] == [False] * 5 + [True]
     assert db.files[-1].logical_end == db.manifest.pro_offset if db.manifest else False
     (log / "log_db0" / "manifest").unlink()  # no manifest: the highest file is the last, read to its end
@@ -48,9 +49,37 @@ def test_entries_that_are_no_file_are_listed_with_why(log: Path) -> None:
     d = log / "log_db0"
     (d / "write2file2").unlink()
     (d / "write2file2").symlink_to("write2file2")
+    (d / "write2file9").mkdir()  # past the manifest, and no file: a stray, ignored
     (db,) = discover(log, None, "replica")
     assert [f.filenum for f in db.files] == [0, 1, 3, 4, 5]
     assert db.unreadable == ((2, str(d / "write2file2"), "cannot stat: Too many levels of symbolic links"),)
+    assert db.past_cut == ()
+
+
+def test_files_past_the_manifest_position_are_said_not_skipped(log: Path) -> None:
+    # a zeroed manifest read as "file 0 up to offset 0": 0 records, 5 files skipped, a passed gate
+    manifest = log / "log_db0" / "manifest"
+    manifest.write_bytes(bytes(24) + manifest.read_bytes()[24:])
+    (db,) = discover(log, None, "master")
+    assert [f.filenum for f in db.files] == [0] and db.files[0].logical_end == 0
+    assert [n for n, _ in db.past_cut] == [1, 2, 3, 4, 5]
+    assert db.past_cut[0][1] == str(log / "log_db0" / "write2file1")
+
+
+def test_a_file_created_after_the_manifest_was_read_is_past_the_cut_quietly(
+    log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pika rolls over to write2file6 while the audit reads the manifest: not a stale manifest
+    read = logfiles._manifest
+
+    def roll_while_reading(directory: Path, side: str) -> object:
+        got = read(directory, side)
+        (directory / "write2file6").write_bytes(b"")
+        return got
+
+    monkeypatch.setattr(logfiles, "_manifest", roll_while_reading)
+    (db,) = discover(log, None, "master")
+    assert (db.cut, db.past_cut, [f.filenum for f in db.files]) == (5, (), list(range(FILES)))
 
 
 @pytest.mark.parametrize(

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from audit.findings import Finding
-from audit.kernel.check import Check
+from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
-from audit.kernel.state import PairState
+from audit.kernel.state import MetricValue, PairState
 from audit.layout import RunDir
 from audit.sources.pika.binlog_diff import FileBases
 from audit.sources.pika.file_chain import FileFacts
@@ -31,7 +32,10 @@ from audit.sources.redis.client import connect
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from audit.sources.pika.logfiles import DbLog
+
 SIDES = ("master", "replica")
+PAST_CUT_METRIC = "binlog_files_past_manifest"
 BINLOG_SCAN = "binlog.parquet"
 BINLOG_META = "binlog.json"
 FINDINGS = "binlog_findings.parquet"
@@ -221,17 +225,35 @@ class BinlogCheck(Check):
                 "paths": {str(log.db): {str(f.filenum): f.path for f in log.files} for log in logs},
                 "cut": {str(log.db): log.cut for log in logs},
                 "unreadable": {str(log.db): [list(u) for u in log.unreadable] for log in logs},
+                "past_cut": {str(log.db): [list(p) for p in log.past_cut] for log in logs},
                 "directories": {str(log.db): log.directory for log in logs},
             }
             (out / BINLOG_META).write_text(json.dumps(meta[side], indent=1, sort_keys=True))
             ctx.metrics[f"{side}_binlog_files"] = counts["files"]
             ctx.metrics[f"{side}_binlog_bytes"] = counts["bytes"]
             ctx.metrics[f"{side}_binlog_scan_s"] = meta[side]["scan_s"]
+            self._note_past_cut(ctx, side, logs)
         ctx.data["dbs"] = meta["master"]["dbs"]
         ctx.data["crosscheck"] = crosscheck(meta)
         ctx.add_findings(crosscheck_findings(meta))
         self._note_file_size(ctx, meta)
         ctx.done(f"dbs {meta['master']['dbs']}, {meta['master']['files']}+{meta['replica']['files']} files")
+
+    @staticmethod
+    def _note_past_cut(ctx: StageContext, side: str, logs: list[DbLog]) -> None:
+        """Files that were there before the manifest was read, numbered past it: the manifest is stale or
+        damaged, and what they hold is not audited (gated through `uncovered`)."""
+        past = [(log.directory, n) for log in logs for n, _ in log.past_cut]
+        ctx.metrics[f"{side}_{PAST_CUT_METRIC}"] = len(past)
+        for directory, n in past:
+            ctx.state.notes.append(
+                f"{side} binlog {directory}/write2file{n} lies past the manifest's producer position: not read"
+            )
+
+    def uncovered(self, metrics: Mapping[str, MetricValue]) -> list[Uncovered]:
+        n = sum(int(metrics.get(f"{side}_{PAST_CUT_METRIC}") or 0) for side in SIDES)
+        why = "binlog files past their side's manifest position (a stale or damaged manifest) were not read"
+        return [Uncovered(n, f"{n} {why}: see the pair's notes")]
 
     def _note_file_size(self, ctx: StageContext, meta: dict[str, Any]) -> None:
         """Without `binlog.file_size` or the server's CONFIG, the binlog-file-size the files show: the

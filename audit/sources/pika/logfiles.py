@@ -45,6 +45,7 @@ class DbLog:
     manifest: Manifest | None
     files: tuple[LogFile, ...]
     unreadable: tuple[tuple[int, str, str], ...] = ()  # (filenum, path, why) of write2file<N> that are no file
+    past_cut: tuple[tuple[int, str], ...] = ()  # files there before the manifest was read, numbered past it
     cut: int = 0  # the number of the side's last file: the manifest's pro_num, else the highest found
 
 
@@ -121,9 +122,22 @@ def discover(log_root: Path, dbs: list[int] | None, side: str) -> list[DbLog]:
     return out
 
 
+def _cut(directory: Path, side: str) -> tuple[Manifest | None, list[tuple[int, Path, str | None]], list[int]]:
+    """The manifest, the files after it was read, and the numbers of files listed *before* it was read
+    that lie past its pro_num: a stale or damaged manifest, since Pika moves it to a file as it opens it.
+    Read twice when there are such files, in case Pika rolled over between the listing and the read."""
+    for _ in range(2):
+        before = _listing(directory, side)
+        manifest = _manifest(directory, side)
+        after = _listing(directory, side)
+        past = [n for n, _, why in before if why is None and manifest is not None and n > manifest.pro_num]
+        if not past:
+            break
+    return manifest, after, past
+
+
 def _db_log(db: int, directory: Path, side: str) -> DbLog:
-    manifest = _manifest(directory, side)
-    entries = _listing(directory, side)
+    manifest, entries, past = _cut(directory, side)
     usable = [(n, p) for n, p, why in entries if why is None]
     if not usable:
         raise SnapshotError(
@@ -139,7 +153,8 @@ def _db_log(db: int, directory: Path, side: str) -> DbLog:
         end = manifest.pro_offset if manifest is not None and filenum == cut else None
         files.append(LogFile(filenum, str(path), _size(path, side), end, filenum == cut))
     unreadable = tuple((n, str(p), why) for n, p, why in entries if why is not None and n <= cut)
-    return DbLog(db, str(directory), manifest, tuple(files), unreadable, cut)
+    past_cut = tuple((n, str(p)) for n, p, why in entries if n in past and why is None)
+    return DbLog(db, str(directory), manifest, tuple(files), unreadable, past_cut, cut)
 
 
 def _scan_file(task: dict[str, Any]) -> pa.RecordBatch:
