@@ -165,7 +165,7 @@ def main() -> None:
         """What one Spark task does per file: the scan rows, then their Parquet part file."""
         rows = 0
         for n, p in files:
-            rb = _scan_file({"path": str(p), "db": 0, "filenum": n, "logical_end": None})
+            rb = _scan_file({"path": str(p), "db": 0, "filenum": n, "logical_end": None, "last": True})
             pq.write_table(pa.Table.from_batches([rb]), out_dir / f"part-{n}.parquet", **SCAN_PARQUET_OPTIONS)
             rows += rb.num_rows
         return rows
@@ -173,7 +173,7 @@ def main() -> None:
     def task_zstd() -> int:
         rows = 0
         for n, p in files:
-            rb = _scan_file({"path": str(p), "db": 0, "filenum": n, "logical_end": None})
+            rb = _scan_file({"path": str(p), "db": 0, "filenum": n, "logical_end": None, "last": True})
             pq.write_table(pa.Table.from_batches([rb]), out_dir / f"part-{n}.parquet", compression="zstd")
             rows += rb.num_rows
         return rows
@@ -279,7 +279,9 @@ def memory_scan(files: list[tuple[int, Path]], total_mb: int) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     started = time.perf_counter()
     for i in range(n):
-        rb = _scan_file({"path": str(work / f"write2file{i}"), "db": 0, "filenum": i, "logical_end": None})
+        rb = _scan_file(
+            {"path": str(work / f"write2file{i}"), "db": 0, "filenum": i, "logical_end": None, "last": True}
+        )
         pq.write_table(pa.Table.from_batches([rb]), out / f"part-{i}.parquet", **SCAN_PARQUET_OPTIONS)
         del rb
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
