@@ -2,7 +2,8 @@
 
 Checks that measure positions leave them in the pair's state as :class:`~audit.kernel.state.Offsets`
 (summary.json's `offsets`). Runs that only recorded metrics are read through :data:`OFFSET_METRICS`.
-A missing or malformed entry just means no chart.
+A missing or malformed entry just means no chart, and so does a side whose reading stopped at damage
+(`<side>_end_unknown`): its end, hence the gap, is not known.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def _number(value: Any) -> float | None:
 
 
 def _from_metrics(metrics: dict[str, Any]) -> Offsets | None:
+    if metrics.get("master_end_unknown") or metrics.get("replica_end_unknown"):
+        return None  # reading stopped at damage: where a side ends is not known, so neither is the gap
     for m_name, r_name in OFFSET_METRICS:
         m, r = _number(metrics.get(m_name)), _number(metrics.get(r_name))
         if m is not None and r is not None:

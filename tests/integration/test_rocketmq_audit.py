@@ -244,3 +244,28 @@ def test_a_store_named_by_a_connection_is_read_with_its_broker_files(tmp_path, m
     assert code == 0 and s["status"] == "passed", s
     assert s["metrics"]["master_status_max_offset"] == top and s["metrics"]["master_status_offset_diff"] == 0
     assert s["coverage"]["master_records"] == 60
+
+
+def test_what_a_damaged_slave_could_not_read_is_not_compared_and_no_lag_is_claimed(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A slave with 250 of the master's 300 records and a body changed in record 42: reading its only file
+    stops there. What lies after is unknown: counted as not compared up to the master's end, and no
+    'master − replica' gap is derived from the damage point."""
+    offsets = write_store(tmp_path / "m", [msg(i) for i in range(300)], file_size=64 * 1024)
+    replicate(tmp_path / "m", tmp_path / "s", start=0, upto=offsets[250])
+    (commitlog,) = (tmp_path / "s" / "commitlog").iterdir()
+    data = bytearray(commitlog.read_bytes())
+    body = b"order 00000042"
+    at = data.find(body)
+    assert at > 0
+    data[at : at + len(body)] = b"ORDER 00000042"
+    commitlog.write_bytes(bytes(data))
+    code, root = audit(tmp_path, monkeypatch, {"store_dir": str(tmp_path / "m")}, {"store_dir": str(tmp_path / "s")})
+    assert code == 1
+    s = summary(root)["pairs"][0]
+    m = s["metrics"]
+    damage_at = m["replica_max_offset"]
+    assert m["replica_end_unknown"] == 1 and m["master_end_unknown"] == 0
+    assert s["coverage"]["bytes_not_compared"] == m["master_max_offset"] - damage_at > 0
+    assert s["coverage"]["bytes_compared"] == damage_at - m["common_start"]
+    html = (root / "report.html").read_text()
+    assert "master − replica at the last sample" not in html

@@ -289,9 +289,11 @@ def diff_stores(
             .asDict()
         )
 
-    # A range both sides could not read is not compared once, not twice.
+    # A range both sides could not read is not compared once, not twice. Past a side's damage its data
+    # may go on, unread: up to what the other side holds it counts as not compared, not as lag.
     not_read = coalesce_ranges(master.not_read() + replica.not_read())
-    not_compared = sum(max(0, min(b, hi) - max(a, lo)) for a, b in not_read)
+    reach = min(_reach(master), _reach(replica))
+    not_compared = sum(max(0, min(b, max(hi, reach)) - max(a, lo)) for a, b in not_read)
     metrics: dict[str, Any] = {
         "master_files": len(master_files),
         "replica_files": len(replica_files),
@@ -308,15 +310,33 @@ def diff_stores(
         "common_bytes": max(hi - lo, 0),
         "chunk_bytes": chunk_bytes,
         **counts,
-        "bytes_compared": max(hi - lo, 0) - not_compared,
+        "bytes_compared": max(hi - lo, 0) - sum(max(0, min(b, hi) - max(a, lo)) for a, b in not_read),
         "bytes_not_compared": not_compared,
         "master_records_compared": int(compared_counts["m"]),
         "replica_records_compared": int(compared_counts["r"]),
         "master_damaged_records": len(master.damage) + len(master.holes),
         "replica_damaged_records": len(replica.damage) + len(replica.holes),
         "duplicate_lookup": "whole master log" if slave_keys is not None else "differing chunks only",
+        # reading stopped at damage in the side's last file: its max offset is where reading stopped
+        "master_end_unknown": int(_end_unknown(master)),
+        "replica_end_unknown": int(_end_unknown(replica)),
     }
     return StoreDiff(findings=findings, metrics=metrics, cached=(master_rows, replica_rows))
+
+
+def _corrupt(side: _Side) -> list[dict[str, Any]]:
+    """Damage that hides data (a torn tail is where the data ends: nothing follows it)."""
+    return [d for d in side.damage if d["row_kind"] == "corrupt_record"]
+
+
+def _reach(side: _Side) -> int:
+    """How far this side's data may go: its readable end, or the end of a file whose reading damage stopped."""
+    ends = [int(d["file_start"]) + side.sizes.get(int(d["file_start"]), 0) for d in _corrupt(side)]
+    return max([side.max_offset or 0, *ends])
+
+
+def _end_unknown(side: _Side) -> bool:
+    return bool(side.files) and any(int(d["file_start"]) == side.files[-1].start for d in _corrupt(side))
 
 
 def _file_end(f: CommitLogFile) -> int:
