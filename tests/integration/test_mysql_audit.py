@@ -124,6 +124,10 @@ def test_post_migration_verification_certifies_tables_rows_and_digests(servers, 
     assert code == 0 and cert["verdict"] == "passed", cert["reasons"]
     assert cert["digests_equal"] and cert["source"]["content"]["rows"] >= 300
     assert "moved.orders" in cert["source"]["content"]["rows_per_table"]
+    html = (latest_run(tmp_path / "v") / "certificate.html").read_text()
+    digest = cert["source"]["content"]["digest_per_table"]["moved.orders"]
+    assert 'data-table="moved.orders"' in html and digest in html  # what was certified, table by table
+    assert f"rows compared: {cert['compared']['rows_compared']:,}" in html and "keys (readable" not in html
 
 
 def test_bad_input_names_the_table_or_the_host(servers, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
