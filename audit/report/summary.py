@@ -32,6 +32,20 @@ def display_key(key: bytes | None) -> str | None:
     return "0x" + key[:100].hex() + ("…" if len(key) > 100 else "")
 
 
+def key_shape(key: bytes | None) -> dict[str, Any]:
+    """How `display_key` showed a key: `key_hex` (its bytes, not its text: a key named "0x41" is text) and
+    `key_bytes` (its whole length, when the display is cut)."""
+    if key is None:
+        return {}
+    shown = display_key(key) or ""
+    shape: dict[str, Any] = {}
+    if shown.startswith("0x") and shown != key.decode("utf-8", "replace"):
+        shape["key_hex"] = True
+    if shown.endswith("…"):
+        shape["key_bytes"] = len(key)
+    return shape
+
+
 Sample = dict[str, list[dict[str, Any]]]
 
 
@@ -54,6 +68,7 @@ def findings_sample(run: RunDir, pair: str, per_category: int) -> tuple[Sample, 
                         "check": row["check"],
                         "db": row["db"],
                         "key": display_key(row["key"]),
+                        **key_shape(row["key"]),
                         "start": row["start"],
                         "end": row["end"],
                         "count": row["count"],
