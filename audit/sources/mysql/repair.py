@@ -27,6 +27,8 @@ HEADER = """\
 -- replica-audit repair plan{pair}: run on the REPLICA {replica}, never on the master.
 -- replica-audit wrote it and did not execute it. Review it first: it makes the replica's rows equal to
 -- the master's as they were re-read during the audit; rows written since may have moved on.
+-- It repairs rows of tables both sides have: a table on one side only (missing_table, extra_table
+-- findings) is not in it; create or drop that table first.
 -- Writing on a replica creates errant GTIDs unless the session's binary log is off (needs the
 -- privilege to set it):
 -- SET SESSION sql_log_bin = 0;
