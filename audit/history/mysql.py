@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from audit import defaults
 from audit.errors import ConfigError, SourceConnectError, SourceError
 from audit.history.store import SqlHistory, shown_url
+from audit.sources.mysql.endpoint import UNENCODED_HINT
 
 DEFAULT_PORT = 3306
 
@@ -69,8 +70,10 @@ def parse_mysql_url(url: str) -> MySQLTarget:
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError as e:
-        raise ConfigError(f"history: {shown}: bad host or port ({e}); expected {MySQLHistory.URL_HELP}") from None
+    except ValueError:  # not the parser's words: they quote the port it read, maybe part of a password
+        raise ConfigError(
+            f"history: {shown}: bad host or port ({UNENCODED_HINT}); expected {MySQLHistory.URL_HELP}"
+        ) from None
     if parts.scheme != "mysql":
         raise ConfigError(f"history: {shown}: scheme must be mysql://")
     if not parts.hostname:

@@ -159,9 +159,12 @@ def test_a_password_typed_unencoded_is_a_config_error_and_written_nowhere(tmp_pa
     inv.write_text(json.dumps({"pairs": pairs}))
     assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 2
     said = capsys.readouterr()
-    assert "percent-encode" in said.err and "Traceback" not in said.err
+    assert "Traceback" not in said.err
+    # both pairs named when the inventory is read, before any run starts
+    assert "pairs[0] (r).master" in said.err and "pairs[1] (m).master" in said.err
+    assert " ".join(said.err.split()).count("percent-encode") == 2
     written = [p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()]
-    assert written and not [b for b in written if b"s3cret" in b or b"Zq9" in b]
+    assert not [b for b in written if b"s3cret" in b or b"Zq9" in b]
     assert "s3cret" not in said.out + said.err and "Zq9" not in said.out + said.err
 
 

@@ -321,6 +321,8 @@ def test_sqlite_url_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         ("mysql://u:hunter2@db:3306/", "database name"),
         ("mysql://u:hunter2@db:3306/a/b", "database name"),
         ("mysql://u:hunter2@db:port/h", "bad host or port"),
+        # urlsplit reads "hunter2/x@db" as host "u" and port "hunter2": its error quoted the port
+        ("mysql://u:hunter2/x@db:3306/h", "percent-encode it"),
         ("mysql://db:3306/h", "no user"),
         ("mysql://u:hunter2@:3306/h", "no host"),
         ("mysql://u:hunter2@db/h?charset=latin1", "unknown parameter 'charset'"),

@@ -21,6 +21,7 @@ from audit.kernel.pair import Strict as _Strict
 from audit.urls import redact_url
 
 DEFAULT_PORT = 3306
+UNENCODED_HINT = "a password with an unencoded '/', '?' or '#' reads as one: percent-encode it"
 URL_HELP = "mysql://user:password@host:3306 (options: ?connect_timeout=5&ssl_ca=/path/ca.pem)"
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 
@@ -49,8 +50,8 @@ class MySQLEndpoint(_Strict):
         try:
             parts = urlsplit(url)
             port = parts.port
-        except ValueError as e:
-            raise ConfigError(f"{field}: {shown}: bad host or port ({e}); expected {URL_HELP}") from None
+        except ValueError:  # not the parser's words: they quote the port it read, maybe part of a password
+            raise ConfigError(f"{field}: {shown}: bad host or port ({UNENCODED_HINT}); expected {URL_HELP}") from None
         if parts.scheme not in ("mysql", "mariadb"):
             raise ConfigError(f"{field}: {shown}: scheme must be mysql:// (or mariadb://); expected {URL_HELP}")
         if not parts.hostname:

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, Field, SecretStr
 from audit.errors import ConfigError
 from audit.kernel.pair import PairBase
 from audit.sources.mysql.endpoint import URL_HELP, MySQLEndpoint, MySQLSettings, parse_tables
+from audit.urls import checked_url
 
 _SCHEMES = ("mysql://", "mariadb://", "conn:")
 
@@ -19,6 +20,7 @@ def _mysql_url(value: SecretStr) -> SecretStr:
         raise ValueError(f"expected {URL_HELP}, or conn:<airflow_conn_id>")
     if not url.startswith("conn:"):  # a connection is checked when it is resolved
         try:
+            checked_url(url)  # first: an unencoded "/", "?" or "#" in a password is named as that, redacted
             MySQLEndpoint.from_url(url, "url")
         except ConfigError as e:  # pydantic reports a ValueError under the pair's field
             raise ValueError(str(e).removeprefix("url: ")) from None

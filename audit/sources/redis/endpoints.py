@@ -31,7 +31,7 @@ from pydantic import (
 
 from audit.connections import endpoint_url
 from audit.errors import ConfigError
-from audit.urls import ConnResolver, redact_url
+from audit.urls import ConnResolver, checked_url, redact_url
 
 TopologyKind = Literal["standalone", "cluster", "sentinel"]
 SCHEMES = ("redis", "rediss", "unix")
@@ -59,8 +59,13 @@ def _check_url(value: SecretStr) -> SecretStr:
 def address_problem(url: str) -> str | None:
     """What a redis://, rediss:// or unix:// URL lacks of an address, or None.
 
-    redis-py reads `redis:///0` as localhost:6379: an audit of a server nobody named.
+    redis-py reads `redis:///0` as localhost:6379: an audit of a server nobody named. A password typed
+    with an unencoded "/", "?" or "#" is named as that first (it would read as a missing host).
     """
+    try:
+        checked_url(url)
+    except ConfigError as e:
+        return str(e)
     try:
         parts = urlsplit(url)
     except ValueError:
