@@ -67,6 +67,7 @@ def test_filter_fields_and_plan_on_a_standalone_pair(
     assert "secret-value" not in json.dumps(got[b"user:1"][1])
     s = summary(run)["pairs"][0]
     assert s["coverage"]["master_keys_filtered_out"] == 300 and s["coverage"]["replica_keys_filtered_out"] == 300
+    assert s["coverage"]["recheck_divergent"] == len(got) == 4  # every finding was kept by the recheck
     assert any("SCAN MATCH 'user:*'" in n for n in s["notes"])
     plan = {parse_line(line) for line in (run / s["artifacts"]["repair plan"]).read_text().splitlines()}
     assert plan - {None} == {

@@ -256,6 +256,7 @@ class FleetKeyspaceCheck(Check):
             recheck_candidates=stats.candidates,
             recheck_converged=stats.converged,
             recheck_in_flight=stats.in_flight,
+            recheck_divergent=stats.divergent,
             recheck_confirmed_live=stats.confirmed,
             recheck_rounds=stats.rounds_run,
         )

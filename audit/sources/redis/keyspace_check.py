@@ -95,6 +95,7 @@ class KeyspaceCheck(Check):
         "recheck_candidates",
         "recheck_converged",
         "recheck_in_flight",
+        "recheck_divergent",
         "recheck_confirmed_live",
         "recheck_unrechecked",
     )
@@ -240,6 +241,7 @@ class KeyspaceCheck(Check):
             recheck_candidates=stats.candidates,
             recheck_converged=stats.converged,
             recheck_in_flight=stats.in_flight,
+            recheck_divergent=stats.divergent,
             recheck_confirmed_live=stats.confirmed,
             recheck_rounds=stats.rounds_run,
             recheck_unrechecked=max(0, total - s.recheck_max_keys),

@@ -64,6 +64,8 @@ class RecheckStats:
     in_flight: int = 0
     confirmed: int = 0
     """Divergences judged against the replication stream (the replica had applied the master's read)."""
+    divergent: int = 0
+    """Every divergence the recheck kept: `confirmed` plus those judged by rounds without an ack."""
     rounds_run: int = 0
     per_round_remaining: list[int] = field(default_factory=list)
 
@@ -294,6 +296,7 @@ def recheck(
     if judge_hot_keys and pending and isinstance(master, RespPipe) and isinstance(replica, RespPipe):
         pending = _judge_hot(pending, master, replica, divergent, stats, judge_hot_keys, ack_wait_s)
     stats.in_flight = len(pending)
+    stats.divergent = len(divergent)
     return _divergent_frame(spark, divergent, tolerance_ms, mode), stats
 
 
