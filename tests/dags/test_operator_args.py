@@ -18,7 +18,8 @@ from replica_audit_provider.dags.arguments import schedule_from_env
 from replica_audit_provider.dags.templates import text
 import os
 
-said = {}
+from audit.pipeline import STAGES
+said = {"stages_match": list(ops.STAGES) == list(STAGES)}
 for name, make in {
     "stage": lambda: ops.AuditStageOperator(
         task_id="s", stage="snpashot", pair="p", inventory="i", out_dir="o", run_id="r"
@@ -79,6 +80,7 @@ def test_operator_arguments_and_text_templates(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["stages_match"]  # the operator's list is the pipeline's
     assert "stage 'snpashot': expected one of snapshot, diff, recheck, gate" in said["stage"]
     assert "days 'seven': expected a whole number" in said["days"]
     assert "run_id rendered as int 48213" in said["run_id"]
