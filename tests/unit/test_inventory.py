@@ -259,3 +259,21 @@ def test_a_pair_named_twice_is_audited_once() -> None:
     inv = parse_inventory(GOOD)
     name = inv.pairs[0].name
     assert [p.name for p in inv.select([name, name])] == [name]
+
+
+def test_a_tls_file_is_looked_for_where_the_pair_connects_not_where_the_inventory_is_read() -> None:
+    text = (
+        "pairs: [{name: db, kind: mysql, master: 'mysql://a:pw@h:3306?ssl_ca=/on/the/workers/ca.pem',"
+        " replica: 'mysql://a:pw@h2:3306'}, {name: c, kind: redis, master: 'redis://h:1', replica: 'redis://h:2'}]"
+    )
+    assert [p.name for p in parse_inventory(text).pairs] == ["db", "c"]  # the scheduler may lack the file
+
+
+def test_a_rocketmq_side_naming_a_server_connection_is_refused_without_its_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_CACHE", "redis://:s3cretpw@10.0.0.5:6379")
+    (pair,) = parse_inventory("pairs: [{name: mq, kind: rocketmq, master: conn:cache, replica: {store_dir: /s}}]").pairs
+    with pytest.raises(ConfigError, match="master: conn:cache is a server connection") as e:
+        pair.store("master")  # type: ignore[attr-defined]
+    assert "s3cretpw" not in str(e.value)

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
+from audit.errors import ConfigError
 from audit.kernel.pair import PairBase, Strict
 from audit.urls import ConnResolver
 
@@ -53,5 +54,7 @@ class RocketMQPair(PairBase):
         from audit.connections import endpoint_url
 
         text = str(endpoint_url(value, resolver))
+        if "://" in text:  # a server's URL (its secret included): never quoted, never read as a path
+            raise ConfigError(f"{side}: {value} is a server connection; a RocketMQ side needs a file-store one")
         fields = json.loads(text) if text.lstrip().startswith("{") else {"store_dir": text}
         return StoreEndpoint.model_validate(fields)
