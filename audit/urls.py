@@ -69,20 +69,50 @@ def _port_parses(parts: SplitResult) -> bool:
 _PASSWORD_RE = re.compile(r"(?<=[:/])[^:/@]*:[^@]*@")
 
 
-_USERINFO_RE = re.compile(r"://([^\s'\",{}\[\]]*)@")
+_SECRET_KEYS = ("pass", "secret", "token")
 
 
 def url_secrets(text: str) -> list[str]:
-    """The passwords of the URLs written anywhere in `text`, as typed and percent-decoded.
+    """The passwords in `text`: of every URL written in it (as typed, percent-decoded, and with its user info
+    as `://user:pw@`, long enough for a masker even when the password is short), and the values of password-like keys
+    when `text` is a YAML/JSON mapping (an endpoint written as `{sentinels: ..., password: ...}`).
 
-    For a secrets masker: a value that holds endpoints (a URL, a YAML mapping of them) is shown
-    only once each of these is masked.
+    For a secrets masker: a value that holds endpoints is shown only once each of these is masked.
     """
     found: list[str] = []
-    for userinfo in _USERINFO_RE.findall(text):
+    for start in (m.end() for m in re.finditer("://", text)):
+        # the user info ends at the last "@" before the address's first "/" (an unencoded "/" in a
+        # password is refused anyway: audit.urls.checked_url) or its first blank
+        authority = re.split(r"[/\s]", text[start:], maxsplit=1)[0]
+        userinfo = authority.rpartition("@")[0]
         password = userinfo.partition(":")[2]
         if password:
-            found.extend(dict.fromkeys((password, unquote(password))))
+            found.extend((password, unquote(password), f"://{userinfo}@"))
+    if text.lstrip().startswith("{"):
+        found.extend(_mapping_secrets(text))
+    return list(dict.fromkeys(found))
+
+
+def _mapping_secrets(text: str) -> list[str]:
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return []
+    found: list[str] = []
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if any(word in str(key).lower() for word in _SECRET_KEYS) and item not in (None, ""):
+                    found.append(str(item))
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(loaded)
     return found
 
 

@@ -19,16 +19,22 @@ from audit.layout import RunDir
 from audit.outcome import VERDICTS, pair_exit_code, pair_status, run_exit_code
 
 
+def _as_text(key: bytes) -> str | None:
+    """The key as text when it is printable UTF-8, else None (it is shown as bytes)."""
+    try:
+        text = key.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if text.isprintable() else None
+
+
 def display_key(key: bytes | None) -> str | None:
     """Printable UTF-8 as is; anything else as 0x-hex (binary-safe, never mangled)."""
     if key is None:
         return None
-    try:
-        text = key.decode("utf-8")
-        if text.isprintable():
-            return text if len(text) <= 200 else text[:200] + "…"
-    except UnicodeDecodeError:
-        pass
+    text = _as_text(key)
+    if text is not None:
+        return text if len(text) <= 200 else text[:200] + "…"
     return "0x" + key[:100].hex() + ("…" if len(key) > 100 else "")
 
 
@@ -39,7 +45,7 @@ def key_shape(key: bytes | None) -> dict[str, Any]:
         return {}
     shown = display_key(key) or ""
     shape: dict[str, Any] = {}
-    if shown.startswith("0x") and shown != key.decode("utf-8", "replace"):
+    if _as_text(key) is None:
         shape["key_hex"] = True
     if shown.endswith("…"):
         shape["key_bytes"] = len(key)

@@ -37,7 +37,7 @@ try:
 except AirflowFailException as e:
     said["run_id"] = str(e)
 native = NativeEnvironment()
-odd = "a'b" + chr(92) + chr(34) + "<c>"
+odd = "a'b" + chr(92) + chr(34) + "<c>é" + chr(0x1F600) + "x" * 120
 said["native"] = [native.from_string(text("v")).render(v=v) for v in ("48213", "1e3", "None", odd, "x")]
 said["plain"] = [native.from_string("{{ v }}").render(v=v) for v in ("48213", "1e3")]
 for value in (None, "", "none", "@weekly"):
@@ -63,6 +63,13 @@ os.environ["AIRFLOW_CONN_HIST"] = json.dumps(
 )
 os.environ["REPLICA_AUDIT_HISTORY"] = "conn:hist"
 said["history_url"] = ops.history_url()
+os.environ["REPLICA_AUDIT_HISTORY"] = "conn:no_such_history"
+report2 = ops.AuditReportOperator(task_id="r2", inventory=inv, out_dir=out, run_id="r2", pairs=["p"])
+try:
+    report2.execute({})
+except AirflowFailException as e:
+    said["report2"] = str(e)
+said["report2_history"] = json.load(open(os.path.join(out, "r2", "manifest.json"))).get("history")
 from replica_audit_provider.dags import consistency_audit_dag
 mine = consistency_audit_dag(dag_id="mine", params={"inventory": "/etc/mine.yaml"}, default_args={"owner": "dba"})
 said["merged"] = {
@@ -85,7 +92,13 @@ def test_operator_arguments_and_text_templates(tmp_path: Path) -> None:
     assert "days 'seven': expected a whole number" in said["days"]
     assert "run_id rendered as int 48213" in said["run_id"]
     assert said["plain"] == [48213, 1000.0]  # what native rendering does to text that looks like a number
-    assert said["native"] == ["48213", "1e3", "None", "a'b" + chr(92) + chr(34) + "<c>", "x"]
+    assert said["native"] == [
+        "48213",
+        "1e3",
+        "None",
+        "a'b" + chr(92) + chr(34) + "<c>é" + chr(0x1F600) + "x" * 120,
+        "x",
+    ]
     assert said["schedule"] == ["@daily", None, None, "@weekly"]
     assert said["report"].startswith("--pair nope")  # failed as a task, not a traceback
     assert not (tmp_path / "out" / "r1").exists()  # and nothing was started
@@ -95,7 +108,8 @@ def test_operator_arguments_and_text_templates(tmp_path: Path) -> None:
         "owner": "dba",
         "retries": 2,
     }
-    assert said["history_default"] == ""
-    assert (
-        said["history_url"] == "mysql://h:p%2Fw@db:3307/audit"
-    )  # conn:<id> read from Airflow's connections  # the worker reads $REPLICA_AUDIT_HISTORY; the DAG stores no URL
+    assert said["history_default"] == ""  # the worker reads $REPLICA_AUDIT_HISTORY; the DAG stores no URL
+    assert said["history_url"] == "mysql://h:p%2Fw@db:3307/audit"  # conn:<id> read from Airflow's connections
+    # a history that cannot be named does not decide the task: the pair's own verdict (not audited) does
+    assert said["report2"].startswith("audit incomplete"), said["report2"]
+    assert said["report2_history"]["status"] == "error" and "no_such_history" in said["report2_history"]["message"]

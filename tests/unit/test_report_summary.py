@@ -16,6 +16,7 @@ from audit.report.summary import display_key, key_shape
         ("é<b>".encode(), "é<b>", {}),
         (b"k" * 300, "k" * 200 + "…", {"key_bytes": 300}),
         (b"\xff" * 150, "0x" + "ff" * 100 + "…", {"key_hex": True, "key_bytes": 150}),
+        (b"0x" + b"a" * 300, "0x" + "a" * 198 + "…", {"key_bytes": 302}),  # long text that starts like hex
     ],
 )
 def test_a_key_is_shown_with_what_tells_it_apart(key: bytes, shown: str, shape: dict[str, object]) -> None:

@@ -104,6 +104,19 @@ def history_url(value: str | None = None) -> str | None:
     return url
 
 
+def run_history_url(log: Any) -> str | None:
+    """:func:`history_url` for a run's report: a store that cannot be named is said and left out, as one
+    that cannot be written is (the verdict never depends on the history)."""
+    from audit import AuditError
+
+    try:
+        return history_url()
+    except AuditError as e:
+        log.warning("results history: not written: %s", e)
+        # as given: the run's own attempt then fails the same way and says so in its manifest
+        return os.environ.get("REPLICA_AUDIT_HISTORY") or None
+
+
 def pair_names(value: PairsSpec) -> list[str] | None:
     """The rendered `pairs`: a list as it is, a string as comma-separated names; empty means every pair."""
     if isinstance(value, str):
@@ -244,7 +257,7 @@ class AuditReportOperator(_AuditOperator):
             inv = load(self.inventory)
             selected = inv.select(pair_names(self.pairs))
             run = start_run(inv, out_path(self.out_dir), safe_run_id(self.run_id))
-            store_url = history_url()
+            store_url = run_history_url(self.log)
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
         summary = finish_run(inv, run, selected, store_url)
@@ -274,7 +287,8 @@ class VerificationCertificateOperator(_AuditOperator):
         try:
             inv = load(self.verification)
             run = start_run(inv, out_path(self.out_dir), safe_run_id(self.run_id))
-            cert = finish_verification(inv, run, strictness=self.verification.get("strictness"), history=history_url())
+            store_url = run_history_url(self.log)
+            cert = finish_verification(inv, run, strictness=self.verification.get("strictness"), history=store_url)
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
         where = run.root / "certificate.json"
