@@ -122,20 +122,20 @@ def verification_inventory(
 
 def _strict_gate(kind: str, strictness: str) -> dict[str, int | None]:
     """Every threshold the kind's suite reads at 0, but those of the categories `strictness` lets pass."""
-    keys = verification_gate_keys(kind)
-    loosened = {suite_parameter(k) for k in keys} & {f"max_{c}" for c in STRICTNESS[strictness][0]}
+    loosened = _loosened(kind, strictness)
     if strictness != DEFAULT_STRICTNESS and not loosened:
-        levels = [name for name in STRICTNESS if name == DEFAULT_STRICTNESS or _loosens(kind, name)]
+        levels = [name for name in STRICTNESS if name == DEFAULT_STRICTNESS or _loosened(kind, name)]
         raise ConfigError(
             f"verification strictness {strictness!r}: kind {kind} reports no"
             f" {' or '.join(sorted(STRICTNESS[strictness][0]))} findings (its levels: {', '.join(levels)})"
         )
-    return {k: None if suite_parameter(k) in loosened else 0 for k in keys}
+    return {k: None if suite_parameter(k) in loosened else 0 for k in verification_gate_keys(kind)}
 
 
-def _loosens(kind: str, strictness: str) -> bool:
+def _loosened(kind: str, strictness: str) -> set[str]:
+    """The suite parameters of the kind that `strictness` leaves ungated."""
     parameters = {suite_parameter(k) for k in verification_gate_keys(kind)}
-    return any(f"max_{c}" in parameters for c in STRICTNESS[strictness][0])
+    return parameters & {f"max_{c}" for c in STRICTNESS[strictness][0]}
 
 
 def verification_gate_keys(kind: str) -> list[str]:

@@ -127,6 +127,7 @@ def pair_summary(run: RunDir, pair: Pair, per_category: int) -> dict[str, Any]:
     coverage_keys = [k for check in spec.checks(pair) for k in check.coverage]
     headlines = [line for check in checks_run for line in check.headlines(run, state)] if state.counts else []
     checks = {name: c.model_dump() for name, c in state.checks.items()}
+    coverage = {k: state.metrics[k] for k in coverage_keys if k in state.metrics}
     return {
         "pair": pair.name,
         "kind": pair.kind,
@@ -141,8 +142,8 @@ def pair_summary(run: RunDir, pair: Pair, per_category: int) -> dict[str, Any]:
         "headlines": headlines,
         "notes": state.notes,
         "artifacts": state.artifacts,
-        "coverage": {k: state.metrics[k] for k in coverage_keys if k in state.metrics},
-        "compared": compared_lines({k: state.metrics[k] for k in coverage_keys if k in state.metrics}),
+        "coverage": coverage,
+        "compared": compared_lines(coverage),
         "metrics": state.metrics,
         "counts": state.counts,
         "diagnoses": {code: {"count": n, "meaning": meaning(code)} for code, n in sorted(diagnoses.items())},

@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError
 
+from audit.connections import extra_field
 from audit.errors import ConfigError
 from audit.kernel.pair import Strict as _Strict
 from audit.urls import redact_url
@@ -185,9 +186,7 @@ def connection_url_options(conn_type: str, extra: Mapping[str, Any]) -> dict[str
     Without this, a connection's TLS settings were dropped and the audit connected in plain text."""
     options: dict[str, str] = {}
     for name in URL_OPTIONS:
-        value = extra.get(name)
-        if value in (None, ""):
-            value = extra.get(f"extra__{conn_type}__{name}")
+        value = extra_field(extra, conn_type, name)
         if value not in (None, ""):
             options[name] = str(value)
     ssl = extra.get("ssl")

@@ -19,7 +19,7 @@ from audit.errors import SnapshotError
 from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
 from audit.kernel.state import MetricValue
-from audit.sources.rocketmq.model import RocketMQPair
+from audit.sources.rocketmq.model import RocketMQPair, StoreEndpoint
 
 if TYPE_CHECKING:
     from audit.sources.rocketmq.ha import BrokerLog
@@ -64,13 +64,13 @@ class HaCheck(Check):
             return [Uncovered(1, reason)]
         return []
 
-    def _status_offsets(self, ctx: StageContext) -> list[str]:
+    def _status_offsets(self, ctx: StageContext, stores: Mapping[str, StoreEndpoint]) -> list[str]:
         """Each side's brokerStatus commitLogMaxOffset as a metric, and the difference from its files'."""
         from audit.sources.rocketmq.ha import max_offset_from_status
 
         said = []
         for side in ("master", "replica"):
-            path = self.pair.store(side, ctx.resolver).broker_status
+            path = stores[side].broker_status
             text = read_text(path, "broker_status", self.pair.name)
             if text is None:
                 continue
@@ -90,7 +90,9 @@ class HaCheck(Check):
     def recheck(self, ctx: StageContext) -> None:
         from audit.sources.rocketmq.ha import ha_findings, parse_broker_log, parse_ha_status
 
-        master, name = self.pair.store("master", ctx.resolver), self.pair.name
+        # each side once: a conn:<id> store is a lookup in Airflow's connections
+        stores = {side: self.pair.store(side, ctx.resolver) for side in ("master", "replica")}
+        master, name = stores["master"], self.pair.name
         log = None
         if logs := _paths(master.broker_log):
             lines: list[str] = []
@@ -119,10 +121,10 @@ class HaCheck(Check):
                 master_min=offset("master_min_offset"),
                 log=log,
                 ha_status=status,
-                replica_addr=self.pair.store("replica", ctx.resolver).ha_addr,
+                replica_addr=stores["replica"].ha_addr,
             )
         )
-        said = self._status_offsets(ctx)
+        said = self._status_offsets(ctx, stores)
         ctx.done("; ".join([_ack_source(log, logs, bool(status)), *said]))
 
 

@@ -98,7 +98,9 @@ def load(spec: InventorySpec) -> Inventory:
 
 def history_url(value: str | None = None) -> str | None:
     """The results store: `value`, else $REPLICA_AUDIT_HISTORY; `conn:<id>` read from Airflow's connections."""
-    url = value or os.environ.get("REPLICA_AUDIT_HISTORY") or None
+    from audit.history import ENV_VAR
+
+    url = value or os.environ.get(ENV_VAR) or None
     if url and url.startswith("conn:"):
         return airflow_conn_resolver(url.removeprefix("conn:"))
     return url
@@ -108,13 +110,14 @@ def run_history_url(log: Any) -> str | None:
     """:func:`history_url` for a run's report: a store that cannot be named is said and left out, as one
     that cannot be written is (the verdict never depends on the history)."""
     from audit import AuditError
+    from audit.history import ENV_VAR
 
     try:
         return history_url()
     except AuditError as e:
         log.warning("results history: not written: %s", e)
         # as given: the run's own attempt then fails the same way and says so in its manifest
-        return os.environ.get("REPLICA_AUDIT_HISTORY") or None
+        return os.environ.get(ENV_VAR) or None
 
 
 def pair_names(value: PairsSpec) -> list[str] | None:
@@ -234,10 +237,11 @@ class PairVerdictOperator(_AuditOperator):
             run = RunDir(out_path(self.out_dir), safe_run_id(self.run_id))
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
+        pair = as_text(self.pair, "pair")
         # run_id names the run's directory under out_dir; airflow_run_id the DAG run it came from
-        verdict = {**pair_verdict(run, as_text(self.pair, "pair")), "airflow_run_id": context.get("run_id")}
-        context["outlet_events"][PAIR_VERDICTS].add(pair_asset(self.pair), extra=verdict)
-        self.log.info("%s: %s (%s divergences)", self.pair, verdict["status"], verdict["divergences"])
+        verdict = {**pair_verdict(run, pair), "airflow_run_id": context.get("run_id")}
+        context["outlet_events"][PAIR_VERDICTS].add(pair_asset(pair), extra=verdict)
+        self.log.info("%s: %s (%s divergences)", pair, verdict["status"], verdict["divergences"])
         return verdict
 
 

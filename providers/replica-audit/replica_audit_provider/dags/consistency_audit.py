@@ -26,6 +26,7 @@ from replica_audit_provider.dags.arguments import dag_arguments, schedule_from_e
 from replica_audit_provider.dags.templates import text
 from replica_audit_provider.operators import (
     SOURCE_RETRY_ARGS,
+    STAGES,
     AuditReportOperator,
     AuditStageOperator,
     PairVerdictOperator,
@@ -36,7 +37,6 @@ INVENTORY = text("params.inventory")
 OUT = text("params.out")
 RUN_ID = text("run_id")
 PAIRS = "{{ params.pairs }}"
-STAGES = ("snapshot", "diff", "recheck", "gate")
 
 
 def consistency_audit_dag(dag_id: str = "consistency_audit", **dag_kwargs: Any) -> DAG:

@@ -31,7 +31,12 @@ from airflow.sdk import DAG, Param, TriggerRule
 from audit.verify import DEFAULT_NAME, DEFAULT_STRICTNESS, STRICTNESS, verifiable_kinds
 from replica_audit_provider.dags.arguments import dag_arguments
 from replica_audit_provider.dags.templates import text
-from replica_audit_provider.operators import SOURCE_RETRY_ARGS, AuditStageOperator, VerificationCertificateOperator
+from replica_audit_provider.operators import (
+    SOURCE_RETRY_ARGS,
+    STAGES,
+    AuditStageOperator,
+    VerificationCertificateOperator,
+)
 
 ENDPOINT = r"^(conn:[A-Za-z0-9_.-]+|(rediss?|unix|mysql|mariadb)://\S+|\{.*\})$"
 OUT = text("params.out")
@@ -132,7 +137,7 @@ def post_migration_verification_dag(dag_id: str = "post_migration_verification",
             AuditStageOperator(
                 task_id=stage, stage=stage, pair=text("params.name"), inventory=VERIFICATION, out_dir=OUT, run_id=RUN_ID
             )
-            for stage in ("snapshot", "diff", "recheck", "gate")
+            for stage in STAGES
         ]
         certificate = VerificationCertificateOperator(
             task_id="certificate",
