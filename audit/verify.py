@@ -196,8 +196,8 @@ def _compared(pair: dict[str, Any]) -> dict[str, Any]:
     return {
         "dbs": pair.get("dbs"),
         **renamed,
-        "not_covered": pair.get("not_covered") or [],
-        "skipped_checks": pair.get("skipped_checks") or {},
+        "not_covered": [in_verification_terms(w, pair.get("pair")) for w in pair.get("not_covered") or []],
+        "skipped_checks": {k: in_verification_prose(v) for k, v in (pair.get("skipped_checks") or {}).items()},
     }
 
 
@@ -213,6 +213,25 @@ def in_verification_terms(message: str, pair_name: str | None = None) -> str:
     if leading is None:
         return message
     return leading[1] + SIDE_NAMES[leading[2]] + message[leading.end() :]
+
+
+_SIDE_WORD = re.compile(r"\b(master|replica|Master|Replica)\b")
+_NO_REPLICATION = "check_replication: false"
+
+
+def in_verification_prose(text: str) -> str:
+    """The audit's own prose (a gate expectation's meaning, a skipped check's reason) as a verification
+    says it: every master is the source, every replica the target.
+
+    Only for words the auditor wrote: what a server or a file said goes through
+    :func:`in_verification_terms`, which renames the leading side only.
+    """
+    if text == _NO_REPLICATION:
+        return "a verification compares content only (the target is not a replica of the source)"
+    return _SIDE_WORD.sub(lambda m: _VERIFICATION_WORD[m[1]], text)
+
+
+_VERIFICATION_WORD = {"master": "source", "replica": "target", "Master": "Source", "Replica": "Target"}
 
 
 def certificate_verdict(pair: dict[str, Any], sides: dict[str, Any], strictness: str | None) -> tuple[str, list[str]]:
@@ -267,6 +286,7 @@ def write_certificate(
     verdict, reasons = certificate_verdict(pair, sides, strictness)
     digests = [(sides[s].get("content") or {}).get("digest") for s in ("source", "target")]
     gate = pair.get("gate") or {}
+    failed = gate.get("failed", [])
     cert = {
         "certificate": "replica-audit post-migration verification",
         "format": CERTIFICATE_FORMAT,
@@ -292,7 +312,7 @@ def write_certificate(
             "status": pair.get("status"),
             "success": gate.get("success"),
             "evaluated": gate.get("evaluated"),
-            "failed": gate.get("failed", []),
+            "failed": [{**f, "meaning": in_verification_prose(str(f.get("meaning") or ""))} for f in failed],
             "results": gate.get("results_path"),
             "data_docs": gate.get("data_docs"),
         },

@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -122,7 +123,8 @@ def _progress() -> tuple[Any, Any]:
     return bar, advance
 
 
-def _print_summary(summary: dict[str, Any], run_root: Path) -> None:
+def _print_summary(summary: dict[str, Any], run_root: Path, **wording: Callable[..., str]) -> None:
+    """`wording`: print_summary's `prose` and `said` (a verification's words for the sides)."""
     history = summary.pop("history", None) or {}
     if history.get("status") == "error":  # the verdict stands; the daily report will lack this run
         err.print(
@@ -136,7 +138,7 @@ def _print_summary(summary: dict[str, Any], run_root: Path) -> None:
         return
     from audit.cli.render import print_summary
 
-    print_summary(out, summary, run_root)
+    print_summary(out, summary, run_root, **wording)
 
 
 def _warm_up(spark: bool) -> None:
@@ -352,7 +354,7 @@ def verify(
     verification certificate (certificate.json / certificate.html). Exit 0 only when the certificate passes."""
     import yaml
 
-    from audit.verify import finish_verification, in_verification_terms, verification_inventory
+    from audit.verify import finish_verification, in_verification_prose, in_verification_terms, verification_inventory
 
     _output(as_json, quiet)
     given: dict[str, dict[str, Any]] = {"--setting": {}, "--option": {}}
@@ -387,7 +389,8 @@ def verify(
     if _Output.json:
         sys.stdout.write(json.dumps(cert, sort_keys=True, default=str) + "\n")
     elif not _Output.quiet:
-        _print_summary(json.loads(run_dir.summary.read_text()), run_dir.root)
+        summary = json.loads(run_dir.summary.read_text())
+        _print_summary(summary, run_dir.root, prose=in_verification_prose, said=in_verification_terms)
         for reason in cert["reasons"]:
             out.print(f"  {escape(reason)}")
         if cert["digests_equal"]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,19 @@ from audit.report.summary import compared_lines
 _STYLE = {"passed": "green", "failed": "red", "error": "magenta", "incomplete": "magenta"}
 
 
-def print_summary(console: Console, summary: dict[str, Any], run_root: Path) -> None:
+def _as_said(text: str, pair: str | None = None) -> str:
+    return text
+
+
+def print_summary(
+    console: Console,
+    summary: dict[str, Any],
+    run_root: Path,
+    prose: Callable[[str], str] = _as_said,
+    said: Callable[[str, str | None], str] = _as_said,
+) -> None:
+    """`prose` rewords the auditor's own sentences (gate meanings, skip reasons), `said` a message that
+    may quote a server (a verification names the sides source and target: audit/verify.py)."""
     table = Table(title=escape(f"run {summary['run_id']}: {summary['verdict']}"))
     for col in ("pair", "verdict", "findings", "diagnoses", "coverage"):
         table.add_column(col)
@@ -23,9 +36,10 @@ def print_summary(console: Console, summary: dict[str, Any], run_root: Path) -> 
         diags = "\n".join(f"{code} ×{d['count']}" for code, d in p["diagnoses"].items()) or "-"
         coverage = "\n".join(p.get("compared") or compared_lines(p.get("coverage", {})))
         if p["not_covered"]:
-            coverage += ("\n" if coverage else "") + "NOT covered: " + "; ".join(p["not_covered"])
+            not_covered = "; ".join(said(w, p["pair"]) for w in p["not_covered"])
+            coverage += ("\n" if coverage else "") + "NOT covered: " + not_covered
         for name, why in p["skipped_checks"].items():
-            coverage += f"\nskipped {name}: {why}"
+            coverage += f"\nskipped {name}: {prose(why)}"
         for limit in p.get("limits") or []:
             coverage += f"\nas asked: {limit}"
         style = _STYLE.get(p["status"], "")
@@ -36,7 +50,7 @@ def print_summary(console: Console, summary: dict[str, Any], run_root: Path) -> 
         for f in (p.get("gate") or {}).get("failed", []):
             console.print(
                 f"  {escape(p['pair'])}: gate failed on [bold]{escape(str(f['column']))}[/] = {f['observed']} "
-                f"(max {f['threshold']}): {escape(str(f['meaning']))}"
+                f"(max {f['threshold']}): {escape(prose(str(f['meaning'])))}"
             )
     for p in summary.get("pairs_not_in_this_summary", []):
         console.print(f"  {escape(p['pair'])}: in this run but not in this summary; its state: [bold]{p['status']}[/]")

@@ -290,5 +290,10 @@ def test_verification_certificate_in_chromium(outputs: dict[str, Path], tmp_path
     assert m["verdict"] == cert["verdict"] == "failed"
     assert cert["source"]["content"]["digest"] in m["body"] and cert["target"]["content"]["digest"] in m["body"]
     assert "Digests differ" in m["body"]
+    # the gate's meanings in a verification's words; the category names stay the audit's
+    assert [f["meaning"] for f in cert["gate"]["failed"]] and all(
+        " master" not in f["meaning"] and " replica" not in f["meaning"] for f in cert["gate"]["failed"]
+    )
+    assert "missing on the target" in m["body"]
     assert_links_resolve(page, m["links"])
     assert_not_blank(page, tmp_path)

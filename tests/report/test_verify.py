@@ -15,7 +15,13 @@ from audit.errors import ConfigError
 from audit.report.offsets import REPLICATION_UNIT, run_offsets
 from audit.sources.redis.content import snapshot_digest
 from audit.sources.redis.snapshot import SNAPSHOT_SCHEMA
-from audit.verify import certificate_verdict, in_verification_terms, verification_gate_keys, verification_inventory
+from audit.verify import (
+    certificate_verdict,
+    in_verification_prose,
+    in_verification_terms,
+    verification_gate_keys,
+    verification_inventory,
+)
 
 
 def test_zero_tolerance_inventory_gates_everything_at_zero() -> None:
@@ -192,3 +198,14 @@ def test_an_unverified_pair_says_which_side_failed_in_its_own_terms() -> None:
     verdict, reasons = certificate_verdict(pair, _sides("x", None), "zero_tolerance")
     assert verdict == "error"
     assert reasons[0] == "not verified (error): migration target h:2 unreachable: refused"
+
+
+@pytest.mark.parametrize("suite", sorted((Path(__file__).parents[2] / "audit" / "expectations").glob("*.json")))
+def test_every_gate_meaning_reads_in_source_and_target_words(suite: Path) -> None:
+    import json
+    import re
+
+    meanings = [e["meta"]["notes"] for e in json.loads(suite.read_text())["expectations"]]
+    worded = [in_verification_prose(m if isinstance(m, str) else json.dumps(m)) for m in meanings]
+    assert not [w for w in worded if re.search(r"\b(master|replica)\b", w, re.I)]
+    assert in_verification_prose("The replica's keys; the Master's.") == "The target's keys; the Source's."

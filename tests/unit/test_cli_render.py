@@ -66,3 +66,35 @@ def test_an_error_message_keeps_its_brackets_on_the_terminal(tmp_path: Path) -> 
     )
     assert done.returncode == 2
     assert "[red]inventory.yaml" in done.stderr, done.stderr
+
+
+def test_a_verification_is_printed_in_source_and_target_words() -> None:
+    from audit.verify import in_verification_prose, in_verification_terms
+
+    pair = {
+        **_pair("migration", {"keys_compared": 48}),
+        "status": "error",
+        "not_covered": ["migration replica 10.0.0.6:6379 unreachable: a read only replica said no"],
+        "skipped_checks": {"replication": "check_replication: false"},
+        "gate": {
+            "failed": [
+                {
+                    "column": "missing_on_replica",
+                    "observed": 2,
+                    "threshold": 0,
+                    "meaning": "Keys present on the master are missing on the replica.",
+                }
+            ]
+        },
+    }
+    summary = {"run_id": "r", "verdict": "error", "pairs": [pair]}
+    out = io.StringIO()
+    print_summary(Console(file=out, width=300), summary, Path("/run"), in_verification_prose, in_verification_terms)
+    text = out.getvalue()
+    assert "Keys present on the source are missing on the target." in text
+    assert "migration target 10.0.0.6:6379 unreachable: a read only replica said no" in text  # the server's words kept
+    assert "skipped replication: a verification compares content only" in text
+    assert "check_replication" not in text
+    out = io.StringIO()
+    print_summary(Console(file=out, width=300), summary, Path("/run"))  # an audit keeps its own words
+    assert "missing on the replica." in out.getvalue() and "check_replication: false" in out.getvalue()
