@@ -315,6 +315,32 @@ def test_repair_plan_applied_to_the_replica_makes_a_second_audit_pass(pair: Pair
     assert second.content("master")["rows_per_table"] == {f"{schema}.log": 3, f"{schema}.types": 30}
 
 
+def test_repair_plan_keeps_rows_whose_keys_differ_only_in_case_or_trailing_spaces(
+    pair: Pair, schema: str, tmp_path: Path
+) -> None:
+    """'A' and 'b ' on the replica equal 'a' and 'b' under the column's collation: the plan's DELETE of
+    the replica's key, run after the REPLACE of the master's, used to delete the row just written."""
+    pair.on_master(
+        f"CREATE TABLE {schema}.ci (k VARCHAR(10) PRIMARY KEY, v INT) COLLATE utf8mb4_general_ci",
+        f"INSERT INTO {schema}.ci VALUES ('a', 1), ('b', 2), ('c', 3)",
+    )
+    pair.on_replica_only(
+        f"UPDATE {schema}.ci SET k = 'A' WHERE k = 'a'", f"UPDATE {schema}.ci SET k = 'b ' WHERE k = 'b'"
+    )
+    first = pair.audit([f"{schema}.ci"], repair_path=tmp_path / "fix.sql")
+    assert {(f.category, f.key) for f in first.findings} == {
+        ("missing_row", b'["a"]'),
+        ("missing_row", b'["b"]'),
+        ("extra_row", b'["A"]'),
+        ("extra_row", b'["b "]'),
+    }
+
+    pair.replica.execute("SET SESSION sql_log_bin = 0", *statements(tmp_path / "fix.sql"))
+
+    assert pair.replica.execute(f"SELECT HEX(k), v FROM {schema}.ci ORDER BY v") == [("61", 1), ("62", 2), ("63", 3)]
+    assert pair.audit([f"{schema}.ci"]).findings == []
+
+
 def test_post_migration_two_independent_servers(pair: Pair, schema: str, tmp_path: Path) -> None:
     """MariaDB to MariaDB without replication (check_replication false): a copy, then one row changed."""
     target = MariaDBServer(free_port(), tmp_path / "target").start()

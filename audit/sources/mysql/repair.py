@@ -3,7 +3,10 @@
 As pt-table-sync --print and sync-diff-inspector's fix SQL: a row missing on the replica or different
 there is `REPLACE INTO` with the master's values (as last re-read); a row only the replica has is
 `DELETE ... WHERE <key> LIMIT 1`. A keyless table gets `INSERT`s for missing copies and
-`DELETE ... WHERE <every column> <=> <value> LIMIT n` for surplus ones. Identifiers are backquoted,
+`DELETE ... WHERE <every column> <=> <value> LIMIT n` for surplus ones. A table's DELETEs come before
+its REPLACEs and INSERTs: under a case-insensitive or PAD SPACE collation the replica's extra key `'A'`
+or `'b '` equals the master's `'a'` or `'b'`, so a DELETE run after the REPLACE would remove the row
+just written. Identifiers are backquoted,
 values are literals that read the same under any sql_mode (sql.literal); TIMESTAMP values are UTC,
 which the plan's own `SET time_zone` makes explicit.
 
@@ -113,7 +116,7 @@ class RepairPlan:
 
     def add(self, plan: TablePlan, diffs: Iterable[RowDiff]) -> None:
         assert self._out is not None, "use RepairPlan as a context manager"
-        for diff in diffs:
+        for diff in sorted(diffs, key=lambda d: d.master_row is not None):  # removals first (module doc)
             for statement in statements(plan, diff, mysql_json=self.mysql_json):
                 self._out.write(statement + "\n")
                 self.statements += 1
