@@ -10,6 +10,7 @@ from audit.sources.mysql.sql import (
     column_expr,
     decode_value,
     from_json_value,
+    hashed_expr,
     json_value,
     key_in,
     literal,
@@ -88,6 +89,13 @@ def test_row_string_flags_only_what_can_be_ambiguous() -> None:
     assert row_string(["`id`", "`a`"], [False, False], [False, True]) == "CONCAT_WS('#', `id`, `a`)"
     assert row_hash(["`a`"], [True], [True]).startswith("CRC32(")
     assert row_hash(["`a`"], [True], [True], "md5").startswith("CAST(CONV(LEFT(MD5(")
+
+
+def test_long_values_are_hashed_as_their_digest_so_no_row_text_outgrows_the_packet() -> None:
+    assert hashed_expr(col("t", "longtext"), "`t`") == ("IF(LENGTH(`t`) > 8192, CONCAT(_binary'md5:', MD5(`t`)), `t`)")
+    assert hashed_expr(col("g", "geometry"), "`g`").startswith("IF(LENGTH(`g`) > 8192")
+    assert hashed_expr(col("v", "varchar", "varchar(100)"), "`v`") == "`v`"
+    assert hashed_expr(col("b", "varbinary", "varbinary(16)"), "`b`") == "`b`"
 
 
 def test_key_ranges_are_spelt_out_for_the_optimiser() -> None:

@@ -38,6 +38,7 @@ from audit.sources.mysql.sql import (
     KeyValue,
     decode_value,
     force_index,
+    hashed_expr,
     key_in,
     may_hold_separator,
     quote_ident,
@@ -161,7 +162,8 @@ class TableSql:
         separable = [may_hold_separator(c) for c in plan.columns]
         nullable = [c.nullable for c in plan.columns]
         self.plan, self.exprs = plan, sql.exprs
-        self.hash = row_hash(sql.exprs, nullable, separable, "md5" if hash_function == "md5" else "crc32")
+        hashed = [hashed_expr(c, e) for c, e in zip(plan.columns, sql.exprs, strict=True)]
+        self.hash = row_hash(hashed, nullable, separable, "md5" if hash_function == "md5" else "crc32")
         self.source = table_ref(plan.schema, plan.name) + force_index(sql.index)
         self.plain_source = table_ref(plan.schema, plan.name)
         self.key_exprs = [sql.exprs[i] for i in plan.key_positions]

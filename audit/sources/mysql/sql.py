@@ -10,7 +10,8 @@ Row hash (both sides run the same expression over the columns they have in commo
 
     CRC32(CONCAT_WS('#', e1, ..., en, CONCAT(ISNULL(n1), ...), CONCAT_WS(',', LENGTH(s1), ...)))
 
-`ei` is each column's normalised text (see `column_expr`); the ISNULL flags of the columns that may be
+`ei` is each column's normalised text (see `column_expr`), a long one (a TEXT, BLOB, JSON or geometry
+value over DIGESTED_BYTES) as `md5:<its MD5>` (see `hashed_expr`); the ISNULL flags of the columns that may be
 NULL (on either side) make NULL differ from '' and from a missing value (CONCAT_WS skips NULLs); the
 byte lengths of the columns whose text may contain '#' (strings, binaries, JSON; enums and sets with
 a '#' in a value), all but the last, make the encoding unambiguous (`'a#','b'` vs `'a','#b'`). CRC32 detects every
@@ -41,6 +42,11 @@ BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob
                           "geometrycollection"})  # fmt: skip
 TEXT_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"})
 TEMPORAL_TYPES = frozenset({"date", "datetime", "timestamp", "time", "year"})
+LONG_TYPES = frozenset({"text", "mediumtext", "longtext", "json", "blob", "mediumblob", "longblob"}) | (
+    BINARY_TYPES - {"binary", "varbinary", "tinyblob"}
+)
+"""Types whose values may outgrow max_allowed_packet once concatenated into a row's text."""
+DIGESTED_BYTES = 8192
 
 
 def quote_ident(name: str) -> str:
@@ -157,6 +163,19 @@ def column_expr(column: Column, peer: Column | None = None) -> str:
     if t in TEXT_TYPES and p in TEXT_TYPES:
         return f"CONVERT({c} USING utf8mb4)"
     return c
+
+
+def hashed_expr(column: Column, expr: str) -> str:
+    """The column as the row hash reads it: a long value (over DIGESTED_BYTES) as `md5:<its MD5>`.
+
+    A row text longer than the server's max_allowed_packet (two 9 MB TEXTs under the default 16 MB)
+    makes CONCAT_WS NULL, and a NULL hash is summed as nothing: any change in such a row was invisible.
+    Digesting long values keeps every row text small, on both sides alike, whatever their settings.
+    """
+    if column.data_type not in LONG_TYPES:
+        return expr
+    # binary, so that no column charset (latin1...) is an illegal mix with the digest's
+    return f"IF(LENGTH({expr}) > {DIGESTED_BYTES}, CONCAT(_binary'md5:', MD5({expr})), {expr})"
 
 
 def row_string(exprs: Sequence[str], nullable: Sequence[bool], separable: Sequence[bool]) -> str:
