@@ -436,6 +436,55 @@ def test_lag_makes_no_false_positive(pair: Pair, schema: str) -> None:
     assert caught_up.metrics["chunks_different"] == 0 and all(t["equal"] for t in caught_up.tables)
 
 
+def test_recheck_judges_no_row_the_replica_has_not_applied(pair: Pair, schema: str) -> None:
+    """Candidates from the chunk compare, re-read while the replica's SQL thread is stopped and the
+    master has since written them: the replica's stale rows used to be findings (a row_mismatch, and an
+    extra_row whose repair DELETE would later break replication), though its wait had timed out."""
+    from audit.local.mariadb_server import wait_link_up
+    from audit.sources.mysql import catalog
+    from audit.sources.mysql.chunks import RowDiff, Sides, TableWork
+    from audit.sources.mysql.client import connect_pair
+    from audit.sources.mysql.endpoint import MySQLEndpoint
+    from audit.sources.mysql.rows import recheck
+
+    pair.on_master(
+        f"CREATE TABLE {schema}.k (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {schema}.k SELECT seq, seq FROM {schema}.seq_1_to_100",
+        f"CREATE TABLE {schema}.bag (v INT)",
+        f"INSERT INTO {schema}.bag SELECT seq FROM {schema}.seq_1_to_100",
+    )
+    ends = (MySQLEndpoint.from_url(pair.master_url), MySQLEndpoint.from_url(pair.replica_url))
+    sides = Sides(*connect_pair(*ends))
+    names = [(schema, "k"), (schema, "bag")]
+    plans, _ = catalog.compare_catalogs(
+        names, catalog.load_definitions(sides.master, names, {}), catalog.load_definitions(sides.replica, names, {})
+    )
+    settings = FAST.model_copy(update={"gtid_wait_s": 0.3, "recheck_rounds": 2})
+    pair.replica.execute("STOP SLAVE SQL_THREAD")
+    try:
+        pair.master.execute(
+            f"UPDATE {schema}.k SET v = -7 WHERE id = 7",
+            f"DELETE FROM {schema}.k WHERE id = 8",
+            f"UPDATE {schema}.bag SET v = -7 WHERE v = 7",
+        )
+        keyless = TableWork(sides, plans[1], 1, settings, check_replication=False)
+        keyless.open_snapshots()
+        candidates = [
+            *keyless.multiset(),
+            RowDiff(0, (7,), None, None, None, None),
+            RowDiff(0, (8,), None, None, None, None),
+        ]
+        keyless.close_snapshots()
+        assert len(candidates) == 4
+        result = recheck(sides, plans, candidates, settings, check_replication=True)
+    finally:
+        sides.close()
+        pair.replica.execute("START SLAVE SQL_THREAD")
+        wait_link_up(pair.replica)
+    assert result.persisting == [] and result.in_flight == []
+    assert sorted(d.key or () for d in result.behind) == [(), (), (7,), (8,)]
+
+
 def test_least_privilege_audit_leaves_the_gtid_positions_alone(pair: Pair, schema: str) -> None:
     from audit.sources.mysql.replication import replication_findings
 

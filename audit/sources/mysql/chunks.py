@@ -110,6 +110,8 @@ class RowDiff:
     copies: int = 1
     in_flight: bool = False
     """Set by the recheck: the master changed this row while it was re-read."""
+    behind: bool = False
+    """Set by the recheck: the replica had not applied the master's position when it was re-read."""
 
 
 @dataclass(frozen=True)

@@ -211,14 +211,12 @@ def audit_tables(
     for i in altered:
         run.results[i].uncovered.append("definition changed during the audit")
         run.uncovered.append({"table": plans[i].display, "reason": "definition changed during the audit"})
-    for d in rechecked.in_flight:
-        run.uncovered.append(
-            {
-                "table": plans[d.table].display,
-                "row": _bound(d.key),
-                "reason": "written on the master in every recheck round",
-            }
-        )
+    behind = f"the replica had not applied the master's GTID position within {settings.gtid_wait_s}s when re-read"
+    for d, reason in [
+        *((d, "written on the master in every recheck round") for d in rechecked.in_flight),
+        *((d, behind) for d in rechecked.behind),
+    ]:
+        run.uncovered.append({"table": plans[d.table].display, "row": _bound(d.key), "reason": reason})
     checked = settings.recheck_rounds > 0
     keep = [d for d in [*rechecked.persisting, *run.overflow] if d.table not in altered]
     row_findings = [
@@ -318,6 +316,7 @@ def _metrics(
         "rows_unrechecked": len(run.overflow),
         "rows_converged": rechecked.converged,
         "rows_in_flight": len(rechecked.in_flight),
+        "rows_replica_behind": len(rechecked.behind),
         "recheck_rounds_run": rechecked.rounds_run,
         "uncovered": len(run.uncovered),
         "uncovered_rows": uncovered_rows,

@@ -5,7 +5,9 @@ master (in a snapshot whose GTID position it notes), on the replica once it has 
 then on the master again. A row equal on both sides is dropped (converged); a row the master changed
 between its two reads is being written and cannot be judged this round (in flight); a row the master
 held still while the replica, at or past the master's first read, shows another value is a divergence
-of the replica. Keyless tables are re-compared as multisets; a surplus must persist in every round.
+of the replica. A replica that has not applied the master's position within `gtid_wait_s` (stopped,
+or too far behind) judges nothing: its differing rows are `behind`, and left uncovered if they still are
+after the last round. Keyless tables are re-compared as multisets; a surplus must persist in every round.
 """
 
 from __future__ import annotations
@@ -98,22 +100,27 @@ def to_finding(plan: TablePlan, diff: RowDiff, hash_function: str, **evidence: o
 class RecheckResult:
     persisting: list[RowDiff] = field(default_factory=list)
     in_flight: list[RowDiff] = field(default_factory=list)
+    behind: list[RowDiff] = field(default_factory=list)
+    """Rows the replica, re-read before it had applied the master's position, could not judge."""
     converged: int = 0
     rounds_run: int = 0
     remaining_per_round: list[int] = field(default_factory=list)
 
 
-def _read(work: TableWork, keys: Sequence[Key]) -> tuple[dict[Key, tuple[Row, int]], ...]:
-    """(master before, replica, master after) rows of `keys`; the replica read once it reached the master."""
+Reads = dict[Key, tuple[Row, int]]
+
+
+def _read(work: TableWork, keys: Sequence[Key]) -> tuple[Reads, Reads, Reads, bool]:
+    """(master before, replica, master after) rows of `keys`, and whether the replica had reached the
+    master's position (noted with the first read) when it was read."""
     sides = work.sides
     with sides.master.snapshot():
         position = sides.master.gtid_position() if work.check_replication else ""
         before = work.rows_by_key("master", keys)
-    if work.check_replication:
-        sides.replica.wait_for(position, work.settings.gtid_wait_s)
+    reached = sides.replica.wait_for(position, work.settings.gtid_wait_s) if work.check_replication else True
     replica = work.rows_by_key("replica", keys)
     after = work.rows_by_key("master", keys)
-    return before, replica, after
+    return before, replica, after, reached
 
 
 def _row(read: tuple[Row, int] | None) -> Row | None:
@@ -129,14 +136,14 @@ def _recheck_keyed(work: TableWork, diffs: list[RowDiff], result: RecheckResult)
     left: list[RowDiff] = []
     for i in range(0, len(diffs), 500):
         batch = diffs[i : i + 500]
-        before, replica, after = _read(work, [d.key for d in batch if d.key is not None])
+        before, replica, after, reached = _read(work, [d.key for d in batch if d.key is not None])
         for d in batch:
             assert d.key is not None
             fresh = reread(d, before.get(d.key), replica.get(d.key), after.get(d.key))
             if fresh is None:
                 result.converged += 1
             else:
-                left.append(fresh)
+                left.append(fresh if reached else replace(fresh, behind=True))
     return left
 
 
@@ -155,7 +162,7 @@ def reread(
 
 
 def _recheck_keyless(work: TableWork, diffs: list[RowDiff], result: RecheckResult) -> list[RowDiff]:
-    work.open_snapshots()
+    reached = work.open_snapshots() is not False
     try:
         now = {(d.master_hash, d.replica_hash): d for d in work.multiset()}
     finally:
@@ -166,7 +173,7 @@ def _recheck_keyless(work: TableWork, diffs: list[RowDiff], result: RecheckResul
         if current is None:
             result.converged += 1
         else:
-            left.append(replace(current, copies=min(current.copies, d.copies)))
+            left.append(replace(current, copies=min(current.copies, d.copies), behind=not reached))
     return left
 
 
@@ -199,6 +206,7 @@ def recheck(
                 remaining += _recheck_keyless(work, keyless, result)
         result.rounds_run += 1
         result.remaining_per_round.append(len(remaining))
-    result.persisting = [d for d in remaining if not d.in_flight]
-    result.in_flight = [d for d in remaining if d.in_flight]
+    result.persisting = [d for d in remaining if not d.in_flight and not d.behind]
+    result.in_flight = [d for d in remaining if d.in_flight and not d.behind]
+    result.behind = [d for d in remaining if d.behind]
     return result
