@@ -522,6 +522,19 @@ def test_unreachable_server_and_bad_password_name_the_host(pair: Pair) -> None:
         audit_tables(None, wrong, pair.replica_url, ["x.y"])
 
 
+def test_a_password_with_non_ascii_and_url_special_characters_is_accepted(pair: Pair, schema: str) -> None:
+    """pymysql sends a str password as latin-1: 'é' was 'access denied' (exit 3), an emoji a traceback."""
+    from urllib.parse import quote
+
+    pair.on_master(f"CREATE TABLE {schema}.t (id INT PRIMARY KEY)", f"INSERT INTO {schema}.t VALUES (1)")
+    password = "pé😀@:/%#?+ x"
+    for server in (pair.master, pair.replica):
+        server.create_auditor("unicode_pw", password)  # its URL is not percent-encoded: built below
+    urls = [f"mysql://unicode_pw:{quote(password, safe='')}@127.0.0.1:{s.port}" for s in (pair.master, pair.replica)]
+    result = audit_tables(None, *urls, [f"{schema}.t"], FAST)
+    assert result.findings == [] and result.metrics["master_rows"] == 1
+
+
 def test_table_that_does_not_exist_is_a_config_error_naming_it(pair: Pair, schema: str) -> None:
     pair.on_master(f"CREATE TABLE {schema}.real (id INT PRIMARY KEY)")
     with pytest.raises(ConfigError, match=rf"tables\[1\]: {schema}.nope does not exist"):

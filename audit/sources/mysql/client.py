@@ -200,7 +200,9 @@ def connect(endpoint: MySQLEndpoint, side: str, *, read_timeout_s: float = 600.0
             host=endpoint.host,
             port=endpoint.port,
             user=endpoint.user,
-            password=endpoint.password.get_secret_value(),
+            # bytes: pymysql encodes a str password as latin-1, so 'é' was refused and an emoji crashed;
+            # servers hash the UTF-8 bytes a utf8mb4 client's CREATE USER sent
+            password=endpoint.password.get_secret_value().encode("utf-8"),
             charset="utf8mb4",
             use_unicode=False,
             conv={},
