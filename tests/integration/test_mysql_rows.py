@@ -509,6 +509,48 @@ def test_least_privilege_audit_leaves_the_gtid_positions_alone(pair: Pair, schem
     assert [g[0].split(" ON ")[0] for g in grants] == ["GRANT SELECT, SLAVE MONITOR"]
 
 
+def test_table_altered_before_its_recheck_or_its_planning_is_uncovered_not_a_crash(
+    pair: Pair, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A column dropped between the chunk compare and the recheck (or a table dropped between listing
+    and planning) raised TableGone out of the audit: the pair ended in exit 3 and the other tables'
+    findings were lost, where the doc promises an uncovered table, not a crash."""
+    import audit.sources.mysql.engine as engine
+    from audit.sources.mysql import catalog
+    from audit.sources.mysql.client import connect_pair
+    from audit.sources.mysql.endpoint import MySQLEndpoint
+    from audit.sources.mysql.spark_job import plan_segments
+
+    for t in ("moving", "still"):
+        pair.on_master(
+            f"CREATE TABLE {schema}.{t} (id INT PRIMARY KEY, v INT)",
+            f"INSERT INTO {schema}.{t} SELECT seq, seq FROM {schema}.seq_1_to_100",
+        )
+        pair.on_replica_only(f"UPDATE {schema}.{t} SET v = 0 WHERE id = 5")
+    real = engine.recheck
+
+    def altered_first(*args: Any, **kwargs: Any) -> Any:
+        pair.on_master(f"ALTER TABLE {schema}.moving DROP COLUMN v")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "recheck", altered_first)
+    result = pair.audit([f"{schema}.*"])
+    assert [(f.evidence["table"], f.key) for f in result.findings] == [(f"{schema}.still", b"[5]")]
+    assert [u["table"] for u in result.uncovered] == [f"{schema}.moving"]
+    assert "altered during the audit" in result.uncovered[0]["reason"]
+
+    master, replica = connect_pair(MySQLEndpoint.from_url(pair.master_url), MySQLEndpoint.from_url(pair.replica_url))
+    try:
+        names = [(schema, "still")]
+        defs = catalog.load_definitions(master, names, {}), catalog.load_definitions(replica, names, {})
+        plans, _ = catalog.compare_catalogs(names, *defs)
+        pair.on_master(f"DROP TABLE {schema}.still")
+        assert len(plan_segments(master, replica, plans, 1, FAST)) == 1
+    finally:
+        master.close()
+        replica.close()
+
+
 # --- bad input -------------------------------------------------------------------------------------------
 
 

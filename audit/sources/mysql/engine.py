@@ -208,9 +208,12 @@ def audit_tables(
     finally:
         sides.close()
 
-    for i in altered:
-        run.results[i].uncovered.append("definition changed during the audit")
-        run.uncovered.append({"table": plans[i].display, "reason": "definition changed during the audit"})
+    gone = {i: f"altered during the audit: {e}" for i, e in rechecked.altered.items()}
+    altered |= set(gone)
+    for i in sorted(altered):
+        reason = gone.get(i, "definition changed during the audit")
+        run.results[i].uncovered.append(reason)
+        run.uncovered.append({"table": plans[i].display, "reason": reason})
     behind = f"the replica had not applied the master's GTID position within {settings.gtid_wait_s}s when re-read"
     for d, reason in [
         *((d, "written on the master in every recheck round") for d in rechecked.in_flight),

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from audit.findings import Finding
 from audit.sources.mysql.chunks import Key, RowDiff, Sides, TableWork
-from audit.sources.mysql.client import Row
+from audit.sources.mysql.client import Row, TableGone
 from audit.sources.mysql.endpoint import MySQLSettings
 from audit.sources.mysql.sql import decode_value, json_value
 from audit.sources.mysql.values import Column, TablePlan
@@ -102,6 +102,8 @@ class RecheckResult:
     in_flight: list[RowDiff] = field(default_factory=list)
     behind: list[RowDiff] = field(default_factory=list)
     """Rows the replica, re-read before it had applied the master's position, could not judge."""
+    altered: dict[int, str] = field(default_factory=dict)
+    """Tables dropped or altered under the recheck (their rows are not judged), with the error."""
     converged: int = 0
     rounds_run: int = 0
     remaining_per_round: list[int] = field(default_factory=list)
@@ -200,10 +202,13 @@ def recheck(
             work = TableWork(sides, plans[table], table, settings, check_replication)
             keyed = [d for d in table_diffs if d.key is not None]
             keyless = [d for d in table_diffs if d.key is None]
-            if keyed:
-                remaining += _recheck_keyed(work, keyed, result)
-            if keyless:
-                remaining += _recheck_keyless(work, keyless, result)
+            try:
+                left = _recheck_keyed(work, keyed, result) if keyed else []
+                left += _recheck_keyless(work, keyless, result) if keyless else []
+            except TableGone as e:  # the other tables' rows are still judged
+                result.altered[table] = str(e)
+                continue
+            remaining += left
         result.rounds_run += 1
         result.remaining_per_round.append(len(remaining))
     result.persisting = [d for d in remaining if not d.in_flight and not d.behind]

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from audit.errors import AuditError
 from audit.sources.mysql.chunks import Event, Key, Segment, Sides, TableSql, TableWork, decode_key
-from audit.sources.mysql.client import Server, connect
+from audit.sources.mysql.client import Server, TableGone, connect
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings
 from audit.sources.mysql.sql import INT_TYPES, quote_ident, table_ref
 from audit.sources.mysql.values import TablePlan
@@ -157,12 +157,15 @@ def plan_segments(
     out: list[Segment] = []
     for i, plan in enumerate(plans):
         n = max(1, min(parallelism, plan.rows_estimate // settings.min_segment_rows))
-        if not plan.key:
+        try:
+            if not plan.key:
+                out.append(Segment(i, None, None))
+            elif len(plan.key) == 1 and plan.key_columns[0].data_type in INT_TYPES:
+                out.extend(_int_segments(master, replica, plan, i, n))
+            else:
+                out.extend(_offset_segments(master, plan, i, n, settings))
+        except TableGone:  # dropped or altered since listed: its walk meets it again and reports it uncovered
             out.append(Segment(i, None, None))
-        elif len(plan.key) == 1 and plan.key_columns[0].data_type in INT_TYPES:
-            out.extend(_int_segments(master, replica, plan, i, n))
-        else:
-            out.extend(_offset_segments(master, plan, i, n, settings))
     return out
 
 
