@@ -593,6 +593,23 @@ def test_table_the_auditor_may_not_read_names_the_privilege(pair: Pair, schema: 
         audit_tables(None, *urls, None, FAST)
 
 
+def test_a_table_the_auditor_may_read_on_one_side_only_is_not_called_missing(pair: Pair, schema: str) -> None:
+    """Grants are per server: a table hidden from the auditor on the replica was a missing_table finding."""
+    pair.on_master(
+        f"CREATE TABLE {schema}.pub (id INT PRIMARY KEY)", f"CREATE TABLE {schema}.secret (id INT PRIMARY KEY)"
+    )
+    urls = []
+    for server, tables in ((pair.master, ("pub", "secret")), (pair.replica, ("pub",))):
+        urls.append(server.create_auditor("half", grants=("SLAVE MONITOR",)))
+        server.execute("SET SESSION sql_log_bin = 0", *(f"GRANT SELECT ON {schema}.{t} TO half@'%'" for t in tables))
+    with pytest.raises(SourceError, match=rf"replica .*lacks the SELECT privilege on `{schema}`.`secret`"):
+        audit_tables(None, *urls, [f"{schema}.*"], FAST)
+    pair.on_master(f"DROP TABLE {schema}.secret")
+    pair.on_replica_only(f"CREATE TABLE {schema}.secret (id INT PRIMARY KEY)")  # really on one side only
+    found = audit_tables(None, pair.master_url, pair.replica_url, [f"{schema}.*"], FAST).findings
+    assert [(f.category, f.evidence["table"]) for f in found] == [("extra_table", f"{schema}.secret")]
+
+
 def test_table_altered_during_the_audit_is_uncovered_not_a_crash(pair: Pair, schema: str) -> None:
     pair.on_master(
         f"CREATE TABLE {schema}.moving (id INT PRIMARY KEY, v INT)",

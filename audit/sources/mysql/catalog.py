@@ -71,6 +71,22 @@ def probe_missing(servers: Sequence[Server], patterns: Sequence[TablePattern], v
                 continue  # no such table there
 
 
+def probe_one_sided(
+    servers: tuple[Server, Server], names: Sequence[TableName], listed: tuple[Iterable[TableName], Iterable[TableName]]
+) -> None:
+    """A table only one side lists is looked for on the other: SourceError when the auditor may not
+    read it there (hidden from information_schema, it would otherwise be called missing_table or
+    extra_table), else it is absent there indeed."""
+    for server, seen in zip(servers, (set(listed[0]), set(listed[1])), strict=True):
+        for name in names:
+            if name in seen:
+                continue
+            try:
+                server.query(f"SELECT 1 FROM {table_ref(*name)} LIMIT 0", "reading a table")
+            except TableGone:
+                continue  # no such table there
+
+
 def load_definitions(
     server: Server, names: Sequence[TableName], estimates: dict[TableName, int]
 ) -> dict[TableName, TableDef]:

@@ -180,6 +180,7 @@ def audit_tables(
         m_list, r_list = catalog.list_tables(master), catalog.list_tables(replica)
         catalog.probe_missing((master, replica), patterns, set(m_list) | set(r_list))
         names = catalog.select_tables(patterns, m_list, r_list)
+        catalog.probe_one_sided((master, replica), names, (m_list, r_list))
         if not names:
             raise SourceError(
                 f"no base table visible on master {master_ep.where} or replica {replica_ep.where}: "
