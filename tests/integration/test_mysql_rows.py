@@ -8,7 +8,6 @@ each test works in its own schema.
 from __future__ import annotations
 
 import json
-import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -19,50 +18,24 @@ import pytest
 
 from audit.errors import ConfigError, SourceConnectError, SourceError
 from audit.findings import Finding
-from audit.local.mariadb_server import MariaDBServer, free_port, mariadb_available, start_pair, wait_in_sync
-from audit.sources.mysql.endpoint import MySQLSettings
-from audit.sources.mysql.engine import RowsAudit, audit_tables
+from audit.local.mariadb_server import MariaDBServer, free_port, mariadb_available
+from audit.sources.mysql.engine import audit_tables
+from tests.integration.mysql_pair import FAST, Pair, start_module_pair, statements
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(not mariadb_available(), reason="mariadbd not installed (apt-get install mariadb-server)"),
 ]
 
-FAST = MySQLSettings(recheck_interval_s=0.05, gtid_wait_s=5, min_chunk_rows=50, max_chunk_rows=400, fetch_rows=40)
-
-
-class Pair:
-    def __init__(self, master: MariaDBServer, replica: MariaDBServer) -> None:
-        self.master, self.replica = master, replica
-        self.master_url = master.create_auditor()
-        self.replica_url = replica.create_auditor()
-
-    def on_master(self, *statements: str) -> None:
-        self.master.execute(*statements)
-        wait_in_sync(self.master, self.replica)
-
-    def on_replica_only(self, *statements: str) -> None:
-        self.replica.execute("SET SESSION sql_log_bin = 0", *statements)
-
-    def audit(self, tables: list[str], settings: MySQLSettings = FAST, **kw: Any) -> RowsAudit:
-        return audit_tables(kw.pop("spark", None), self.master_url, self.replica_url, tables, settings, **kw)
-
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    master, replica = start_pair(tmp_path_factory.mktemp("mysql-rows"))
-    try:
-        yield Pair(master, replica)
-    finally:
-        replica.stop()
-        master.stop()
+    yield from start_module_pair(tmp_path_factory.mktemp("mysql-rows"))
 
 
 @pytest.fixture()
 def schema(pair: Pair) -> str:
-    name = "t_" + secrets.token_hex(3)
-    pair.on_master(f"CREATE DATABASE {name}")
-    return name
+    return pair.new_schema()
 
 
 def by_key(findings: list[Finding]) -> dict[bytes | None, Finding]:
@@ -119,26 +92,6 @@ def test_every_type_compares_right(pair: Pair, schema: str) -> None:
     assert found[b"[8]"].evidence["values"]["t"] == {"master": "😀 é 8", "replica": "😃 é 8"}
     assert result.metrics["master_rows"] == result.metrics["replica_rows"] == 60
     assert result.metrics["uncovered"] == 0 and result.metrics["chunks"] > 1
-
-
-def test_a_row_longer_than_max_allowed_packet_is_still_compared(pair: Pair, schema: str) -> None:
-    """Two 600 KB texts make a 1.2 MB row text: over a 1 MiB max_allowed_packet, CONCAT_WS was NULL on
-    both sides, the NULL hash summed as nothing, and a changed byte in such a row was never seen."""
-    pair.on_master(
-        f"CREATE TABLE {schema}.big (id INT PRIMARY KEY, a LONGTEXT, b LONGBLOB)",
-        f"INSERT INTO {schema}.big SELECT seq, REPEAT('a', 600000), REPEAT('b', 600000) FROM {schema}.seq_1_to_3",
-    )
-    pair.on_replica_only(f"UPDATE {schema}.big SET b = INSERT(b, 5000, 1, 'Z') WHERE id = 2")
-    packets = [int(s.execute("SELECT @@GLOBAL.max_allowed_packet")[0][0]) for s in (pair.master, pair.replica)]
-    for server in (pair.master, pair.replica):
-        server.execute("SET GLOBAL max_allowed_packet = 1048576")  # read by the auditor's new sessions
-    try:
-        result = pair.audit([f"{schema}.big"])
-    finally:
-        for server, packet in zip((pair.master, pair.replica), packets, strict=True):
-            server.execute(f"SET GLOBAL max_allowed_packet = {packet}")
-    assert [(f.category, f.key, f.evidence["columns"]) for f in result.findings] == [("row_mismatch", b"[2]", ["b"])]
-    assert not result.tables[0]["equal"]
 
 
 # --- keys ------------------------------------------------------------------------------------------------
@@ -302,10 +255,6 @@ def test_identifiers_and_binary_keys_are_quoted_and_shown_right(pair: Pair, tmp_
 # --- repair, writes, privileges --------------------------------------------------------------------------
 
 
-def statements(path: Path) -> list[str]:
-    return [line for line in path.read_text().splitlines() if line and not line.startswith("--")]
-
-
 def test_repair_plan_applied_to_the_replica_makes_a_second_audit_pass(pair: Pair, schema: str, tmp_path: Path) -> None:
     rows = ", ".join(TYPES_ROW.format(i=i) for i in range(1, 31))
     pair.on_master(
@@ -333,32 +282,6 @@ def test_repair_plan_applied_to_the_replica_makes_a_second_audit_pass(pair: Pair
     assert first.content("master")["digest"] != first.content("replica")["digest"]
     assert second.content("master") == {**second.content("replica")}
     assert second.content("master")["rows_per_table"] == {f"{schema}.log": 3, f"{schema}.types": 30}
-
-
-def test_repair_plan_keeps_rows_whose_keys_differ_only_in_case_or_trailing_spaces(
-    pair: Pair, schema: str, tmp_path: Path
-) -> None:
-    """'A' and 'b ' on the replica equal 'a' and 'b' under the column's collation: the plan's DELETE of
-    the replica's key, run after the REPLACE of the master's, used to delete the row just written."""
-    pair.on_master(
-        f"CREATE TABLE {schema}.ci (k VARCHAR(10) PRIMARY KEY, v INT) COLLATE utf8mb4_general_ci",
-        f"INSERT INTO {schema}.ci VALUES ('a', 1), ('b', 2), ('c', 3)",
-    )
-    pair.on_replica_only(
-        f"UPDATE {schema}.ci SET k = 'A' WHERE k = 'a'", f"UPDATE {schema}.ci SET k = 'b ' WHERE k = 'b'"
-    )
-    first = pair.audit([f"{schema}.ci"], repair_path=tmp_path / "fix.sql")
-    assert {(f.category, f.key) for f in first.findings} == {
-        ("missing_row", b'["a"]'),
-        ("missing_row", b'["b"]'),
-        ("extra_row", b'["A"]'),
-        ("extra_row", b'["b "]'),
-    }
-
-    pair.replica.execute("SET SESSION sql_log_bin = 0", *statements(tmp_path / "fix.sql"))
-
-    assert pair.replica.execute(f"SELECT HEX(k), v FROM {schema}.ci ORDER BY v") == [("61", 1), ("62", 2), ("63", 3)]
-    assert pair.audit([f"{schema}.ci"]).findings == []
 
 
 def test_post_migration_two_independent_servers(pair: Pair, schema: str, tmp_path: Path) -> None:
@@ -436,55 +359,6 @@ def test_lag_makes_no_false_positive(pair: Pair, schema: str) -> None:
     assert caught_up.metrics["chunks_different"] == 0 and all(t["equal"] for t in caught_up.tables)
 
 
-def test_recheck_judges_no_row_the_replica_has_not_applied(pair: Pair, schema: str) -> None:
-    """Candidates from the chunk compare, re-read while the replica's SQL thread is stopped and the
-    master has since written them: the replica's stale rows used to be findings (a row_mismatch, and an
-    extra_row whose repair DELETE would later break replication), though its wait had timed out."""
-    from audit.local.mariadb_server import wait_link_up
-    from audit.sources.mysql import catalog
-    from audit.sources.mysql.chunks import RowDiff, Sides, TableWork
-    from audit.sources.mysql.client import connect_pair
-    from audit.sources.mysql.endpoint import MySQLEndpoint
-    from audit.sources.mysql.rows import recheck
-
-    pair.on_master(
-        f"CREATE TABLE {schema}.k (id INT PRIMARY KEY, v INT)",
-        f"INSERT INTO {schema}.k SELECT seq, seq FROM {schema}.seq_1_to_100",
-        f"CREATE TABLE {schema}.bag (v INT)",
-        f"INSERT INTO {schema}.bag SELECT seq FROM {schema}.seq_1_to_100",
-    )
-    ends = (MySQLEndpoint.from_url(pair.master_url), MySQLEndpoint.from_url(pair.replica_url))
-    sides = Sides(*connect_pair(*ends))
-    names = [(schema, "k"), (schema, "bag")]
-    plans, _ = catalog.compare_catalogs(
-        names, catalog.load_definitions(sides.master, names, {}), catalog.load_definitions(sides.replica, names, {})
-    )
-    settings = FAST.model_copy(update={"gtid_wait_s": 0.3, "recheck_rounds": 2})
-    pair.replica.execute("STOP SLAVE SQL_THREAD")
-    try:
-        pair.master.execute(
-            f"UPDATE {schema}.k SET v = -7 WHERE id = 7",
-            f"DELETE FROM {schema}.k WHERE id = 8",
-            f"UPDATE {schema}.bag SET v = -7 WHERE v = 7",
-        )
-        keyless = TableWork(sides, plans[1], 1, settings, check_replication=False)
-        keyless.open_snapshots()
-        candidates = [
-            *keyless.multiset(),
-            RowDiff(0, (7,), None, None, None, None),
-            RowDiff(0, (8,), None, None, None, None),
-        ]
-        keyless.close_snapshots()
-        assert len(candidates) == 4
-        result = recheck(sides, plans, candidates, settings, check_replication=True)
-    finally:
-        sides.close()
-        pair.replica.execute("START SLAVE SQL_THREAD")
-        wait_link_up(pair.replica)
-    assert result.persisting == [] and result.in_flight == []
-    assert sorted(d.key or () for d in result.behind) == [(), (), (7,), (8,)]
-
-
 def test_least_privilege_audit_leaves_the_gtid_positions_alone(pair: Pair, schema: str) -> None:
     from audit.sources.mysql.replication import replication_findings
 
@@ -509,48 +383,6 @@ def test_least_privilege_audit_leaves_the_gtid_positions_alone(pair: Pair, schem
     assert [g[0].split(" ON ")[0] for g in grants] == ["GRANT SELECT, SLAVE MONITOR"]
 
 
-def test_table_altered_before_its_recheck_or_its_planning_is_uncovered_not_a_crash(
-    pair: Pair, schema: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A column dropped between the chunk compare and the recheck (or a table dropped between listing
-    and planning) raised TableGone out of the audit: the pair ended in exit 3 and the other tables'
-    findings were lost, where the doc promises an uncovered table, not a crash."""
-    import audit.sources.mysql.engine as engine
-    from audit.sources.mysql import catalog
-    from audit.sources.mysql.client import connect_pair
-    from audit.sources.mysql.endpoint import MySQLEndpoint
-    from audit.sources.mysql.spark_job import plan_segments
-
-    for t in ("moving", "still"):
-        pair.on_master(
-            f"CREATE TABLE {schema}.{t} (id INT PRIMARY KEY, v INT)",
-            f"INSERT INTO {schema}.{t} SELECT seq, seq FROM {schema}.seq_1_to_100",
-        )
-        pair.on_replica_only(f"UPDATE {schema}.{t} SET v = 0 WHERE id = 5")
-    real = engine.recheck
-
-    def altered_first(*args: Any, **kwargs: Any) -> Any:
-        pair.on_master(f"ALTER TABLE {schema}.moving DROP COLUMN v")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(engine, "recheck", altered_first)
-    result = pair.audit([f"{schema}.*"])
-    assert [(f.evidence["table"], f.key) for f in result.findings] == [(f"{schema}.still", b"[5]")]
-    assert [u["table"] for u in result.uncovered] == [f"{schema}.moving"]
-    assert "altered during the audit" in result.uncovered[0]["reason"]
-
-    master, replica = connect_pair(MySQLEndpoint.from_url(pair.master_url), MySQLEndpoint.from_url(pair.replica_url))
-    try:
-        names = [(schema, "still")]
-        defs = catalog.load_definitions(master, names, {}), catalog.load_definitions(replica, names, {})
-        plans, _ = catalog.compare_catalogs(names, *defs)
-        pair.on_master(f"DROP TABLE {schema}.still")
-        assert len(plan_segments(master, replica, plans, 1, FAST)) == 1
-    finally:
-        master.close()
-        replica.close()
-
-
 # --- bad input -------------------------------------------------------------------------------------------
 
 
@@ -562,19 +394,6 @@ def test_unreachable_server_and_bad_password_name_the_host(pair: Pair) -> None:
     wrong = f"mysql://auditor:not-the-pw@127.0.0.1:{pair.master.port}"
     with pytest.raises(SourceConnectError, match=f"master 127.0.0.1:{pair.master.port}: access denied for user 'aud"):
         audit_tables(None, wrong, pair.replica_url, ["x.y"])
-
-
-def test_a_password_with_non_ascii_and_url_special_characters_is_accepted(pair: Pair, schema: str) -> None:
-    """pymysql sends a str password as latin-1: 'é' was 'access denied' (exit 3), an emoji a traceback."""
-    from urllib.parse import quote
-
-    pair.on_master(f"CREATE TABLE {schema}.t (id INT PRIMARY KEY)", f"INSERT INTO {schema}.t VALUES (1)")
-    password = "pé😀@:/%#?+ x"
-    for server in (pair.master, pair.replica):
-        server.create_auditor("unicode_pw", password)  # its URL is not percent-encoded: built below
-    urls = [f"mysql://unicode_pw:{quote(password, safe='')}@127.0.0.1:{s.port}" for s in (pair.master, pair.replica)]
-    result = audit_tables(None, *urls, [f"{schema}.t"], FAST)
-    assert result.findings == [] and result.metrics["master_rows"] == 1
 
 
 def test_table_that_does_not_exist_is_a_config_error_naming_it(pair: Pair, schema: str) -> None:
@@ -591,23 +410,6 @@ def test_table_the_auditor_may_not_read_names_the_privilege(pair: Pair, schema: 
     assert not isinstance(e.value, SourceConnectError) and f"127.0.0.1:{pair.master.port}" in str(e.value)
     with pytest.raises(SourceError, match="no base table visible on master"):
         audit_tables(None, *urls, None, FAST)
-
-
-def test_a_table_the_auditor_may_read_on_one_side_only_is_not_called_missing(pair: Pair, schema: str) -> None:
-    """Grants are per server: a table hidden from the auditor on the replica was a missing_table finding."""
-    pair.on_master(
-        f"CREATE TABLE {schema}.pub (id INT PRIMARY KEY)", f"CREATE TABLE {schema}.secret (id INT PRIMARY KEY)"
-    )
-    urls = []
-    for server, tables in ((pair.master, ("pub", "secret")), (pair.replica, ("pub",))):
-        urls.append(server.create_auditor("half", grants=("SLAVE MONITOR",)))
-        server.execute("SET SESSION sql_log_bin = 0", *(f"GRANT SELECT ON {schema}.{t} TO half@'%'" for t in tables))
-    with pytest.raises(SourceError, match=rf"replica .*lacks the SELECT privilege on `{schema}`.`secret`"):
-        audit_tables(None, *urls, [f"{schema}.*"], FAST)
-    pair.on_master(f"DROP TABLE {schema}.secret")
-    pair.on_replica_only(f"CREATE TABLE {schema}.secret (id INT PRIMARY KEY)")  # really on one side only
-    found = audit_tables(None, pair.master_url, pair.replica_url, [f"{schema}.*"], FAST).findings
-    assert [(f.category, f.evidence["table"]) for f in found] == [("extra_table", f"{schema}.secret")]
 
 
 def test_table_altered_during_the_audit_is_uncovered_not_a_crash(pair: Pair, schema: str) -> None:
