@@ -1,7 +1,8 @@
 """What each side holds (information_schema), which tables to audit, and how to compare each one.
 
 A table's chunking key is its PRIMARY KEY, else its first UNIQUE key whose columns are all NOT NULL
-and unprefixed (fewest columns first); without one the table is compared as a multiset of rows.
+and unprefixed (fewest columns first); without one, or when no index of the replica starts with the
+key's first column (each chunk would scan the replica's table), the table is compared as a multiset.
 Definitions are compared column by column (type, nullability, character set, collation, generated):
 a difference is a `schema_mismatch` and the rows are still compared over the columns both sides have,
 each normalised to a form both definitions share (sql.column_expr).
@@ -117,33 +118,58 @@ def load_definitions(
                 generated="GENERATED" in (extra or "").upper(),
             )
         )
-    keys = _unique_keys(server, schemas, wanted, columns)
+    indexes = _indexes(server, schemas, wanted)
+    keys = _unique_keys(indexes, columns)
+    indexed = _leading_columns(indexes)
     return {
-        t: TableDef(t[0], t[1], tuple(cols), tuple(keys.get(t, ())), estimates.get(t, 0)) for t, cols in columns.items()
+        t: TableDef(t[0], t[1], tuple(cols), tuple(keys.get(t, ())), estimates.get(t, 0), indexed.get(t, frozenset()))
+        for t, cols in columns.items()
     }
 
 
-def _unique_keys(
-    server: Server, schemas: list[str], wanted: set[TableName], columns: dict[TableName, list[Column]]
-) -> dict[TableName, list[UniqueKey]]:
+Index = list[dict[str, str | None]]
+
+
+def _indexes(server: Server, schemas: list[str], wanted: set[TableName]) -> dict[tuple[str, str, str], Index]:
+    """Every index of the wanted tables, by (schema, table, index): its STATISTICS rows in column order."""
     rows = server.dicts(
-        "SELECT * FROM information_schema.STATISTICS WHERE NON_UNIQUE = 0 "
-        f"AND TABLE_SCHEMA IN {_in_list(schemas)} ORDER BY TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX",
-        "reading unique keys",
+        f"SELECT * FROM information_schema.STATISTICS WHERE TABLE_SCHEMA IN {_in_list(schemas)} "
+        "ORDER BY TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX",
+        "reading indexes",
     )
-    parts: dict[tuple[str, str, str], list[dict[str, str | None]]] = {}
+    parts: dict[tuple[str, str, str], Index] = {}
     for r in rows:
         t = (str(r["TABLE_SCHEMA"]), str(r["TABLE_NAME"]))
         if t in wanted:
             parts.setdefault((*t, str(r["INDEX_NAME"])), []).append(r)
+    return parts
+
+
+def _ignored(cols: Index) -> bool:
+    return str(cols[0].get("IGNORED") or "NO").upper() == "YES"
+
+
+def _leading_columns(indexes: dict[tuple[str, str, str], Index]) -> dict[TableName, frozenset[str]]:
+    out: dict[TableName, set[str]] = {}
+    for (schema, table, _), cols in indexes.items():
+        if cols[0]["COLUMN_NAME"] is not None and not _ignored(cols):
+            out.setdefault((schema, table), set()).add(str(cols[0]["COLUMN_NAME"]))
+    return {t: frozenset(c) for t, c in out.items()}
+
+
+def _unique_keys(
+    indexes: dict[tuple[str, str, str], Index], columns: dict[TableName, list[Column]]
+) -> dict[TableName, list[UniqueKey]]:
     out: dict[TableName, list[UniqueKey]] = {}
-    for (schema, table, index), cols in parts.items():
+    for (schema, table, index), cols in indexes.items():
+        if str(cols[0].get("NON_UNIQUE")) != "0":
+            continue
         by_name = {c.name: c for c in columns.get((schema, table), [])}
         names = tuple(str(c["COLUMN_NAME"]) for c in cols if c["COLUMN_NAME"] is not None)
         usable = (
             len(names) == len(cols)
             and all(c.get("SUB_PART") in (None, "") for c in cols)
-            and str(cols[0].get("IGNORED") or "NO").upper() != "YES"
+            and not _ignored(cols)
             and all(n in by_name and not by_name[n].nullable for n in names)
         )
         if usable:
@@ -177,6 +203,10 @@ def _schema_mismatch(master: TableDef, replica: TableDef) -> Finding | None:
     return Finding("rows", "schema_mismatch", count=len(differ), evidence=evidence)
 
 
+def _indexed(replica: TableDef, key: UniqueKey) -> bool:
+    return key.columns[0] in replica.indexed or any(k.columns[0] == key.columns[0] for k in replica.keys)
+
+
 def _replica_index(replica: TableDef, key: tuple[str, ...]) -> str | None:
     return next((k.index for k in replica.keys if k.columns == key), None)
 
@@ -193,7 +223,9 @@ def plan_table(master: TableDef, replica: TableDef) -> TablePlan:
     common_names = {c.name for c in common}
     key: tuple[str, ...] = ()
     m_index: str | None = None
-    if master.keys and all(k in common_names for k in master.keys[0].columns):
+    # chunking by a key the replica has no index on would scan its whole table once per chunk (a
+    # 200k-row table: 80M rows read): such a table is compared as a multiset, in one pass per side
+    if master.keys and all(k in common_names for k in master.keys[0].columns) and _indexed(replica, master.keys[0]):
         key, m_index = master.keys[0].columns, master.keys[0].index
     m_exprs = tuple(column_expr(c, r_cols[c.name]) for c in common)
     r_exprs = tuple(column_expr(r_cols[c.name], c) for c in common)

@@ -48,6 +48,8 @@ class TableDef:
     keys: tuple[UniqueKey, ...] = ()
     """Unique keys usable for chunking (all columns NOT NULL, no prefix): PRIMARY first."""
     rows_estimate: int = 0
+    indexed: frozenset[str] = frozenset()
+    """Columns that lead an index (unique or not, not IGNORED): a range on them needs no table scan."""
 
     @property
     def display(self) -> str:
