@@ -242,3 +242,20 @@ def test_rows_beyond_recheck_max_rows_are_not_held_in_memory(pair: Pair, schema:
     assert sum(delivered) == 20000 and result.counts == {"missing_row": 20000}
     assert result.metrics["rows_unrechecked"] == 19900 and result.repair_statements == 20000
     assert peak < 12_000_000, peak  # a batch of findings at a time (10k), not every row
+
+
+def test_an_errant_write_stays_errant_after_the_master_passes_its_seq(pair: Pair, schema: str) -> None:
+    """A replica without log_slave_updates binlogs only its own writes; once it had applied the master's
+    later transactions of the domain, its errant GTID (0-2-N, N below the master's seq) was no longer
+    reported, though the write is still there."""
+    from audit.local.mariadb_server import wait_in_sync
+    from audit.sources.mysql.replication import replication_findings
+
+    pair.on_master(f"CREATE TABLE {schema}.t (id INT PRIMARY KEY)")
+    pair.replica.execute(f"INSERT INTO {schema}.t VALUES (9000)")  # binlogged on the replica: errant
+    errant_gtid = pair.replica.execute("SELECT @@gtid_binlog_pos")[0][0]
+    pair.master.execute(*(f"INSERT INTO {schema}.t VALUES ({i})" for i in range(1, 4)))
+    wait_in_sync(pair.master, pair.replica)
+    result = replication_findings(pair.master_url, pair.replica_url, FAST)
+    errant = [(f.start, f.end) for f in result.findings if f.category == "errant_gtid"]
+    assert errant_gtid.startswith("0-2-") and (errant_gtid, errant_gtid) in errant

@@ -193,7 +193,8 @@ def mariadb_errant(replica_state: str, master_state: str, replica_slave_pos: str
     replica whose seq is beyond what the master's state holds for that pair, the errant run starts
     after the highest seq the replica holds in that domain from servers the master knows (its
     replicated position), so an errant write that the master later "overtook" with the same seq
-    (which strict mode refuses to apply) is still seen.
+    (which strict mode refuses to apply) is still seen. When the replica has already applied seqs of
+    the master beyond it, only that last errant GTID can be named (a lower bound on the count).
     """
     master = {(d, s): q for d, s, q in parse_mariadb_list(master_state)}
     known_servers = {(d, s) for d, s in master}
@@ -206,9 +207,11 @@ def mariadb_errant(replica_state: str, master_state: str, replica_slave_pos: str
     for d, s, q in parse_mariadb_list(replica_state):
         if q <= master.get((d, s), 0):
             continue
-        start = max(replicated.get(d, 0), master.get((d, s), 0)) + 1
-        if start <= q:
-            key = str(d)
-            sets[key] = normalize([*sets.get(key, ()), (start, q)])
-            servers[key] = s
+        # once the replica has applied the master's later seqs of the domain (no log_slave_updates: the
+        # usual case), the run cannot be placed: the state keeps only each server's last GTID, which
+        # is errant all the same (it was dropped here, and the errant write vanished from the audit)
+        start = min(q, max(replicated.get(d, 0), master.get((d, s), 0)) + 1)
+        key = str(d)
+        sets[key] = normalize([*sets.get(key, ()), (start, q)])
+        servers[key] = s
     return GtidSet("mariadb", sets, servers)
