@@ -259,3 +259,18 @@ def test_an_errant_write_stays_errant_after_the_master_passes_its_seq(pair: Pair
     result = replication_findings(pair.master_url, pair.replica_url, FAST)
     errant = [(f.start, f.end) for f in result.findings if f.category == "errant_gtid"]
     assert errant_gtid.startswith("0-2-") and (errant_gtid, errant_gtid) in errant
+
+
+def test_a_generated_column_whose_expression_differs_is_a_schema_mismatch(pair: Pair, schema: str) -> None:
+    """Generated columns are left out of the row compare; their definitions compared only type and the
+    'generated' flag, so a replica computing `qty * price * 2` held other totals and the audit passed."""
+    pair.on_master(
+        f"CREATE TABLE {schema}.g (id INT PRIMARY KEY, qty INT, price DECIMAL(10,2), "
+        "total DECIMAL(12,2) AS (qty * price) STORED, half DECIMAL(12,2) AS (price / 2) VIRTUAL)",
+        f"INSERT INTO {schema}.g (id, qty, price) SELECT seq, seq, 1.50 FROM {schema}.seq_1_to_50",
+    )
+    assert pair.audit([f"{schema}.g"]).findings == []  # the same expressions: nothing to report
+    pair.on_replica_only(f"ALTER TABLE {schema}.g MODIFY total DECIMAL(12,2) AS (qty * price * 2) STORED")
+    (finding,) = pair.audit([f"{schema}.g"]).findings
+    assert (finding.category, finding.evidence["columns"]) == ("schema_mismatch", ["total"])
+    assert finding.evidence["definitions"]["total"]["replica"]["expression"] == "`qty` * `price` * 2"

@@ -97,27 +97,14 @@ def load_definitions(
         return {}
     wanted = set(names)
     columns: dict[TableName, list[Column]] = {}
-    for row in server.query(
-        "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, LOWER(DATA_TYPE), COLUMN_TYPE, IS_NULLABLE, "
-        "CHARACTER_SET_NAME, COLLATION_NAME, EXTRA FROM information_schema.COLUMNS "
-        f"WHERE TABLE_SCHEMA IN {_in_list(schemas)} ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
+    for row in server.dicts(  # `*`: GENERATION_EXPRESSION is missing before MySQL 5.7 / MariaDB 10.2
+        f"SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA IN {_in_list(schemas)} "
+        "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
         "reading column definitions",
     ):
-        schema, table, name, data_type, column_type, nullable, charset, collation, extra = decode_texts(row)
-        assert schema is not None and table is not None and name is not None
-        if (schema, table) not in wanted:
-            continue
-        columns.setdefault((schema, table), []).append(
-            Column(
-                name=name,
-                data_type=data_type or "",
-                column_type=column_type or "",
-                nullable=nullable == "YES",
-                charset=charset,
-                collation=collation,
-                generated="GENERATED" in (extra or "").upper(),
-            )
-        )
+        table = (str(row["TABLE_SCHEMA"]), str(row["TABLE_NAME"]))
+        if table in wanted:
+            columns.setdefault(table, []).append(_column(row))
     indexes = _indexes(server, schemas, wanted)
     keys = _unique_keys(indexes, columns)
     indexed = _leading_columns(indexes)
@@ -128,6 +115,21 @@ def load_definitions(
 
 
 Index = list[dict[str, str | None]]
+
+
+def _column(row: dict[str, str | None]) -> Column:
+    generated = "GENERATED" in (row.get("EXTRA") or "").upper()
+    return Column(
+        name=str(row["COLUMN_NAME"]),
+        data_type=(row.get("DATA_TYPE") or "").lower(),
+        column_type=row.get("COLUMN_TYPE") or "",
+        nullable=row.get("IS_NULLABLE") == "YES",
+        charset=row.get("CHARACTER_SET_NAME"),
+        collation=row.get("COLLATION_NAME"),
+        generated=generated,
+        # generated columns are not compared as data (a repair cannot write them): their expression is
+        expression=(row.get("GENERATION_EXPRESSION") or None) if generated else None,
+    )
 
 
 def _indexes(server: Server, schemas: list[str], wanted: set[TableName]) -> dict[tuple[str, str, str], Index]:

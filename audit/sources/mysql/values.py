@@ -22,15 +22,20 @@ class Column:
     charset: str | None = None
     collation: str | None = None
     generated: bool = False
+    expression: str | None = None
+    """GENERATION_EXPRESSION of a generated column (compared: its values are not)."""
 
     def definition(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "type": self.column_type,
             "nullable": self.nullable,
             "charset": self.charset,
             "collation": self.collation,
             "generated": self.generated,
         }
+        if self.expression is not None:
+            out["expression"] = self.expression
+        return out
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ class TableDef:
 
     def signature(self) -> tuple[object, ...]:
         """What must not change while the table is audited."""
-        return tuple((c.name, c.column_type, c.nullable, c.charset, c.generated) for c in self.columns)
+        return tuple((c.name, c.column_type, c.nullable, c.charset, c.generated, c.expression) for c in self.columns)
 
 
 @dataclass(frozen=True)
