@@ -12,8 +12,9 @@ from rich.console import Console
 from audit.errors import ConfigError
 
 WIDTH = None if sys.stdout.isatty() else 140  # logs and pipes get a readable table, not 80 columns
-out = Console(width=WIDTH)
-err = Console(stderr=True, width=WIDTH)
+# emoji=False: what servers, files and URLs say is printed as written (":abc:" is not 🔤)
+out = Console(width=WIDTH, emoji=False)
+err = Console(stderr=True, width=WIDTH, emoji=False)
 
 
 InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="inventory YAML")]

@@ -292,3 +292,14 @@ def test_the_installed_command_is_the_console_entry_point() -> None:
     done = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout.strip()) == (0, f"replica-audit {tool_version()}")
     assert "from audit.cli.main import console" in exe.read_text()
+
+
+def test_messages_are_printed_as_written_never_with_emoji_codes_replaced(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # rich replaced ":abc:" in "redis://:***@127.0.0.1:abc: the port ..." with an emoji: the host:port an
+    # error names (or a key, a path) came out as "127.0.0.1🔤"
+    pairs = [{"name": "r", "kind": "redis", "master": "redis://:pw@127.0.0.1:abc", "replica": "redis://127.0.0.1:2"}]
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(json.dumps({"pairs": pairs}))
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "redis://:***@127.0.0.1:abc: the port must be a number" in err
