@@ -103,7 +103,8 @@ def _pair_label(index: int, pair: Any) -> str:
 
 
 # --- defaults: and per-kind settings -----------------------------------------------------------------
-def _settings_keys(spec: KindSpec | None) -> set[str]:
+def settings_keys(spec: KindSpec | None) -> set[str]:
+    """The settings a pair of the kind takes (its model's `settings`)."""
     if spec is None:
         return set()
     model = spec.pair_model.model_fields["settings"].annotation
@@ -115,7 +116,7 @@ def _merge_defaults(raw: dict[str, Any]) -> list[Any]:
     kinds = registered_kinds()
     base = dict(_mapping(raw.get("defaults"), "defaults"))
     base_gate = _mapping(base.pop("gate", None), "defaults.gate")
-    known = set().union(*(_settings_keys(s) for s in kinds.values()))
+    known = set().union(*(settings_keys(s) for s in kinds.values()))
     unknown = set(base) - known
     if unknown:
         raise ConfigError(f"defaults.{sorted(unknown)[0]}: unknown setting (known: {', '.join(sorted(known))})")
@@ -125,7 +126,7 @@ def _merge_defaults(raw: dict[str, Any]) -> list[Any]:
             pairs.append(item)
             continue
         pair = dict(item)
-        keys = _settings_keys(kinds.get(str(pair.get("kind"))))
+        keys = settings_keys(kinds.get(str(pair.get("kind"))))
         own = {k: pair.pop(k) for k in list(pair) if k in keys}
         inherited = {k: v for k, v in base.items() if k in keys}
         where = f"pairs[{len(pairs)}] ({pair.get('name')})"

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.errors import ConfigError, StageInputError
-from audit.inventory import Inventory, Pair, parse_inventory
+from audit.inventory import Inventory, Pair, parse_inventory, settings_keys
 from audit.kernel.kind import kind_spec, registered_kinds
 from audit.kernel.pair import gate_fields_of, suite_parameter
 from audit.kernel.suite import suite_parameters
@@ -105,6 +105,11 @@ def verification_inventory(
         if key in pair or key not in kind_spec(kind).pair_model.model_fields:
             raise ConfigError(f"verification option {key}: kind {kind} takes no such option (or it is fixed)")
         pair[key] = value
+    takes = settings_keys(kind_spec(kind))
+    for key in settings or {}:  # in `defaults:` a setting of another kind would be dropped, not applied
+        if key not in takes:
+            known = ", ".join(sorted(takes))
+            raise ConfigError(f"verification setting {key}: kind {kind} takes no such setting (its settings: {known})")
     fields = kind_spec(kind).pair_model.model_fields
     selection: dict[str, list[Any]] = {"dbs": list(dbs or []), "tables": list(tables or [])}
     for field_name, chosen in selection.items():

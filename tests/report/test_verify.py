@@ -74,7 +74,9 @@ def test_a_level_that_loosens_nothing_of_the_kind_is_refused() -> None:
         ({"strictness": "lenient"}, "verification strictness 'lenient'"),
         ({"source": " "}, "verification source"),
         ({"dbs": [70000]}, "dbs"),
-        ({"settings": {"qsp": 1}}, "defaults.qsp: unknown setting"),
+        ({"settings": {"qsp": 1}}, "verification setting qsp: kind redis takes no such setting"),
+        # a MySQL setting on a Redis verification was accepted, and dropped as `defaults:` drops another kind's
+        ({"settings": {"fetch_rows": 5}}, r"setting fetch_rows: kind redis .*its settings: .*max_keys_per_s"),
         ({"target": {"url": "redis://b:2", "topology": "bogus"}}, r"^verification: target\.topology: "),
         ({"source": {"url": "redis://a:1", "topology": "bogus"}}, r"^verification: source\.topology: "),
     ],
