@@ -166,6 +166,22 @@ def test_replica_of_another_master_is_not_diffed(tmp_path, monkeypatch) -> None:
             s.stop()
 
 
+@pytest.mark.parametrize("check_replication", [True, False])
+def test_a_conn_of_another_kinds_type_is_a_config_error_naming_the_side(
+    check_replication: bool, tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    # a MySQL connection given to a Redis pair was "master 127.0.0.1:3306 unreachable: Redis URL must
+    # specify one of the following schemes": exit 3, which Airflow retries, for an inventory mistake
+    conn = {"conn_type": "replica_audit_mysql", "host": "127.0.0.1", "port": 1, "login": "u", "password": "Zq9pw"}
+    monkeypatch.setenv("AIRFLOW_CONN_SHOP_DB", json.dumps(conn))
+    pair = {"name": "c", "kind": "redis", "master": "conn:shop_db", "replica": "conn:shop_db"}
+    inv = write_inventory(tmp_path / "inv.yaml", [{**pair, "check_replication": check_replication}])
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out"), "--quiet"], monkeypatch) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "mysql://u:***@127.0.0.1:1 is not a Redis URL" in err and "Zq9pw" not in err
+    assert "Traceback" not in err
+
+
 def test_read_only_acl_user_by_url_or_conn_and_password_never_written(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     secret = "Zq9-very-secret"
     master, replica = start_pair(tmp_path / "s")

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 import redis
 
 from audit import defaults
-from audit.errors import SourceConnectError
+from audit.errors import ConfigError, SourceConnectError
 from audit.urls import redact_url
 
 
@@ -33,6 +33,11 @@ def connect(
     redis-py's CLIENT SETINFO is switched off: a read-only ACL user may not run it, and Pika rejects it.
     With `readonly`, every connection of the client (RespPipe's too) sends READONLY (cluster nodes only).
     """
+    if urlsplit(url).scheme not in ("redis", "rediss", "unix"):  # a conn:<id> of another kind's type
+        raise ConfigError(
+            f"{role}: {redact_url(url)} is not a Redis URL (expected redis://, rediss:// or unix://;"
+            " a conn:<id> must be a Redis or Pika connection)"
+        )
     extra: dict[str, Any] = {"redis_connect_func": _readonly_on_connect} if readonly else {}
     try:
         client = redis.Redis.from_url(
