@@ -277,3 +277,19 @@ def test_a_rocketmq_side_naming_a_server_connection_is_refused_without_its_secre
     with pytest.raises(ConfigError, match="master: conn:cache is a server connection") as e:
         pair.store("master")  # type: ignore[attr-defined]
     assert "s3cretpw" not in str(e.value)
+
+
+DOCUMENTED = [Path(__file__).parents[2] / "README.md", *sorted((Path(__file__).parents[2] / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("doc", DOCUMENTED, ids=lambda p: p.name)
+def test_every_inventory_the_docs_show_is_one_the_product_reads(doc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `master: {url: redis://auditor:${PW}@h:7000, ...}` was shown, which YAML cannot read (the `{` of ${PW}
+    # inside a flow mapping): a user copying it got "not valid YAML"
+    for name in ("REDIS_PASSWORD", "MYSQL_PASSWORD", "PASSWORD", "PW"):
+        monkeypatch.setenv(name, "secret")
+    for block in re.findall(r"```yaml\n(.*?)```", doc.read_text(), re.S):
+        if not re.search(r"^\s*(- )?name: .*\n\s*kind: ", block, re.M):
+            continue  # not an inventory (a signature of docs/incidents.md)
+        text = block if block.lstrip().startswith(("pairs:", "defaults:")) else "pairs:\n" + block
+        assert parse_inventory(text, source=doc.name).pairs
