@@ -209,14 +209,16 @@ def run(
         raise ConfigError("--resume RUN_ID and --run-id name different runs; give one")
     if resume and not RunDir(out_dir, resume).manifest.is_file():
         raise ConfigError(f"--resume {resume}: no such run in {out_dir}")
-    if run_id and not resume and RunDir(out_dir, run_id).manifest.is_file():
-        # a second run under one id would mix its results with the first's (manifest, states, history)
-        raise ConfigError(
-            f"--run-id {run_id}: a run of that id is already in {out_dir}; --resume {run_id} goes on with it,"
-            " or give a new id"
-        )
+    if not resume:
+        _new_run(out_dir, run_id, f"--resume {run_id} goes on with it, or give a new id")
     inv, pairs = _setup(inventory, pair, spark_master, spark_conf)
     _audit(inv, pairs, out_dir, resume or run_id, resume is not None, history)
+
+
+def _new_run(out_dir: Path, run_id: str | None, instead: str) -> None:
+    """A second run under one id would mix its results with the first's (manifest, states, history)."""
+    if run_id and RunDir(out_dir, run_id).manifest.is_file():
+        raise ConfigError(f"--run-id {run_id}: a run of that id is already in {out_dir}; {instead}")
 
 
 def _stage(
@@ -367,6 +369,7 @@ def verify(
                 given[flag][k] = yaml.safe_load(v)
             except yaml.YAMLError as e:
                 raise ConfigError(f"{flag} {item!r}: the value is not YAML ({e.__class__.__name__})") from None
+    _new_run(out_dir, run_id, "give a new id")  # a certificate must be one verification's
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     _configure_spark(spark_master, spark_conf)
     inv = verification_inventory(

@@ -303,3 +303,17 @@ def test_messages_are_printed_as_written_never_with_emoji_codes_replaced(tmp_pat
     assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "redis://:***@127.0.0.1:abc: the port must be a number" in err
+
+
+def test_a_verification_under_the_id_of_one_that_exists_is_refused(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # a second `verify --run-id X` went over the first: its certificate kept the first's start time, and the
+    # history (idempotent by run id) the first's verdict
+    out = tmp_path / "v"
+    args = ["verify", "--source", "redis://127.0.0.1:1", "--target", "redis://127.0.0.1:2", "-o", str(out)]
+    assert run_cli([*args, "--run-id", "cutover", "--quiet"], monkeypatch) == 3  # nothing listens there
+    before = (out / "cutover" / "manifest.json").read_text()
+    capsys.readouterr()
+    assert run_cli([*args, "--run-id", "cutover"], monkeypatch) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--run-id cutover: a run of that id is already in" in err and "Traceback" not in err
+    assert (out / "cutover" / "manifest.json").read_text() == before
