@@ -72,7 +72,23 @@ def configure(master: str | None = None, conf: dict[str, str] | None = None) -> 
     if master:
         check_master(master)
         _overrides["spark.master"] = master
+    else:
+        _check_env_settings()
     _overrides.update(conf or {})
+
+
+def _check_env_settings() -> None:
+    """REPLICA_AUDIT_SPARK_MASTER and _CONF checked as --spark-master and --spark-conf are: a mistake there
+    is named up front, not met as the JVM's stack trace once the snapshots are done."""
+    for item in os.environ.get("REPLICA_AUDIT_SPARK_CONF", "").split(";"):
+        if item.strip() and "=" not in item:
+            raise ConfigError(f"REPLICA_AUDIT_SPARK_CONF: {item.strip()!r}: expected key=value (separated by ';')")
+    master = os.environ.get("REPLICA_AUDIT_SPARK_MASTER")
+    if master:
+        try:
+            check_master(master)
+        except ConfigError as e:
+            raise ConfigError(f"REPLICA_AUDIT_SPARK_MASTER: {e}") from None
 
 
 _MASTER_FORMS = re.compile(r"local(\[[^\]]+\])?|local-cluster\[[^\]]+\]|yarn|(spark|k8s|mesos|sc)://.+")

@@ -74,3 +74,23 @@ def test_a_standalone_master_must_answer_on_its_port() -> None:
         session.check_master(f"spark://127.0.0.1:{port}")
         with pytest.raises(ConfigError, match=r"no Spark master answers at 127\.0\.0\.1:1 "):
             session.check_master(f"spark://127.0.0.1:{port},127.0.0.1:1")  # every standby is checked
+
+
+@pytest.mark.usefixtures("no_given_settings")
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("REPLICA_AUDIT_SPARK_MASTER", "bogus://x", "REPLICA_AUDIT_SPARK_MASTER: spark master bogus://x: not a Spark"),
+        ("REPLICA_AUDIT_SPARK_CONF", "a=1;novalue;", "REPLICA_AUDIT_SPARK_CONF: 'novalue': expected key=value"),
+    ],
+)
+def test_the_environment_s_spark_settings_are_checked_as_the_options_are(
+    monkeypatch, variable: str, value: str, said: str
+) -> None:  # type: ignore[no-untyped-def]
+    # a bad master in the variable met the JVM's "Master must either be yarn or start with spark..." stack
+    # trace after the snapshots; a conf entry without '=' was dropped without a word
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError, match=said):
+        session.configure()
+    monkeypatch.delenv(variable)
+    session.configure()
