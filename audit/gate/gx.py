@@ -108,15 +108,17 @@ def _raised(info: Any) -> str | None:
 
 
 def _load_suite(suite_file: Path) -> dict[str, Any]:
+    # suites of the operator's own (REPLICA_AUDIT_EXPECTATIONS) are configuration: a mistake there is exit 2
+    bad = ConfigError if os.environ.get("REPLICA_AUDIT_EXPECTATIONS") else GateError
     try:
         spec = json.loads(Path(suite_file).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         hint = " (REPLICA_AUDIT_EXPECTATIONS names the suites' directory)" if isinstance(e, OSError) else ""
-        raise GateError(f"cannot read expectation suite {suite_file}: {e}{hint}") from e
+        raise bad(f"cannot read expectation suite {suite_file}: {e}{hint}") from e
     if not isinstance(spec, dict) or not isinstance(spec.get("expectations"), list):
-        raise GateError(f"{suite_file} is not a GX suite (an object with an 'expectations' list)")
+        raise bad(f"{suite_file} is not a GX suite (an object with an 'expectations' list)")
     if not _NAME.fullmatch(str(spec.get("name") or "")):
-        raise GateError(f"{suite_file}: the suite needs a `name` matching [A-Za-z0-9_.-]+")
+        raise bad(f"{suite_file}: the suite needs a `name` matching [A-Za-z0-9_.-]+")
     return spec
 
 

@@ -157,6 +157,19 @@ def test_missing_suite_file_names_it(tmp_path: Path) -> None:
         validate_gate(_row(), tmp_path / "nope.json", _params(), tmp_path / "r" / "gate", "p")
 
 
+def test_a_suite_of_the_operator_s_own_that_cannot_be_read_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # REPLICA_AUDIT_EXPECTATIONS naming a wrong directory ended the pair as "could not be audited", exit 3:
+    # the README's code for a source that could not be read, not for a setting
+    from audit.outcome import EXIT_USAGE, exit_code_of_error
+
+    monkeypatch.setenv("REPLICA_AUDIT_EXPECTATIONS", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"nope\.json.*REPLICA_AUDIT_EXPECTATIONS") as e:
+        validate_gate(_row(), tmp_path / "nope.json", _params(), tmp_path / "r" / "gate", "p")
+    assert exit_code_of_error(e.value) == EXIT_USAGE
+
+
 def test_bad_name_is_a_gate_error(tmp_path: Path) -> None:
     with pytest.raises(GateError, match="name"):
         _run(tmp_path, _row(), _params(), name="a/b")
