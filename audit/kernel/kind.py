@@ -67,7 +67,10 @@ def register_kind(spec: KindSpec) -> None:
 
 def _load(target: str) -> KindSpec:
     module, _, attr = target.partition(":")
-    spec = getattr(import_module(module), attr or "KIND")
+    try:  # a registration (REPLICA_AUDIT_KINDS, an entry point) naming what is not there is a setting's mistake
+        spec = getattr(import_module(module), attr or "KIND")
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"kind module {target}: cannot load it ({e})") from None
     if not isinstance(spec, KindSpec):
         raise ConfigError(f"kind module {target}: expected a KindSpec, got {type(spec).__name__}")
     return spec

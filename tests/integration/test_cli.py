@@ -317,3 +317,23 @@ def test_a_verification_under_the_id_of_one_that_exists_is_refused(tmp_path, mon
     err = " ".join(capsys.readouterr().err.split())
     assert "--run-id cutover: a run of that id is already in" in err and "Traceback" not in err
     assert (out / "cutover" / "manifest.json").read_text() == before
+
+
+@pytest.mark.parametrize("target", ["no.such.module", "json", "audit.sources.redis.kind:NOPE"])
+def test_a_kind_registered_by_a_name_that_loads_nothing_is_a_config_error(
+    target: str, tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    # REPLICA_AUDIT_KINDS=x=<a module that is not there> printed a traceback and "internal error (a bug in
+    # replica-audit)", exit 4
+    from audit.kernel.kind import registered_kinds
+
+    monkeypatch.setenv("REPLICA_AUDIT_KINDS", f"x={target}")
+    registered_kinds.cache_clear()
+    inv = two_pairs(tmp_path)
+    try:
+        assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 2
+    finally:
+        monkeypatch.delenv("REPLICA_AUDIT_KINDS")
+        registered_kinds.cache_clear()
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"kind module {target}: cannot load it" in err and "Traceback" not in err
