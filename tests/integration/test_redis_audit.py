@@ -166,6 +166,20 @@ def test_replica_of_another_master_is_not_diffed(tmp_path, monkeypatch) -> None:
             s.stop()
 
 
+@pytest.mark.parametrize("snapshot_processes", [True, False])
+def test_a_db_the_server_does_not_have_is_a_config_error_naming_it(
+    snapshot_processes: bool, redis_pair, tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    # `dbs: [0, 20]` on a 16-db server ended "could not be audited: SELECT 20 failed: ERR DB index is out
+    # of range", exit 3, naming neither the field nor the server
+    master, replica = redis_pair
+    pair = {"name": "d", "kind": "redis", "master": master.url, "replica": replica.url, "dbs": [0, 20]}
+    inv = write_inventory(tmp_path / "inv.yaml", [pair], snapshot_processes=snapshot_processes)
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out"), "--quiet"], monkeypatch) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{master.url}: dbs: db 20: the server has no such db" in err or f"{replica.url}: dbs: db 20" in err
+
+
 @pytest.mark.parametrize("check_replication", [True, False])
 def test_a_conn_of_another_kinds_type_is_a_config_error_naming_the_side(
     check_replication: bool, tmp_path, monkeypatch, capsys

@@ -154,11 +154,13 @@ def snapshot_job(job: SideJob, options: SnapshotOptions, on_keys: Callable[[int]
 
 
 def _rebuild_error(payload: tuple[str, str, str]) -> BaseException:
-    from audit.errors import SourceConnectError
+    from audit.errors import ConfigError, SourceConnectError
 
     name, message, where = payload
     if name == "SourceConnectError":
         return SourceConnectError(message, where=where)
+    if name == "ConfigError":  # an operator's mistake stays one (exit 2), not a source error
+        return ConfigError(message)
     if name == "BUG":
         return RuntimeError(f"snapshot process failed:\n{message}")
     return SnapshotError(message, where=where)

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 import redis
 
 from audit import defaults
-from audit.errors import SnapshotError
+from audit.errors import ConfigError, SnapshotError
 from audit.pacing import Pacer, PaceSettings, keys_per_s_from_qps, qps_warning
 from audit.sources.redis.checkpoint import Checkpoint, SnapshotStats
 from audit.sources.redis.client import client_list_text, info_text
@@ -221,6 +221,8 @@ def snapshot_side(
         for db, cursor in checkpoint.remaining():
             _Scan(pipe, reader, db, pacer, sampler, sink, stats, on_keys, options).run(cursor)
         sink.close()
+    except ConfigError as e:
+        raise ConfigError(f"{side} {endpoint}: {e}") from None
     except (OSError, ConnectionError, redis.RedisError) as e:
         raise SnapshotError(
             f"{side} {endpoint}: snapshot interrupted: {e} (what was read is kept: snapshotting this run again "
@@ -326,6 +328,8 @@ class _Scan:
         pipe, reader, pacer = self.pipe, self.reader, self.pacer
         reply = pipe.call((b"SELECT", b"%d" % self.db))
         if isinstance(reply, Exception):
+            if "out of range" in str(reply) or "invalid DB index" in str(reply):  # Redis's words, Pika's
+                raise ConfigError(f"dbs: db {self.db}: the server has no such db ({reply})")
             raise SnapshotError(f"SELECT {self.db} failed: {reply}")
         scan_t: int | None = pipe.send_packed(self._scan_cmd(start), 1)
         heads: tuple[list[bytes], list[bytes], int, float, bytes] | None = None  # keys, bulks, ticket, sent, after
