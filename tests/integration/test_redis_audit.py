@@ -166,6 +166,26 @@ def test_replica_of_another_master_is_not_diffed(tmp_path, monkeypatch) -> None:
             s.stop()
 
 
+def test_a_command_the_server_refuses_while_scanning_names_the_server(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # an ACL user without SCAN: "could not be audited: SCAN in db 0 failed: NOPERM ...", no host named
+    master, replica = start_pair(tmp_path / "s")
+    try:
+        for s in (master, replica):
+            s.client().execute_command(
+                "ACL", "SETUSER", "noscan", "on", ">pw", "+info", "+client|list", "+select", "+type", "allkeys"
+            )
+        master.client().set("k", "v")
+        wait_in_sync(master, replica)
+        urls = {side: f"redis://noscan:pw@127.0.0.1:{s.port}" for side, s in (("master", master), ("replica", replica))}
+        inv = write_inventory(tmp_path / "inv.yaml", [{"name": "n", "kind": "redis", **urls}])
+        assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out"), "--quiet"], monkeypatch) == 3
+        err = " ".join(capsys.readouterr().err.split())
+        assert "noscan:***@127.0.0.1:" in err and "SCAN in db 0 failed: NOPERM" in err
+    finally:
+        replica.stop()
+        master.stop()
+
+
 @pytest.mark.parametrize("snapshot_processes", [True, False])
 def test_a_db_the_server_does_not_have_is_a_config_error_naming_it(
     snapshot_processes: bool, redis_pair, tmp_path, monkeypatch, capsys

@@ -223,6 +223,8 @@ def snapshot_side(
         sink.close()
     except ConfigError as e:
         raise ConfigError(f"{side} {endpoint}: {e}") from None
+    except SnapshotError as e:  # a command the server refused (SELECT, SCAN): named with the server
+        raise SnapshotError(f"{side} {endpoint}: {e}", where=endpoint) from None
     except (OSError, ConnectionError, redis.RedisError) as e:
         raise SnapshotError(
             f"{side} {endpoint}: snapshot interrupted: {e} (what was read is kept: snapshotting this run again "
