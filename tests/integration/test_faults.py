@@ -111,5 +111,7 @@ def test_a_master_lost_mid_recheck_is_an_error_never_a_pass(pair_behind_proxies,
     assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 3
     err = capsys.readouterr().err
     assert "recheck" in err and "Traceback" not in err
+    # the README's exit 3 names the host, here the master's (it said only "[Errno 104] Connection reset by peer")
+    assert f"; master 127.0.0.1:{m_proxy.port} unreachable" in " ".join(err.split())
     s = summary(latest_run(tmp_path / "out"))["pairs"][0]
     assert s["status"] == "error" and s["gate"] is None and s["error"]["stage"] == "recheck"

@@ -20,7 +20,7 @@ import redis
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-from audit.errors import SourceError
+from audit.errors import SourceConnectError, SourceError
 from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
 from audit.kernel.state import MetricValue, PairState
@@ -226,7 +226,11 @@ class KeyspaceCheck(Check):
                 rows, selecting(*pipes), show_values=self.extras.show_values, page=s.big_key_elements
             )
         except (OSError, ConnectionError, redis.RedisError) as e:
-            raise SourceError(f"pair {ctx.pair.name}: recheck failed: {e}") from None
+            down = _sides_down(ctx)  # the driver's words ("Connection reset by peer") name no server
+            said = "".join(f"; {d}" for d in down)
+            raise SourceError(
+                f"pair {ctx.pair.name}: recheck failed: {e}{said}", where=down[0].where if down else ""
+            ) from None
         finally:
             for p in pipes:
                 p.close()
@@ -283,3 +287,14 @@ class KeyspaceCheck(Check):
 
         certified = side_certificate(Path(run.snapshot(state.pair, side)), state, side)
         return {**certified, "compare": self.extras.compare, "compare_meaning": COMPARE_MEANING[self.extras.compare]}
+
+
+def _sides_down(ctx: StageContext) -> list[SourceConnectError]:
+    """The sides that no longer answer, each error naming its server (after a read failed mid-recheck)."""
+    down = []
+    for side in SIDES:
+        try:
+            connect(str(ctx.url(side)), role=side).close()
+        except SourceConnectError as e:
+            down.append(e)
+    return down
