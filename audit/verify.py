@@ -79,11 +79,12 @@ def verification_inventory(
     """A one-pair inventory: `source` as the master side, `target` as the replica side.
 
     `source` and `target` are URLs of the kind's servers or `conn:<airflow_conn_id>`; `dbs`
-    None or empty means every db either side has keys in (kinds with dbs); `tables` likewise for kinds
-    with tables (every base table outside the system schemas); `settings` are inventory settings (max_keys_per_s,
-    recheck_rounds, ...); `options` other fields of the kind's pair (e.g. redis' `compare`, `keys`). A
-    `source` or `target` starting with `{` is a YAML/JSON mapping: an endpoint of the kind's own form
-    (e.g. ``{url: redis://h:7000, topology: cluster}``). Raises ConfigError naming the bad argument.
+    None or empty means every db either side has keys in (kinds with dbs; Pika: db 0, as it lists none);
+    `tables` likewise for kinds with tables (every base table outside the system schemas); `settings` are
+    inventory settings (max_keys_per_s, recheck_rounds, ...); `options` other fields of the kind's pair
+    (e.g. redis' `compare`, `keys`). A `source` or `target` starting with `{` is a YAML/JSON mapping: an
+    endpoint of the kind's own form (e.g. ``{url: redis://h:7000, topology: cluster}``). Raises ConfigError
+    naming the bad argument.
     """
     if kind not in verifiable_kinds():
         raise ConfigError(f"verification kind {kind!r}: expected one of {', '.join(verifiable_kinds())}")

@@ -364,3 +364,14 @@ def test_pika_pointed_at_servers_without_binlog_offsets_is_not_covered(redis_pai
     s = summary(root)["pairs"][0]
     assert code == 1 and s["status"] == "failed"
     assert any("replication state could not be read" in line for line in s["not_covered"]), s["not_covered"]
+
+
+def test_a_keyspace_audit_without_dbs_says_it_read_db_0_only(redis_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # without `dbs` a Pika pair (and a Pika verification, which the docs said read "every db either side
+    # has keys in") compared db 0 alone, and the summary did not say so
+    master, replica = redis_pair
+    pair = {"name": "nodbs", "kind": "pika", "master": master.url, "replica": replica.url, "check_replication": False}
+    _, root = audit(tmp_path, monkeypatch, pair)
+    s = summary(root)["pairs"][0]
+    assert s["dbs"] == [0]
+    assert any(line.startswith("db 0 only:") and "set dbs" in line for line in s["limits"]), s["limits"]

@@ -163,6 +163,8 @@ class KeyspaceCheck(Check):
             ctx.metrics[f"{side}_keys_per_s"] = round(st["keys_scanned"] / max(meta["duration_s"], 1e-6))
             ctx.metrics[f"{side}_commands"] = st["commands"]
         ctx.state.dbs = dbs
+        if not self.dbs and not self.dbs_from_info:  # Pika: nothing lists its DBs, so db 0 unless told
+            ctx.state.limits.append("db 0 only: the servers do not list their DBs; set dbs to compare others")
         self._notes(ctx, {side: filtered_out(meta) for side, meta in metas.items()})
         ctx.done(f"dbs {dbs}")
 

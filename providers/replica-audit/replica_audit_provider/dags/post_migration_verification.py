@@ -4,10 +4,11 @@
 Verifies a migration: the **target** must hold what the **source** holds (a Redis or Pika keyspace,
 MySQL/MariaDB tables). Trigger it with the form (Params below, validated before the run starts). The
 two servers are audited as one pair, **snapshot → diff → recheck → gate**, without a replication
-check (the target is not a replica), over every db either side has keys in (or the `dbs` given; for
-MySQL every base table outside the system schemas, or the `tables` given), then **certificate** writes
-`out/<run_id>/certificate.json` and `certificate.html`: what each side holds (keys per db, or rows per
-table), the content digests of both sides, tool and server versions, the gate's verdict.
+check (the target is not a replica), over every db either side has keys in (or the `dbs` given; Pika:
+db 0 unless `dbs` names them; for MySQL every base table outside the system schemas, or the `tables`
+given), then **certificate** writes `out/<run_id>/certificate.json` and `certificate.html`: what each
+side holds (keys per db, or rows per table), the content digests of both sides, tool and server
+versions, the gate's verdict.
 
 Strictness: `zero_tolerance` (default: every threshold 0, unreadable keys included, and the two
 content digests must be equal), `allow_ttl_drift` (expiry differences reported, not failing),
@@ -81,7 +82,7 @@ def _params() -> dict[str, Param]:
             type="array",
             items={"type": "integer", "minimum": 0, "maximum": 65535},
             title="Databases",
-            description="db indexes to verify; empty: every db either side has keys in",
+            description="db indexes to verify; empty: every db either side has keys in (Pika: db 0 only)",
         ),
         "tables": Param(
             [],
