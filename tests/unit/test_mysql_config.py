@@ -46,6 +46,9 @@ def test_settings_errors_name_the_field() -> None:
         MySQLSettings.from_mapping({"chunk_rows": 5})
     with pytest.raises(ConfigError, match=r"settings.hash_function: Input should be 'crc32' or 'md5'"):
         MySQLSettings.from_mapping({"hash_function": "sha1"})
+    with pytest.raises(ConfigError, match=r"s.min_chunk_rows: 60000 is above s.max_chunk_rows \(50000\)"):
+        MySQLSettings.from_mapping({"min_chunk_rows": 60_000}, "s")
+    assert MySQLSettings.from_mapping({"min_chunk_rows": 9, "max_chunk_rows": 9}).max_chunk_rows == 9
 
 
 def test_table_patterns() -> None:

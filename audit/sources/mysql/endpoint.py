@@ -110,7 +110,13 @@ class MySQLSettings(_Strict):
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None, field: str = "settings") -> MySQLSettings:
-        return _validated(cls, dict(raw or {}), field)
+        settings = _validated(cls, dict(raw or {}), field)
+        if settings.min_chunk_rows > settings.max_chunk_rows:  # a chunk's size would be clamped past its bounds
+            raise ConfigError(
+                f"{field}.min_chunk_rows: {settings.min_chunk_rows} is above "
+                f"{field}.max_chunk_rows ({settings.max_chunk_rows})"
+            )
+        return settings
 
 
 M = TypeVar("M", bound=BaseModel)
