@@ -419,10 +419,14 @@ def daily_report(
     ] = None,
 ) -> None:
     """Render OUT/reports/daily-<date>.html from the results history: trends per pair over the last days."""
+    from audit.history import ENV_VAR
     from audit.report.daily import render_daily_report
 
+    new_out = not Path(out_dir).exists() and not (history or os.environ.get(ENV_VAR))
     path = render_daily_report(out_dir, history, days, as_of)
     out.print(escape(f"daily report: {path}"))
+    if new_out:  # a mistyped OUT: no history there, so the report is empty (not an error: a first day)
+        err.print(escape(f"warning: {out_dir} did not exist: the report holds no runs (--history names a store)"))
 
 
 app.command("spark-server")(spark_server)

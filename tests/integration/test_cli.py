@@ -337,3 +337,13 @@ def test_a_kind_registered_by_a_name_that_loads_nothing_is_a_config_error(
         registered_kinds.cache_clear()
     err = " ".join(capsys.readouterr().err.split())
     assert f"kind module {target}: cannot load it" in err and "Traceback" not in err
+
+
+def test_a_daily_report_of_an_out_that_did_not_exist_says_it_holds_no_runs(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # a mistyped -o once gave an empty report, a new history.sqlite and exit 0 without a word
+    monkeypatch.delenv("REPLICA_AUDIT_HISTORY", raising=False)
+    assert run_cli(["daily-report", "-o", str(tmp_path / "typo")], monkeypatch) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{tmp_path / 'typo'} did not exist: the report holds no runs" in err
+    assert run_cli(["daily-report", "-o", str(tmp_path / "typo")], monkeypatch) == 0  # now it exists: a quiet day
+    assert "did not exist" not in capsys.readouterr().err
