@@ -77,6 +77,26 @@ def test_repair_plan_keeps_rows_whose_keys_differ_only_in_case_or_trailing_space
     assert pair.audit([f"{schema}.ci"]).findings == []
 
 
+def test_repair_plan_of_a_keyless_table_deletes_the_surplus_copy_not_its_case_or_space_twin(
+    pair: Pair, schema: str, tmp_path: Path
+) -> None:
+    """The replica has a surplus 'x' and 'y' beside 'X' and 'y ', which the master has too: under the
+    column's collation the surplus copies' DELETE ... LIMIT 1 matched the twins first and removed them."""
+    pair.on_master(
+        f"CREATE TABLE {schema}.bag (v VARCHAR(10), n INT) COLLATE utf8mb4_general_ci",
+        f"INSERT INTO {schema}.bag VALUES ('X', 1), ('x', 1), ('y ', 2), ('y', 2)",
+    )
+    pair.on_replica_only(f"INSERT INTO {schema}.bag VALUES ('x', 1), ('y', 2)")
+    first = pair.audit([f"{schema}.bag"], repair_path=tmp_path / "fix.sql")
+    assert sorted(f.category for f in first.findings) == ["extra_row", "extra_row"]
+
+    pair.replica.execute("SET SESSION sql_log_bin = 0", *statements(tmp_path / "fix.sql"))
+
+    left = f"SELECT HEX(v), COUNT(*) FROM {schema}.bag GROUP BY HEX(v) ORDER BY 1"
+    assert pair.replica.execute(left) == pair.master.execute(left)
+    assert pair.audit([f"{schema}.bag"]).findings == []
+
+
 def test_recheck_judges_no_row_the_replica_has_not_applied(pair: Pair, schema: str) -> None:
     """Candidates from the chunk compare, re-read while the replica's SQL thread is stopped and the
     master has since written them: the replica's stale rows used to be findings (a row_mismatch, and an

@@ -3,7 +3,8 @@
 As pt-table-sync --print and sync-diff-inspector's fix SQL: a row missing on the replica or different
 there is `REPLACE INTO` with the master's values (as last re-read); a row only the replica has is
 `DELETE ... WHERE <key> LIMIT 1`. A keyless table gets `INSERT`s for missing copies and
-`DELETE ... WHERE <every column> <=> <value> LIMIT n` for surplus ones. A table's DELETEs come before
+`DELETE ... WHERE <every column> <=> <value> LIMIT n` for surplus ones (text matched byte for byte:
+`delete_copies`). A table's DELETEs come before
 its REPLACEs and INSERTs: under a case-insensitive or PAD SPACE collation the replica's extra key `'A'`
 or `'b '` equals the master's `'a'` or `'b'`, so a DELETE run after the REPLACE would remove the row
 just written. Identifiers are backquoted,
@@ -73,9 +74,19 @@ def delete_by_key(plan: TablePlan, row: Row) -> str:
     return f"DELETE FROM {table_ref(plan.schema, plan.name)} WHERE {conds} LIMIT 1;"
 
 
+_PLAIN_TEXT = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
+EXACT_COLLATION = {False: "utf8mb4_nopad_bin", True: "utf8mb4_bin"}
+"""By flavor (MySQL?): a collation that tells 'x' from 'X' (and, on MariaDB, 'x' from 'x '). MySQL's
+utf8mb4_bin pads: on MySQL, copies differing only in trailing spaces still match each other's DELETE."""
+
+
 def delete_copies(plan: TablePlan, row: Row, copies: int, *, mysql_json: bool = False) -> str:
+    """Surplus copies of a keyless row. Its text is matched byte for byte: under the column's own
+    collation ('x' = 'X' = 'x ') the DELETE could remove a copy of another row, one the master has too."""
+    exact = f" COLLATE {EXACT_COLLATION[mysql_json]}"
     conds = " AND ".join(
         f"{quote_ident(c.name)} <=> {_value(c, v, in_where=True, mysql_json=mysql_json)}"
+        + (exact if c.data_type in _PLAIN_TEXT and v is not None else "")
         for c, v in zip(plan.columns, row, strict=True)
     )
     return f"DELETE FROM {table_ref(plan.schema, plan.name)} WHERE {conds} LIMIT {copies};"
