@@ -17,9 +17,10 @@ import pytest
 import redis
 
 from audit.diff.keyspace import diff_snapshots
-from audit.errors import ConfigError
+from audit.errors import ConfigError, SourceConnectError
 from audit.local.redis_cluster import LocalCluster, start_cluster
 from audit.local.redis_server import RedisServer, free_port
+from audit.sources.redis.client import connect
 from audit.sources.redis.endpoints import parse_endpoint
 from audit.sources.redis.fleet_health import (
     probe,
@@ -32,7 +33,7 @@ from audit.sources.redis.fleet_snapshot import side_tasks, snapshot_fleet, tasks
 from audit.sources.redis.recheck import recheck
 from audit.sources.redis.routing import ClusterKeyReader, key_slot
 from audit.sources.redis.snapshot import SnapshotOptions
-from audit.sources.redis.topology import Shard, Topology, describe, discover, discover_cluster
+from audit.sources.redis.topology import CLUSTER_ACL, Shard, Topology, describe, discover, discover_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -144,6 +145,33 @@ def test_healthy_cluster_has_no_health_findings(cluster: LocalCluster) -> None:
     assert all(s.info is not None for s in states.values()) and unreachable_error(topo, states) is None
     assert topology_findings(topo) == [] and wrong_master_findings(topo, states) == []
     assert len(replication_pairs(topo)) == 3
+
+
+def test_an_acl_user_without_cluster_commands_is_named_not_a_crash(cluster: LocalCluster) -> None:
+    # the README's read-only user on a cluster: CLUSTER SLOTS' NOPERM reply was iterated as slots (exit 4)
+    words = ["on", ">pw", "+@read", "+info", "+client|list", "+select", "allkeys"]
+    for node in cluster.nodes:
+        cluster.node(node).acl_setuser("auditor", reset=True)
+        cluster.node(node).execute_command("ACL", "SETUSER", "auditor", *words)  # type: ignore[no-untyped-call]
+    seed = cluster.masters[0]
+    ep = parse_endpoint({"url": f"redis://auditor:pw@127.0.0.1:{seed.port}", "topology": "cluster"}, "m")
+    try:
+        with pytest.raises(SourceConnectError) as e:
+            discover(ep, role="pair c master")
+        assert e.value.where == f"127.0.0.1:{seed.port}"
+        assert "refused CLUSTER" in str(e.value) and "NOPERM" in str(e.value) and CLUSTER_ACL in str(e.value)
+        for node in cluster.nodes:
+            cluster.node(node).execute_command("ACL", "SETUSER", "auditor", *CLUSTER_ACL.split())  # type: ignore[no-untyped-call]
+        topo = discover(ep, role="pair c master")
+        assert len(topo.shards) == 3 and topo.unreachable == {}
+        replica = topo.shards[0].replicas[0]
+        connect(replica.url, role="r", readonly=True).close()
+        cluster.node(cluster.server_at(replica.port)).execute_command("ACL", "SETUSER", "auditor", "-readonly")  # type: ignore[no-untyped-call]
+        with pytest.raises(SourceConnectError, match=r"server refused READONLY \(.*'readonly'"):
+            connect(replica.url, role="r", readonly=True)
+    finally:
+        for node in cluster.nodes:
+            cluster.node(node).acl_deluser("auditor")
 
 
 def test_not_a_cluster_is_a_config_error(tmp_path: Path) -> None:

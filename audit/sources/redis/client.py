@@ -17,12 +17,19 @@ def host_port(url: str) -> str:
     return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
 
 
+class ReadonlyRefused(redis.ResponseError):
+    """The server refused READONLY (an ACL without +readonly), which `connect` names as such."""
+
+
 def _readonly_on_connect(conn: Any) -> None:
     """redis-py's connection set-up (auth, SELECT), then READONLY: a cluster replica serves reads of
     its shard's keys only on a connection that said READONLY (others get MOVED to the master)."""
     conn.on_connect()
     conn.send_command("READONLY")
-    conn.read_response()
+    try:
+        conn.read_response()
+    except redis.ResponseError as e:
+        raise ReadonlyRefused(str(e)) from None
 
 
 def connect(
@@ -55,7 +62,10 @@ def connect(
         where = host_port(url)
         raise SourceConnectError(f"{role} {redact_url(url)}: authentication failed ({e})", where=where) from None
     except redis.ResponseError as e:
-        raise SourceConnectError(f"{role} {redact_url(url)}: server refused INFO ({e})", where=host_port(url)) from None
+        said = "READONLY" if isinstance(e, ReadonlyRefused) else "INFO"
+        raise SourceConnectError(
+            f"{role} {redact_url(url)}: server refused {said} ({e})", where=host_port(url)
+        ) from None
     except (redis.ConnectionError, redis.TimeoutError, OSError, ValueError) as e:
         raise SourceConnectError(f"{role} {host_port(url)} unreachable: {e}", where=host_port(url)) from None
     return client

@@ -30,6 +30,8 @@ from audit.sources.redis.resp import RespPipe
 from audit.urls import ConnResolver, redact_url
 
 SLOTS = 16384
+CLUSTER_ACL = "+cluster|shards +cluster|slots +cluster|nodes +cluster|info +readonly +asking"
+"""What a cluster audit sends beyond a standalone audit's commands (README: the ACL line)."""
 SlotRange = tuple[int, int]
 
 
@@ -283,6 +285,18 @@ def _raw(client: redis.Redis, *command: bytes) -> Any:
         pipe.close()
 
 
+def _asked(client: redis.Redis, url: str, label: str, *command: bytes) -> Any:
+    """A reply discovery cannot do without: an error reply (an ACL's NOPERM, ...) is a SourceConnectError
+    naming the node and the command, never a reply parsed as if it were the data."""
+    reply = _raw(client, *command)
+    if isinstance(reply, ReplyError):
+        where = host_port(url)
+        said = " ".join(c.decode() for c in command)
+        hint = f" (a cluster audit's ACL user also needs {CLUSTER_ACL})" if "NOPERM" in str(reply) else ""
+        raise SourceConnectError(f"{label} {where} refused {said}: {reply}{hint}", where=where)
+    return reply
+
+
 def discover_standalone(url: str, *, role: str = "") -> Topology:
     client = connect(url, role=role or "standalone")
     info = parse_info(info_text(client, "replication"))
@@ -308,16 +322,15 @@ def discover_cluster(url: str, *, role: str = "", use_shards: bool = True) -> To
             "(INFO cluster: cluster_enabled:0); use topology: standalone"
         )
     reply = _raw(seed, b"CLUSTER", b"SHARDS") if use_shards else ReplyError("not asked")
-    if isinstance(reply, ReplyError):
+    if isinstance(reply, ReplyError):  # before 7.0 (or an ACL allowing CLUSTER SLOTS only)
         source = "CLUSTER SLOTS"
-        nodes_text = _s(_raw(seed, b"CLUSTER", b"NODES"))
-        raw = with_replicas_from_nodes(
-            parse_cluster_slots(_raw(seed, b"CLUSTER", b"SLOTS"), fallback), parse_cluster_nodes(nodes_text, fallback)
-        )
+        nodes_text = _s(_asked(seed, url, label, b"CLUSTER", b"NODES"))
+        slots = _asked(seed, url, label, b"CLUSTER", b"SLOTS")
+        raw = with_replicas_from_nodes(parse_cluster_slots(slots, fallback), parse_cluster_nodes(nodes_text, fallback))
     else:
         source = "CLUSTER SHARDS"
         raw = parse_cluster_shards(reply, fallback)
-    state = _s(_raw(seed, b"CLUSTER", b"INFO"))
+    state = _s(_asked(seed, url, label, b"CLUSTER", b"INFO"))
     cluster_state = parse_info(state).get("cluster_state")
     shards = [s for s in (_shard(r, url) for r in raw) if s is not None]
     moves, unreachable = _moves(shards, fallback, label)
@@ -353,7 +366,7 @@ def _moves(shards: Sequence[Shard], fallback: str, label: str) -> tuple[list[Slo
         m = shard.master
         try:
             client = connect(m.url, role=f"{label} shard master")
-            text = _s(_raw(client, b"CLUSTER", b"NODES"))
+            text = _s(_asked(client, m.url, f"{label} shard master", b"CLUSTER", b"NODES"))
         except (SourceConnectError, redis.RedisError, OSError) as e:
             unreachable[m.addr] = str(e)
             continue
