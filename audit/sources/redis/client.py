@@ -32,6 +32,16 @@ def _readonly_on_connect(conn: Any) -> None:
         raise ReadonlyRefused(str(e)) from None
 
 
+def _tls_on_connect(conn: Any) -> None:
+    """redis-py's connection set-up, then one PING read back. A TLS 1.3 server sends its session tickets
+    after the handshake; with no reply read during set-up (no AUTH, no CLIENT SETINFO) they are still
+    unread when the pool checks the new connection, which it then drops as "Connection has data", and
+    after one retry fails with "Connection not ready": a healthy server reported unreachable."""
+    conn.on_connect()
+    conn.send_command("PING")
+    conn.read_response()
+
+
 def connect(
     url: str, *, role: str, timeout_s: float = defaults.CONNECT_TIMEOUT_S, readonly: bool = False
 ) -> redis.Redis:
@@ -45,7 +55,11 @@ def connect(
             f"{role}: {redact_url(url)} is not a Redis URL (expected redis://, rediss:// or unix://;"
             " a conn:<id> must be a Redis or Pika connection)"
         )
-    extra: dict[str, Any] = {"redis_connect_func": _readonly_on_connect} if readonly else {}
+    extra: dict[str, Any] = {}
+    if readonly:
+        extra["redis_connect_func"] = _readonly_on_connect  # a reply read: TLS tickets drained too
+    elif urlsplit(url).scheme == "rediss":
+        extra["redis_connect_func"] = _tls_on_connect
     try:
         client = redis.Redis.from_url(
             url,
