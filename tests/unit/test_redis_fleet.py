@@ -58,6 +58,9 @@ def test_endpoint_forms_and_secrets() -> None:
     assert display(parse_endpoint({"url": "conn:cache", "topology": "cluster"}, "x")) == "conn:cache (cluster)"  # type: ignore[arg-type]
     assert node_url("rediss://u:p%40w@seed:7000/3", "10.0.0.1", 7001) == "rediss://u:p%40w@10.0.0.1:7001"
     assert node_url("redis://seed:7000", "::1", 7001) == "redis://[::1]:7001"
+    # a TLS cluster's private CA reaches every node, not the seed alone; a db stays the seed's
+    tls_seed = "rediss://seed:7000/0?ssl_ca_certs=/etc/ca.pem&db=0&ssl_cert_reqs=required"
+    assert node_url(tls_seed, "h", 7001) == "rediss://h:7001?ssl_ca_certs=/etc/ca.pem&ssl_cert_reqs=required"
 
 
 @pytest.mark.parametrize(
@@ -129,6 +132,17 @@ def test_cluster_shards_reply() -> None:
         (7005, "replica", "loading"),
     ]
     assert by_port[7006].slots == ()
+
+
+def test_cluster_shards_tls_ports() -> None:
+    # a TLS client uses `tls-port`; a TLS-only cluster lists no `port` at all (was a KeyError: exit 4)
+    both = [[b"slots", [0, 16383], b"nodes", [[b"id", b"a" * 40, b"port", 7000, b"tls-port", 8000, b"ip",
+             b"127.0.0.1", b"role", b"master", b"health", b"online"]]]]  # fmt: skip
+    only_tls = [[b"slots", [0, 16383], b"nodes", [[b"id", b"a" * 40, b"tls-port", 8000, b"ip", b"127.0.0.1",
+                 b"role", b"master", b"health", b"online"]]]]  # fmt: skip
+    assert parse_cluster_shards(both, "h")[0].nodes[0].port == 7000
+    assert parse_cluster_shards(both, "h", tls=True)[0].nodes[0].port == 8000
+    assert parse_cluster_shards(only_tls, "h")[0].nodes[0].port == 8000
 
 
 def test_cluster_slots_reply_groups_ranges_by_master() -> None:

@@ -161,12 +161,14 @@ def sentinel_url(entry: str) -> str:
 
 
 def node_url(seed_url: str, host: str, port: int) -> str:
-    """The URL of another node of the seed's cluster: the seed's scheme and credentials, db 0."""
+    """The URL of another node of the seed's cluster: the seed's scheme, credentials and client options
+    (`?ssl_ca_certs=...`: a TLS cluster's private CA), db 0."""
     parts = urlsplit(seed_url)
     userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
     shown = f"[{host}]" if ":" in host else host
     netloc = f"{userinfo}@{shown}:{port}" if userinfo else f"{shown}:{port}"
-    return urlunsplit((parts.scheme, netloc, "", "", ""))
+    query = "&".join(p for p in parts.query.split("&") if p and p.partition("=")[0] != "db")
+    return urlunsplit((parts.scheme, netloc, "", query, ""))
 
 
 def display(endpoint: RedisEndpoint) -> str:

@@ -133,8 +133,16 @@ def _host(endpoint: str, ip: str, fallback: str) -> str:
     return fallback
 
 
-def parse_cluster_shards(reply: Sequence[Any], fallback_host: str) -> list[RawShard]:
-    """CLUSTER SHARDS: per shard `slots` (flat start,end pairs) and `nodes` (flat field/value maps)."""
+def _client_port(node: dict[str, Any], tls: bool) -> int:
+    """The port a client reaches the node on: `tls-port` for a TLS client when the node lists one (a
+    cluster with tls-cluster yes lists its plain `port` too, or only `tls-port` when it has none)."""
+    order = ("tls-port", "port") if tls else ("port", "tls-port")
+    return int(next(node[k] for k in order if k in node))
+
+
+def parse_cluster_shards(reply: Sequence[Any], fallback_host: str, tls: bool = False) -> list[RawShard]:
+    """CLUSTER SHARDS: per shard `slots` (flat start,end pairs) and `nodes` (flat field/value maps).
+    `tls`: the auditor speaks TLS (rediss://), so each node's `tls-port` is the one to use."""
     out = []
     for entry in reply:
         d = _pairs(entry)
@@ -144,7 +152,7 @@ def parse_cluster_shards(reply: Sequence[Any], fallback_host: str) -> list[RawSh
         for raw in d.get("nodes", []):
             n = _pairs(raw)
             host = _host(_s(n.get("endpoint", "")), _s(n.get("ip", "")), fallback_host)
-            nodes.append(RawNode(_s(n["id"]), host, int(n["port"]), _s(n["role"]), _s(n.get("health", ""))))
+            nodes.append(RawNode(_s(n["id"]), host, _client_port(n, tls), _s(n["role"]), _s(n.get("health", ""))))
         out.append(RawShard(slots, tuple(nodes)))
     return out
 
@@ -329,7 +337,7 @@ def discover_cluster(url: str, *, role: str = "", use_shards: bool = True) -> To
         raw = with_replicas_from_nodes(parse_cluster_slots(slots, fallback), parse_cluster_nodes(nodes_text, fallback))
     else:
         source = "CLUSTER SHARDS"
-        raw = parse_cluster_shards(reply, fallback)
+        raw = parse_cluster_shards(reply, fallback, tls=url.startswith("rediss:"))
     state = _s(_asked(seed, url, label, b"CLUSTER", b"INFO"))
     cluster_state = parse_info(state).get("cluster_state")
     shards = [s for s in (_shard(r, url) for r in raw) if s is not None]
