@@ -88,6 +88,10 @@ def url_secrets(text: str) -> list[str]:
         password = userinfo.partition(":")[2]
         if password:
             found.extend((password, unquote(password), f"://{userinfo}@"))
+        query = re.split(r"\s", text[start:], maxsplit=1)[0].partition("?")[2]
+        for name, value in (p.partition("=")[::2] for p in query.split("&")):
+            if any(word in name.lower() for word in _SECRET_KEYS) and value:
+                found.extend((value, unquote(value)))
     if text.lstrip().startswith("{"):
         found.extend(_mapping_secrets(text))
     return list(dict.fromkeys(found))
@@ -128,8 +132,8 @@ def redact_url(url: str | None) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:
         return _PASSWORD_RE.sub("***@", url)
-    if "@" not in rest:
-        return url
+    if "@" not in rest:  # no user info, but a query may still hold one (redis-py reads `?password=`)
+        return f"{scheme}://{re.split(r'[?#]', rest, maxsplit=1)[0]}"
     # The last "@" ends the user info: a password typed with an unencoded "/", "?" or "#" would otherwise
     # be parsed as the path, query or fragment, and shown. The query goes too (it may hold a secret).
     userinfo, _, tail = rest.rpartition("@")

@@ -238,6 +238,11 @@ def test_read_only_acl_user_by_url_or_conn_and_password_never_written(tmp_path, 
         pair = summary(latest_run(tmp_path / "out"))["pairs"][0]
         assert pair["metrics"]["replica_keys_scanned"] == 1
         assert pair["servers"]["replica"]["endpoint"] == f"redis://auditor:***@127.0.0.1:{replica.port}"
+        # redis-py also reads the credentials from the query: that URL was shown whole (summary, report, state)
+        query_url = f"redis://127.0.0.1:{master.port}?username=auditor&password={secret}"
+        pairs = [{"name": "ro", "kind": "redis", "master": query_url, "replica": "conn:ro_replica"}]
+        inv = write_inventory(tmp_path / "inv-query.yaml", pairs)
+        assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 0
         captured = capsys.readouterr()
         assert secret not in captured.out + captured.err
         for path in (tmp_path / "out").rglob("*"):

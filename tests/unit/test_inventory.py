@@ -8,6 +8,7 @@ import pytest
 
 from audit.errors import ConfigError
 from audit.inventory import endpoint_url, env_conn_resolver, parse_inventory, redact_url
+from audit.urls import url_secrets
 
 GOOD = """
 defaults: {max_keys_per_s: 500, recheck_rounds: 2, gate: {max_missing: 3}}
@@ -141,6 +142,9 @@ def test_passwords_never_shown() -> None:
     for url in ("redis://:ab/s3cret@h:1", "mysql://u:ab?s3cret@h:3306/db", "redis://u:ab#s3cret@h"):
         assert "s3cret" not in redact_url(url) and ":***@h" in redact_url(url), url
     assert redact_url("redis://u:p@h:1/0?ssl_ca=/x&password=s3cret") == "redis://u:***@h:1/0"  # nor in a query
+    # redis-py reads `?password=`: a URL without user info was shown whole, in the summary and the report
+    assert redact_url("redis://h:1/0?ssl_ca=/x&password=s3cret") == "redis://h:1/0"
+    assert {"s3cret", "s3 cret"} <= set(url_secrets("redis://h:1?a=b&password=s3cret x rediss://h?Password=s3%20cret"))
 
 
 @pytest.mark.parametrize(
