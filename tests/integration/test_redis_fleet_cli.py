@@ -454,3 +454,30 @@ def test_migration_into_a_cluster_with_a_node_down_compares_the_other_shards(
         cluster.wait_healthy(60)
         for node in cluster.nodes:
             cluster.node(node).config_set("cluster-require-full-coverage", "yes")
+
+
+def test_a_replica_lost_between_the_stages_is_not_a_pass(
+    empty: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Airflow runs the stages as tasks, minutes apart: a replica read by the snapshot and down at `diff`
+    # was left out of the replication sampling without a word, and the pair passed (exit 0)
+    cluster = empty
+    load(cluster, "later", 100)
+    inv = write_inventory(tmp_path / "inv.yaml", [cluster_pair(cluster, fleet_snapshot="threads")], **FAST)
+    out = str(tmp_path / "out")
+    assert run_cli(["snapshot", "-i", str(inv), "-o", out], monkeypatch) == 0
+    run_id = latest_run(tmp_path / "out").name
+    gone = cluster.replicas[1][0]
+    gone.stop()
+    try:
+        stages = ("diff", "recheck")
+        codes = [run_cli([st, "-i", str(inv), "-o", out, "--run-id", run_id], monkeypatch) for st in stages]
+        assert codes == [0, 3]
+        err = capsys.readouterr().err
+        assert addr(gone) in err and "replication not sampled" in err and PASSWORD not in err
+        assert run_cli(["report", "-i", str(inv), "-o", out, "--run-id", run_id], monkeypatch) == 3
+        s = summary(latest_run(tmp_path / "out"))["pairs"][0]
+        assert s["status"] == "error" and s["metrics"]["replicas_unsampled"] == 1
+    finally:
+        cluster.restart(gone)
+        cluster.wait_healthy(60)

@@ -158,7 +158,7 @@ class ShardReplicationCheck(Check):
     """Each shard's master against each of its replicas: two INFO samples, the standalone detector."""
 
     name = "replication"
-    coverage = ("replicas_sampled",)
+    coverage = ("replicas_sampled", "replicas_unsampled")
 
     def __init__(self, pair: RedisPair) -> None:
         self.pair = pair
@@ -176,9 +176,15 @@ class ShardReplicationCheck(Check):
         return take_sample(master, connect(replica.url, role=f"{role} replica {replica.addr}"))
 
     def diff(self, ctx: StageContext) -> None:
-        ctx.data["first"] = {
-            f"{s.name} {r.addr}": asdict(self._sample(s, r)) for s, r in self._pairs(ctx) if _reachable(s, r)
-        }
+        first: dict[str, Any] = {}
+        lost: list[list[str]] = []  # [address that did not answer, what was not sampled and why]
+        for s, r in self._pairs(ctx):
+            problem = _unreachable(s, r)
+            if problem is None:
+                first[f"{s.name} {r.addr}"] = asdict(self._sample(s, r))
+            else:
+                lost.append([problem[0], f"replica {r.addr} (shard {s.name}): {problem[1]}"])
+        ctx.data.update(first=first, lost=lost)
 
     def recheck(self, ctx: StageContext) -> None:
         first: dict[str, Any] = ctx.data.get("first") or {}
@@ -201,14 +207,26 @@ class ShardReplicationCheck(Check):
             {"at_ms": s[-1].at_ms, "shard": shard.name, "replica": r.addr, "lag": lag_of(s[-1], r.port)}
             for shard, r, s in per_replica
         ]
+        lost: list[list[str]] = ctx.data.get("lost") or []
+        ctx.metrics["replicas_unsampled"] = len(lost)
+        if lost:  # read by the snapshot, gone since: its replication state is unknown, never "fine"
+            said = "; ".join(why for _, why in lost)
+            error = f"pair {self.pair.name}: replication not sampled, node lost since the snapshot: {said}"
+            ctx.fail_after(SourceConnectError(error, where=lost[0][0]))
         ctx.done(f"{len(per_replica)} replicas sampled twice")
 
+    def uncovered(self, metrics: Mapping[str, MetricValue]) -> list[Uncovered]:
+        n = int(metrics.get("replicas_unsampled") or 0)
+        return [Uncovered(n, f"{n} replica(s) lost after the snapshot: replication state not sampled")]
 
-def _reachable(shard: Shard, replica: Node) -> bool:
-    """Whether both ends answer now (a node lost since the snapshot is the topology check's to report)."""
-    try:
-        for n in (shard.master, replica):
-            connect(n.url, role="probe").close()
-    except (SourceConnectError, redis.RedisError, OSError):
-        return False
-    return True
+
+def _unreachable(shard: Shard, replica: Node) -> tuple[str, str] | None:
+    """(the end that does not answer now, why), or None when both do."""
+    for n in (shard.master, replica):
+        try:
+            connect(n.url, role=f"shard {shard.name} node").close()
+        except SourceConnectError as e:
+            return n.addr, str(e)
+        except (redis.RedisError, OSError) as e:
+            return n.addr, f"{n.addr}: {type(e).__name__}: {e}"
+    return None
