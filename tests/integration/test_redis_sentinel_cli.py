@@ -90,3 +90,26 @@ def test_unknown_service_names_the_sentinels(
     assert code == 3
     err = capsys.readouterr().err
     assert "'nosuch'" in err and group.sentinel_addresses[0] in err
+
+
+def test_a_db_only_the_replica_holds_is_compared(
+    group: SentinelGroup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the dbs came from the master's INFO keyspace alone: keys a replica held in a db its master had
+    # none in were never read, and the pair passed (a standalone pair reads the dbs either side has)
+    group.master.client().set("k", "v")
+    wait_acked(group.master, group.replica)
+    r = group.replica.client(db=5)
+    r.config_set("replica-read-only", "no")
+    r.set("stray", "x")
+    try:
+        code, run = audit(tmp_path, monkeypatch, sentinel_pair(group))
+        assert code == 1
+        assert [(row["db"], bytes(row["key"]), row["category"]) for row in findings(run)] == [
+            (5, b"stray", "extra_on_replica")
+        ]
+        assert 5 in summary(run)["pairs"][0]["dbs"]
+    finally:
+        r.delete("stray")
+        r.config_set("replica-read-only", "yes")
+        group.master.client().delete("k")

@@ -93,9 +93,9 @@ class FleetKeyspaceCheck(Check):
         return self.pair.replica is None
 
     # --- snapshot ----------------------------------------------------------------------------------
-    def _dbs(self, topo: Topology) -> list[int]:
-        """db 0 on a cluster; else the pair's dbs, or (a replication audit) every db the master lists,
-        or (a migration) db 0."""
+    def _dbs(self, topo: Topology, skip: set[str]) -> list[int]:
+        """db 0 on a cluster; else the pair's dbs, or (a replication audit) every db the master or one of
+        its replicas lists (a db only a replica holds keys in is a divergence), or (a migration) db 0."""
         if topo.kind == "cluster":
             return [0]
         if self.pair.dbs:
@@ -104,15 +104,24 @@ class FleetKeyspaceCheck(Check):
             from audit.sources.redis.info import keyspace_dbs
             from audit.sources.redis.snapshot import capture_state
 
-            client = connect(topo.shards[0].master.url, role=f"pair {self.pair.name} master")
-            return sorted(keyspace_dbs(capture_state(client, with_clients=False)["info_keyspace"])) or [0]
+            dbs: set[int] = set()
+            for node in (topo.shards[0].master, *topo.shards[0].replicas):
+                if node.addr in skip:
+                    continue
+                client = connect(node.url, role=f"pair {self.pair.name} node {node.addr}")
+                try:
+                    dbs.update(keyspace_dbs(capture_state(client, with_clients=False)["info_keyspace"]))
+                finally:
+                    client.close()
+            return sorted(dbs) or [0]
         return [0]
 
     def _tasks(self, ctx: StageContext) -> tuple[list[Any], dict[str, list[int]]]:
         master = side_topology(ctx, "master")
         assert master is not None
+        skip = excluded_nodes(ctx)
         if self.replication_audit:
-            dbs = self._dbs(master)
+            dbs = self._dbs(master, skip)
             tasks = side_tasks("master", master, dbs=dbs)
             for i in range(max((len(s.replicas) for s in master.shards), default=0)):
                 tasks += side_tasks(replica_side(i), master, dbs=dbs, replica_index=i)
@@ -120,10 +129,9 @@ class FleetKeyspaceCheck(Check):
         else:
             replica = side_topology(ctx, "replica")
             assert replica is not None
-            sides_dbs = {"master": self._dbs(master), "replica": self._dbs(replica)}
+            sides_dbs = {"master": self._dbs(master, skip), "replica": self._dbs(replica, skip)}
             tasks = side_tasks("master", master, dbs=sides_dbs["master"])
             tasks += side_tasks("replica", replica, dbs=sides_dbs["replica"])
-        skip = excluded_nodes(ctx)
         return [t for t in tasks if t.node not in skip], sides_dbs
 
     def snapshot(self, ctx: StageContext) -> None:
