@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from audit.local.redis_sentinel import SentinelGroup, start_sentinel_group
-from audit.local.redis_server import wait_acked
+from audit.local.redis_sentinel import SentinelGroup, SentinelServer, start_sentinel_group
+from audit.local.redis_server import RedisServer, free_port, wait_acked
 from tests.integration.helpers import findings, latest_run, run_cli, summary, write_inventory
 
 pytestmark = pytest.mark.integration
@@ -113,3 +113,23 @@ def test_a_db_only_the_replica_holds_is_compared(
         r.delete("stray")
         r.config_set("replica-read-only", "yes")
         group.master.client().delete("k")
+
+
+def test_a_service_without_any_replica_is_not_a_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a replication audit with no replica to compare compared nothing, and passed (exit 0)
+    master = RedisServer(free_port(), tmp_path / "solo").start()
+    sentinel = SentinelServer(free_port(), tmp_path / "sentinel", {"solo": master.port})
+    try:
+        master.client().mset({f"k:{i}": i for i in range(20)})
+        sentinel.start()
+        pair = {"name": "solo", "kind": "redis", "master": {"sentinels": [sentinel.address], "service": "solo"}}
+        code, run = audit(tmp_path / "a", monkeypatch, {**pair, "fleet_snapshot": "threads"})
+        assert code == 1
+        s = summary(run)["pairs"][0]
+        assert s["status"] == "failed" and s["metrics"]["shards_without_replica"] == 1
+        assert any("no replica" in n for n in s["not_covered"])
+    finally:
+        sentinel.stop()
+        master.stop()

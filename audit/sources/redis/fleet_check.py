@@ -73,7 +73,7 @@ def _side_notes(side: str, t: Topology) -> str:
 
 class TopologyCheck(Check):
     name = "topology"
-    coverage = ("shards", "nodes", "nodes_unreachable", "slots_uncovered")
+    coverage = ("shards", "nodes", "nodes_unreachable", "slots_uncovered", "shards_without_replica")
 
     def __init__(self, pair: RedisPair) -> None:
         self.pair = pair
@@ -99,6 +99,7 @@ class TopologyCheck(Check):
             unreachable.update({a: str(s.error) for a, s in states.items() if s.info is None})
             found += [_tagged(f, side) for f in topology_findings(topo)]
             if self.replication_audit:
+                self._without_replica(ctx, topo)
                 wm = wrong_master_findings(topo, states)
                 found += wm
                 wrong += [str(f.evidence["replica"]) for f in wm if f.evidence.get("replica")]
@@ -116,6 +117,16 @@ class TopologyCheck(Check):
         m["nodes_unreachable"] = int(m.get("nodes_unreachable") or 0) + unreachable
         m["slots_uncovered"] = int(m.get("slots_uncovered") or 0) + sum(b - a + 1 for a, b in topo.uncovered)
 
+    def _without_replica(self, ctx: StageContext, topo: Topology) -> None:
+        """Shards holding slots with no replica at all: nothing to compare their keys with (a sentinel
+        service whose replicas are gone, a cluster shard whose replica was lost), never a silent pass."""
+        bare = [s.name for s in topo.shards if not s.replicas and s.slots]
+        ctx.metrics["shards_without_replica"] = len(bare)
+        if bare:
+            said = f"shard(s) without any replica, their keys compared with nothing: {', '.join(bare)}"
+            ctx.state.notes.append(said)
+            ctx.state.limits.append(said)
+
     def recheck(self, ctx: StageContext) -> None:
         """A node that could not be reached fails the pair (exit 3, naming it) once the rest is audited."""
         down: dict[str, str] = ctx.data.get("unreachable") or {}
@@ -131,7 +142,11 @@ class TopologyCheck(Check):
 
     def uncovered(self, metrics: Mapping[str, MetricValue]) -> list[Uncovered]:
         n = int(metrics.get("nodes_unreachable") or 0)
-        return [Uncovered(n, f"{n} node(s) could not be reached: their shards were not audited")]
+        bare = int(metrics.get("shards_without_replica") or 0)
+        return [
+            Uncovered(n, f"{n} node(s) could not be reached: their shards were not audited"),
+            Uncovered(bare, f"{bare} shard(s) have no replica: their keys were compared with nothing"),
+        ]
 
 
 def _masters_only(topo: Topology) -> Topology:
