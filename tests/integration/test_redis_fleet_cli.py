@@ -481,3 +481,39 @@ def test_a_replica_lost_between_the_stages_is_not_a_pass(
     finally:
         cluster.restart(gone)
         cluster.wait_healthy(60)
+
+
+def _fail_over(cluster: LocalCluster, to: RedisServer, old: RedisServer) -> None:
+    """CLUSTER FAILOVER on replica `to` (its master `old`), until both report their new roles."""
+    cluster.node(to).execute_command("CLUSTER", "FAILOVER")  # type: ignore[no-untyped-call]
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        roles = (cluster.node(to).info("replication")["role"], cluster.node(old).info("replication")["role"])
+        if roles == ("master", "slave"):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{addr(to)} did not take over from {addr(old)}")
+
+
+def test_a_failover_between_the_stages_is_not_a_pass(
+    empty: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the recheck read the nodes in the roles the snapshot found: after a failover the old master's reads
+    # answered MOVED (taken for a slot migration, "converged"), and the pair passed
+    cluster = empty
+    load(cluster, "fo", 100)
+    inv = write_inventory(tmp_path / "inv.yaml", [cluster_pair(cluster, fleet_snapshot="threads")], **FAST)
+    out = str(tmp_path / "out")
+    assert run_cli(["snapshot", "-i", str(inv), "-o", out], monkeypatch) == 0
+    run_id = latest_run(tmp_path / "out").name
+    old, new = cluster.masters[0], cluster.replicas[0][0]
+    _fail_over(cluster, new, old)
+    try:
+        stages = ("diff", "recheck")
+        codes = [run_cli([st, "-i", str(inv), "-o", out, "--run-id", run_id], monkeypatch) for st in stages]
+        assert codes == [0, 3]
+        err = " ".join(capsys.readouterr().err.split())
+        assert "roles changed during the audit" in err and f"{addr(old)} is now a replica" in err
+    finally:
+        _fail_over(cluster, old, new)
+        cluster.wait_healthy(60)

@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 
-from audit.errors import SourceConnectError
+from audit.errors import SourceConnectError, SourceError
 from audit.findings import Finding
 from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
@@ -34,6 +34,7 @@ from audit.sources.redis.fleet_health import (
     NodeState,
     probe,
     replication_pairs,
+    role_changes,
     shard_replication_findings,
     topology_findings,
     unreachable_error,
@@ -128,7 +129,10 @@ class TopologyCheck(Check):
             ctx.state.limits.append(said)
 
     def recheck(self, ctx: StageContext) -> None:
-        """A node that could not be reached fails the pair (exit 3, naming it) once the rest is audited."""
+        """A node that could not be reached fails the pair (exit 3, naming it) once the rest is audited;
+        so does a failover since the snapshot (the keys were read, diffed and re-checked on nodes whose
+        roles have changed: a master's reads answered MOVED, and were taken for a slot migration)."""
+        self._roles_still_hold(ctx)
         down: dict[str, str] = ctx.data.get("unreachable") or {}
         for side in SIDES:
             topo = side_topology(ctx, side)
@@ -139,6 +143,23 @@ class TopologyCheck(Check):
             if error is not None:
                 ctx.fail_after(error)
                 return
+
+    def _roles_still_hold(self, ctx: StageContext) -> None:
+        skip = excluded_nodes(ctx)
+        changed: list[str] = []
+        for side in SIDES:
+            topo = side_topology(ctx, side)
+            if topo is None or topo.kind == "standalone":
+                continue
+            probed = topo if self.replication_audit else _masters_only(topo)
+            states = probe(probed, role=f"pair {self.pair.name} {side}")
+            found = role_changes(probed, {a: st for a, st in states.items() if a not in skip}, self.replication_audit)
+            changed += [f"{side} {c}" for c in found]
+        if changed:
+            said = "; ".join(changed)
+            ctx.fail_after(
+                SourceError(f"pair {self.pair.name}: roles changed during the audit (a failover?): {said}; audit again")
+            )
 
     def uncovered(self, metrics: Mapping[str, MetricValue]) -> list[Uncovered]:
         n = int(metrics.get("nodes_unreachable") or 0)

@@ -176,3 +176,24 @@ def shard_replication_findings(
                 tagged = replace(tagged, evidence={**tagged.evidence, "replica": None})
             out.append(tagged)
     return out
+
+
+def role_changes(topology: Topology, states: dict[str, NodeState], replicas: bool) -> list[str]:
+    """What no longer matches the roles the snapshot read the nodes in: a shard master that now reports
+    itself a replica (a failover since), and (`replicas`) a replica that now follows another node.
+    Nodes that do not answer are not judged here (their checks say so)."""
+    out = []
+    for shard in topology.shards:
+        m = states.get(shard.master.addr)
+        if m is None or m.info is None:
+            continue
+        if m.info.get("role") not in ("master", None):
+            follows = f"{m.info.get('master_host')}:{m.info.get('master_port')}"
+            out.append(f"shard master {shard.master.addr} is now a replica of {follows}")
+            continue
+        for r in shard.replicas if replicas else ():
+            st = states.get(r.addr)
+            if st is not None and st.info is not None:
+                if wrong_master(m.info, st.info, shard.master.host, shard.master.port) is not None:
+                    out.append(f"replica {r.addr} of shard {shard.name} no longer follows it")
+    return out
