@@ -302,6 +302,35 @@ def test_keys_written_during_the_recheck_are_judged_not_dropped(fresh_pair, tmp_
     assert m["recheck_in_flight"] == 0 and m["recheck_confirmed_live"] == 2
 
 
+def test_a_big_hot_key_is_never_read_whole(fresh_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The hot-key judge reads a key whole in one pipeline (HGETALL, LRANGE 0 -1, ...), again and again for
+    up to a second: on a key bigger than a page that blocked the server and held the value in memory."""
+    master, replica = fresh_pair
+    c = master.client()
+    for start in range(0, 20_000, 5000):
+        c.hset("big", mapping={f"f{i}": i for i in range(start, start + 5000)})
+    wait_in_sync(master, replica)
+    r = replica.client()
+    r.config_set("replica-read-only", "no")
+    r.hset("big", "planted", "1")
+    c.config_resetstat()
+    stop = threading.Event()
+    writer = threading.Thread(target=_hot_writer, args=(master, stop, {b"big": 0.0}), daemon=True)
+    writer.start()
+    try:
+        time.sleep(0.3)
+        pair = pair_entry("p", master, replica, gate={"max_in_flight": 0})
+        inv = write_inventory(tmp_path / "inv.yaml", [pair], recheck_rounds=2, big_key_elements=1000)
+        code = run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch)
+    finally:
+        stop.set()
+        writer.join()
+    stats = c.info("commandstats")
+    assert "cmdstat_hgetall" not in stats, stats.get("cmdstat_hgetall")
+    # left undecided (in flight, counted), which max_in_flight: 0 fails, as the README says
+    assert code == 1 and summary(latest_run(tmp_path / "out"))["pairs"][0]["metrics"]["recheck_in_flight"] == 1
+
+
 def test_a_sync_replica_that_announced_its_port_is_diagnosed(redis_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """What a real replica whose PSYNC failed does: REPLCONF listening-port, then plain SYNC, no acks."""
     import socket

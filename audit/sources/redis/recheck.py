@@ -294,7 +294,9 @@ def recheck(
         stats.rounds_run += 1
         stats.per_round_remaining.append(len(pending))
     if judge_hot_keys and pending and isinstance(master, RespPipe) and isinstance(replica, RespPipe):
-        pending = _judge_hot(pending, master, replica, divergent, stats, judge_hot_keys, ack_wait_s)
+        small = {k: s for k, s in pending.items() if _fits_one_read(s, page, window_bytes)}
+        left = _judge_hot(small, master, replica, divergent, stats, judge_hot_keys, ack_wait_s)
+        pending = {k: s for k, s in pending.items() if k not in small or k in left}
     stats.in_flight = len(pending)
     stats.divergent = len(divergent)
     return _divergent_frame(spark, divergent, tolerance_ms, mode), stats
@@ -302,6 +304,15 @@ def recheck(
 
 def _reader(side: RespPipe | DbReader, page: int, window_bytes: int) -> Reader:
     return KeyReader(side, page, window_bytes) if isinstance(side, RespPipe) else side
+
+
+def _fits_one_read(state: KeyState | None, page: int, window_bytes: int) -> bool:
+    """Whether the hot-key judge may read the key whole in one command (audit/sources/redis/hotkeys.py):
+    one page of elements, or one window of a string. A bigger key read whole, again and again, would
+    block the server and hold the value in memory: it stays in flight, counted, not judged."""
+    if state is None:
+        return False
+    return state.length <= (window_bytes if state.type == "string" else page)
 
 
 def _judge_hot(
