@@ -331,6 +331,37 @@ def test_a_big_hot_key_is_never_read_whole(fresh_pair, tmp_path, monkeypatch) ->
     assert code == 1 and summary(latest_run(tmp_path / "out"))["pairs"][0]["metrics"]["recheck_in_flight"] == 1
 
 
+def test_the_recheck_keeps_the_keys_per_second_cap(fresh_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """max_keys_per_s is a hard cap per server: the recheck read every candidate (up to recheck_max_keys,
+    twice a round on the master) at full speed, 20-50x the cap when a replica had lost many keys."""
+    master, replica = fresh_pair
+    master.client().eval(
+        "redis.set_repl(redis.REPL_NONE); for i = 1, 1000 do redis.call('SET', 'lost:' .. i, i) end", 0
+    )
+    cap = 400
+    inv = write_inventory(
+        tmp_path / "inv.yaml", [pair_entry("p", master, replica)], recheck_rounds=1, max_keys_per_s=cap
+    )
+    out = str(tmp_path / "out")
+    assert run_cli(["snapshot", "-i", str(inv), "-o", out], monkeypatch) == 0
+    run_id = latest_run(tmp_path / "out").name
+    assert run_cli(["diff", "-i", str(inv), "-o", out, "--run-id", run_id], monkeypatch) == 0
+    c = master.client()
+    c.config_resetstat()
+    started = time.monotonic()
+    assert run_cli(["recheck", "-i", str(inv), "-o", out, "--run-id", run_id], monkeypatch) == 0
+    took = time.monotonic() - started
+    reads = c.info("commandstats")["cmdstat_type"]["calls"]  # one TYPE per key read
+    assert reads >= 2000 and reads / took <= cap * 1.2, (reads, took)
+    assert summary_metrics_of(tmp_path, run_id)["recheck_divergent"] == 1000
+
+
+def summary_metrics_of(tmp_path: Path, run_id: str) -> dict[str, object]:
+    state = json.loads((tmp_path / "out" / run_id / "work" / "p" / "state.json").read_text())
+    metrics: dict[str, object] = state["metrics"]
+    return metrics
+
+
 def test_a_sync_replica_that_announced_its_port_is_diagnosed(redis_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """What a real replica whose PSYNC failed does: REPLCONF listening-port, then plain SYNC, no acks."""
     import socket

@@ -307,6 +307,7 @@ class FleetKeyspaceCheck(Check):
             ack_wait_s=s.recheck_ack_wait_s,
             judge_hot_keys=HOT_KEYS if ack else 0,
             mode=self.extras.compare,
+            max_keys_per_s=s.snapshot_options().pace_settings().max_keys_per_s,
         )
         for name in ("candidates", "converged", "in_flight", "confirmed"):
             setattr(stats, name, getattr(stats, name) + getattr(st, name))

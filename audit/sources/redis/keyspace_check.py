@@ -207,7 +207,7 @@ class KeyspaceCheck(Check):
         cands = spark.read.parquet(str(ctx.work_dir() / CANDIDATES))
         total = int(ctx.metrics.get("candidates") or 0)
         to_check, rest = split_for_recheck(cands, s.recheck_max_keys, total)
-        pipes = [RespPipe(clients[side]) for side in SIDES]  # few keys: no rate limiter needed
+        pipes = [RespPipe(clients[side]) for side in SIDES]
         try:
             survivors, stats = recheck(
                 spark,
@@ -222,6 +222,7 @@ class KeyspaceCheck(Check):
                 ack_wait_s=s.recheck_ack_wait_s,
                 judge_hot_keys=self.judge_hot_keys,
                 mode=self.extras.compare,
+                max_keys_per_s=s.snapshot_options().pace_settings().max_keys_per_s,
             )
             rows = first_value_mismatches(survivors, self.extras.field_diff_keys if total else 0)
             evidence = field_evidence(

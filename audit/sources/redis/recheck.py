@@ -31,6 +31,7 @@ import pyarrow as pa
 from audit.diff.compare_modes import mode_category
 from audit.diff.keyspace import VALUE_COLUMNS
 from audit.diff.spark import arrow_frame
+from audit.pacing import Pacer, PaceSettings
 from audit.sources.redis.ack import ReplicaAck, wait_for
 from audit.sources.redis.keys import ERROR, UNSTABLE, VANISHED, KeyReader, KeyState
 from audit.sources.redis.resp import RespPipe
@@ -92,20 +93,33 @@ class DbReader(Protocol):
 Reader = KeyReader | DbReader
 
 
-def read_keys(reader: Reader, keys: Iterable[Key]) -> dict[Key, KeyState]:
+def read_keys(reader: Reader, keys: Iterable[Key], pacer: Pacer | None = None) -> dict[Key, KeyState]:
+    """Each key's state, 1000 keys a batch; with `pacer`, at most its keys/s (the side's max_keys_per_s)."""
     by_db: dict[int, list[bytes]] = defaultdict(list)
     for db, key in keys:
         by_db[db].append(key)
     out: dict[Key, KeyState] = {}
     for db, db_keys in sorted(by_db.items()):
-        if not isinstance(reader, KeyReader):
-            for i in range(0, len(db_keys), 1000):
-                out.update(((db, s.key), s) for s in reader.read_db(db, db_keys[i : i + 1000]))
-            continue
-        reader.pipe.execute([(b"SELECT", b"%d" % db)])
-        for i in range(0, len(db_keys), 1000):
-            out.update(((db, s.key), s) for s in reader.read(db_keys[i : i + 1000]))
+        if isinstance(reader, KeyReader):
+            reader.pipe.execute([(b"SELECT", b"%d" % db)])
+        for i in range(0, len(db_keys), _BATCH):
+            batch = db_keys[i : i + _BATCH]
+            if pacer is not None:
+                pacer.before_batch(len(batch))
+            got = reader.read(batch) if isinstance(reader, KeyReader) else reader.read_db(db, batch)
+            out.update(((db, s.key), s) for s in got)
     return out
+
+
+_BATCH = 1000
+
+
+def pacers(max_keys_per_s: float | None) -> tuple[Pacer | None, Pacer | None]:
+    """A token bucket per side for the recheck's reads: the cap a snapshot keeps holds here too (a
+    broken replica can leave recheck_max_keys candidates, read two or three times a round)."""
+    if max_keys_per_s is None:
+        return None, None
+    return Pacer(PaceSettings(max_keys_per_s=max_keys_per_s)), Pacer(PaceSettings(max_keys_per_s=max_keys_per_s))
 
 
 def _present(s: KeyState | None) -> KeyState | None:
@@ -183,12 +197,13 @@ def _round_with_ack(
     ack_wait_s: float,
     tolerance_ms: int,
     mode: str,
+    paced: tuple[Pacer | None, Pacer | None] = (None, None),
 ) -> _Round:
     out = _Round()
-    before = read_keys(m_reader, keys)
+    before = read_keys(m_reader, keys, paced[0])
     acked = wait_for(ack, r_reader.pipe, ack.mark(m_reader.pipe), ack_wait_s)
-    replica = read_keys(r_reader, keys)
-    after = read_keys(m_reader, keys)
+    replica = read_keys(r_reader, keys, paced[1])
+    after = read_keys(m_reader, keys, paced[0])
     for k in keys:
         r = replica.get(k)
         if (
@@ -211,10 +226,11 @@ def _round_without_ack(
     tolerance_ms: int,
     last: bool,
     mode: str,
+    paced: tuple[Pacer | None, Pacer | None] = (None, None),
 ) -> _Round:
     out = _Round()
-    master = read_keys(m_reader, keys)
-    replica = read_keys(r_reader, keys)
+    master = read_keys(m_reader, keys, paced[0])
+    replica = read_keys(r_reader, keys, paced[1])
     for k in keys:
         m, r = master.get(k), replica.get(k)
         if category_of(m, r, tolerance_ms, mode) is None:
@@ -258,6 +274,7 @@ def recheck(
     ack_wait_s: float = 5.0,
     judge_hot_keys: int = 0,
     mode: str = "full",
+    max_keys_per_s: float | None = None,
 ) -> tuple[DataFrame, RecheckStats]:
     """The persisting divergences (the diff's candidate columns, re-read values) and what happened.
 
@@ -273,6 +290,7 @@ def recheck(
     pending: dict[Key, KeyState | None] = {(r["db"], bytes(r["key"])): _snapshot_state(r) for r in rows}
     divergent: dict[Key, tuple[KeyState | None, KeyState | None]] = {}
     m_reader, r_reader = (_reader(side, page, window_bytes) for side in (master, replica))
+    paced = pacers(max_keys_per_s)
     if not (isinstance(m_reader, KeyReader) and isinstance(r_reader, KeyReader)):
         ack, judge_hot_keys = None, 0
     for n in range(rounds):
@@ -283,10 +301,10 @@ def recheck(
         keys = list(pending)
         if ack is not None:
             assert isinstance(m_reader, KeyReader) and isinstance(r_reader, KeyReader)
-            result = _round_with_ack(keys, m_reader, r_reader, ack, ack_wait_s, tolerance_ms, mode)
+            result = _round_with_ack(keys, m_reader, r_reader, ack, ack_wait_s, tolerance_ms, mode, paced)
         else:
             last = n == rounds - 1
-            result = _round_without_ack(keys, pending, m_reader, r_reader, tolerance_ms, last, mode)
+            result = _round_without_ack(keys, pending, m_reader, r_reader, tolerance_ms, last, mode, paced)
         divergent.update(result.divergent)
         stats.converged += result.converged
         stats.confirmed += len(result.divergent) if ack is not None else 0
