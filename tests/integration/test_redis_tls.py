@@ -75,6 +75,11 @@ def test_tls_connections_without_a_password_never_fail(certs: Path, tmp_path: Pa
             except Exception as e:  # counted, then shown
                 failures.append(str(e))
         assert failures == []
+        # the README's read-only rights on a user without a password (the default user): no PING
+        rights = ["reset", "on", "nopass", "+@read", "+info", "+client|list", "+select", "allkeys"]
+        server.client().execute_command("ACL", "SETUSER", "default", *rights)  # type: ignore[no-untyped-call]
+        for _ in range(10):
+            connect(url, role="tls").close()
     finally:
         server.stop()
 

@@ -33,13 +33,17 @@ def _readonly_on_connect(conn: Any) -> None:
 
 
 def _tls_on_connect(conn: Any) -> None:
-    """redis-py's connection set-up, then one PING read back. A TLS 1.3 server sends its session tickets
+    """redis-py's connection set-up, then one reply read back. A TLS 1.3 server sends its session tickets
     after the handshake; with no reply read during set-up (no AUTH, no CLIENT SETINFO) they are still
     unread when the pool checks the new connection, which it then drops as "Connection has data", and
-    after one retry fails with "Connection not ready": a healthy server reported unreachable."""
+    after one retry fails with "Connection not ready": a healthy server reported unreachable. DBSIZE
+    (O(1)) is what a +@read user may run (not PING); a refusal is a reply read all the same."""
     conn.on_connect()
-    conn.send_command("PING")
-    conn.read_response()
+    conn.send_command("DBSIZE")
+    try:
+        conn.read_response()
+    except redis.ResponseError:
+        pass
 
 
 def connect(
