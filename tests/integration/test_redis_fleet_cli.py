@@ -302,6 +302,20 @@ def test_cluster_topology_on_a_plain_server_is_a_usage_error(
     assert "not in cluster mode" in capsys.readouterr().err
 
 
+def test_a_cluster_node_as_the_plain_side_of_a_migration_is_a_usage_error(
+    empty: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # read alone, the node held one shard's keys; the recheck's MOVED replies for the others were taken
+    # as "converged", and a migration whose source held a third of the target's keys passed (exit 0)
+    cluster = empty
+    load(cluster, "one-node", 300)
+    pair = {**migration_pair(RedisServer(cluster.masters[0].port, tmp_path), cluster), "master": cluster.url()}
+    code, _ = audit(tmp_path, monkeypatch, [pair])
+    assert code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "redis_mode:cluster" in err and "topology: cluster" in err and PASSWORD not in err
+
+
 def test_resharding_during_the_audit_is_followed(
     empty: LocalCluster, standalone: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

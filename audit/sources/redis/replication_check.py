@@ -92,7 +92,7 @@ class ReplicationCheck(Check):
         clients = self._clients(ctx)
         states = {side: capture_state(c, with_clients=False) for side, c in clients.items()}
         for side, s in states.items():
-            _standalone_only(side, redact_url(ctx.url(side)), str(s["info_server"].get("redis_mode") or ""))
+            standalone_only(side, redact_url(ctx.url(side)), str(s["info_server"].get("redis_mode") or ""))
             ctx.state.servers[side] = {
                 "endpoint": redact_url(ctx.url(side)),
                 "version": s["info_server"].get("redis_version"),
@@ -139,7 +139,7 @@ _MODE_ENDPOINT = {
 }
 
 
-def _standalone_only(side: str, shown: str, mode: str) -> None:
+def standalone_only(side: str, shown: str, mode: str) -> None:
     """A plain URL names a standalone server: a cluster node read alone would be one shard's keys (the
     others answer MOVED, then count as not covered), a sentinel holds no data."""
     if mode in _MODE_ENDPOINT:

@@ -306,7 +306,13 @@ def _asked(client: redis.Redis, url: str, label: str, *command: bytes) -> Any:
 
 
 def discover_standalone(url: str, *, role: str = "") -> Topology:
+    """A plain URL's server; a cluster node or a sentinel named by a plain URL is a ConfigError (read alone,
+    a cluster node holds one shard's keys, a sentinel none: every other key would look extra or missing)."""
+    from audit.sources.redis.replication_check import standalone_only
+
     client = connect(url, role=role or "standalone")
+    mode = parse_info(info_text(client, "server")).get("redis_mode")
+    standalone_only(role or "standalone", redact_url(url), str(mode or ""))
     info = parse_info(info_text(client, "replication"))
     host, _, port = host_port(url).rpartition(":")
     replicas = tuple(
