@@ -99,9 +99,9 @@ def test_a_master_lost_mid_recheck_is_an_error_never_a_pass(pair_behind_proxies,
 
     real = recheck_module.read_keys
 
-    def cut_first(reader, keys):  # type: ignore[no-untyped-def]
+    def cut_first(reader, keys, pacer=None):  # type: ignore[no-untyped-def]
         m_proxy.cut()  # the master goes away as the recheck starts reading it
-        return real(reader, keys)
+        return real(reader, keys, pacer)
 
     monkeypatch.setattr(recheck_module, "read_keys", cut_first)
     inv = write_inventory(
