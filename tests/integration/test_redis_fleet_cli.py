@@ -498,10 +498,15 @@ def test_a_replica_lost_between_the_stages_is_not_a_pass(
 
 
 def _fail_over(cluster: LocalCluster, to: RedisServer, old: RedisServer) -> None:
-    """CLUSTER FAILOVER on replica `to` (its master `old`), until both report their new roles."""
-    cluster.node(to).execute_command("CLUSTER", "FAILOVER")  # type: ignore[no-untyped-call]
-    deadline = time.time() + 30
+    """CLUSTER FAILOVER on replica `to` (its master `old`), until both report their new roles. A manual
+    failover gives up silently after 5 s (a replica still syncing): it is asked again until done."""
+    cluster.wait_in_sync(old, to, 60)
+    deadline = time.time() + 60
+    asked = 0.0
     while time.time() < deadline:
+        if time.time() - asked > 6:
+            cluster.node(to).execute_command("CLUSTER", "FAILOVER")  # type: ignore[no-untyped-call]
+            asked = time.time()
         roles = (cluster.node(to).info("replication")["role"], cluster.node(old).info("replication")["role"])
         if roles == ("master", "slave"):
             return
