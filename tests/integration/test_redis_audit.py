@@ -356,6 +356,31 @@ def test_the_recheck_keeps_the_keys_per_second_cap(fresh_pair, tmp_path, monkeyp
     assert summary_metrics_of(tmp_path, run_id)["recheck_divergent"] == 1000
 
 
+def test_a_difference_the_recheck_cannot_read_is_not_converged(fresh_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An error reply at the recheck (here the replica's ACL narrowed between the stages: NOPERM; on a
+    cluster MOVED or CLUSTERDOWN) made the key count as converged: the divergence vanished, and it passed."""
+    master, replica = fresh_pair
+    rights = ["on", ">pw", "+@read", "+info", "+client|list", "+select", "allkeys"]
+    for s in (master, replica):
+        s.client().execute_command("ACL", "SETUSER", "auditor", *rights)
+    master.client().set("app:1", "x")
+    master.client().eval("redis.set_repl(redis.REPL_NONE); return redis.call('SET', 'app:lost', '1')", 0)
+    wait_in_sync(master, replica)
+    urls = [f"redis://auditor:pw@127.0.0.1:{s.port}" for s in (master, replica)]
+    pair = {"name": "p", "kind": "redis", "master": urls[0], "replica": urls[1]}
+    inv = write_inventory(tmp_path / "inv.yaml", [pair], recheck_rounds=2)
+    out = str(tmp_path / "out")
+    assert run_cli(["snapshot", "-i", str(inv), "-o", out], monkeypatch) == 0
+    run_id = latest_run(tmp_path / "out").name
+    assert run_cli(["diff", "-i", str(inv), "-o", out, "--run-id", run_id], monkeypatch) == 0
+    replica.client().execute_command("ACL", "SETUSER", "auditor", "resetkeys", "~other:*")
+    for stage in ("recheck", "gate"):
+        code = run_cli([stage, "-i", str(inv), "-o", out, "--run-id", run_id], monkeypatch)
+    assert code == 1
+    metrics = summary_metrics_of(tmp_path, run_id)
+    assert metrics["recheck_unreadable"] == 1 and metrics["recheck_converged"] == 0
+
+
 def summary_metrics_of(tmp_path: Path, run_id: str) -> dict[str, object]:
     state = json.loads((tmp_path / "out" / run_id / "work" / "p" / "state.json").read_text())
     metrics: dict[str, object] = state["metrics"]

@@ -47,7 +47,7 @@ from audit.sources.redis.divergence import (
 from audit.sources.redis.fleet_check import excluded_nodes, side_topology
 from audit.sources.redis.fleet_snapshot import FleetSnapshot, TaskResult, side_tasks, snapshot_fleet
 from audit.sources.redis.keyfilter import KeyFilter
-from audit.sources.redis.keyspace_check import WINDOW_BYTES, KeyspaceCheck, KeyspaceExtras
+from audit.sources.redis.keyspace_check import WINDOW_BYTES, KeyspaceCheck, KeyspaceExtras, recheck_unreadable
 from audit.sources.redis.model import RedisPair
 from audit.sources.redis.recheck import RecheckStats
 from audit.sources.redis.resp import RespPipe
@@ -264,6 +264,7 @@ class FleetKeyspaceCheck(Check):
             recheck_candidates=stats.candidates,
             recheck_converged=stats.converged,
             recheck_in_flight=stats.in_flight,
+            recheck_unreadable=stats.unreadable,
             recheck_divergent=stats.divergent,
             recheck_confirmed_live=stats.confirmed,
             recheck_rounds=stats.rounds_run,
@@ -309,7 +310,7 @@ class FleetKeyspaceCheck(Check):
             mode=self.extras.compare,
             max_keys_per_s=s.snapshot_options().pace_settings().max_keys_per_s,
         )
-        for name in ("candidates", "converged", "in_flight", "confirmed"):
+        for name in ("candidates", "converged", "in_flight", "confirmed", "unreadable"):
             setattr(stats, name, getattr(stats, name) + getattr(st, name))
         stats.rounds_run = max(stats.rounds_run, st.rounds_run)
         found = keyspace_findings(survivors, st.rounds_run, extra)
@@ -404,6 +405,7 @@ class FleetKeyspaceCheck(Check):
         return [
             Uncovered(unread, f"{unread} shard(s) could not be snapshotted: not compared"),
             Uncovered(unreadable, f"{unreadable} keys could not be read (see snapshots/*/shards/*/snapshot.json)"),
+            recheck_unreadable(metrics),
         ]
 
     def certify(self, run: RunDir, state: PairState, side: str) -> dict[str, Any]:

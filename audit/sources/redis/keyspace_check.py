@@ -98,6 +98,7 @@ class KeyspaceCheck(Check):
         "recheck_divergent",
         "recheck_confirmed_live",
         "recheck_unrechecked",
+        "recheck_unreadable",
     )
 
     def __init__(
@@ -248,6 +249,7 @@ class KeyspaceCheck(Check):
             recheck_candidates=stats.candidates,
             recheck_converged=stats.converged,
             recheck_in_flight=stats.in_flight,
+            recheck_unreadable=stats.unreadable,
             recheck_divergent=stats.divergent,
             recheck_confirmed_live=stats.confirmed,
             recheck_rounds=stats.rounds_run,
@@ -283,6 +285,7 @@ class KeyspaceCheck(Check):
                 f"{unrechecked} divergent keys reported without a live recheck (over recheck_max_keys)",
                 gated=False,
             ),
+            recheck_unreadable(metrics),
         ]
 
     def certify(self, run: RunDir, state: PairState, side: str) -> dict[str, Any]:
@@ -301,3 +304,9 @@ def _sides_down(ctx: StageContext) -> list[SourceConnectError]:
         except SourceConnectError as e:
             down.append(e)
     return down
+
+
+def recheck_unreadable(metrics: Mapping[str, MetricValue]) -> Uncovered:
+    """Differing keys the recheck could not read live (an error reply): neither converged nor confirmed."""
+    n = int(metrics.get("recheck_unreadable") or 0)
+    return Uncovered(n, f"{n} differing keys could not be re-read live (an error reply): not judged")

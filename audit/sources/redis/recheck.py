@@ -67,6 +67,8 @@ class RecheckStats:
     """Divergences judged against the replication stream (the replica had applied the master's read)."""
     divergent: int = 0
     """Every divergence the recheck kept: `confirmed` plus those judged by rounds without an ack."""
+    unreadable: int = 0
+    """Keys whose last live read was an error reply (MOVED, CLUSTERDOWN, NOPERM, BUSY...): not judged."""
     rounds_run: int = 0
     per_round_remaining: list[int] = field(default_factory=list)
 
@@ -187,6 +189,12 @@ class _Round:
     divergent: dict[Key, tuple[KeyState | None, KeyState | None]] = field(default_factory=dict)
     again: dict[Key, KeyState | None] = field(default_factory=dict)
     converged: int = 0
+    unreadable: set[Key] = field(default_factory=set)
+    """Keys read again because a read was an error reply: an unreadable key never counts as converged."""
+
+
+def _errored(*states: KeyState | None) -> bool:
+    return any(s is not None and s.status == ERROR for s in states)
 
 
 def _round_with_ack(
@@ -206,7 +214,10 @@ def _round_with_ack(
     after = read_keys(m_reader, keys, paced[0])
     for k in keys:
         r = replica.get(k)
-        if (
+        if _errored(before.get(k), r, after.get(k)):
+            out.again[k] = after.get(k)
+            out.unreadable.add(k)
+        elif (
             category_of(before.get(k), r, tolerance_ms, mode) is None
             or category_of(after.get(k), r, tolerance_ms, mode) is None
         ):
@@ -233,7 +244,10 @@ def _round_without_ack(
     replica = read_keys(r_reader, keys, paced[1])
     for k in keys:
         m, r = master.get(k), replica.get(k)
-        if category_of(m, r, tolerance_ms, mode) is None:
+        if _errored(m, r):
+            out.again[k] = m
+            out.unreadable.add(k)
+        elif category_of(m, r, tolerance_ms, mode) is None:
             out.converged += 1
         elif last and _same_master_value(previous.get(k), m, tolerance_ms):
             out.divergent[k] = (m, r)
@@ -291,6 +305,7 @@ def recheck(
     divergent: dict[Key, tuple[KeyState | None, KeyState | None]] = {}
     m_reader, r_reader = (_reader(side, page, window_bytes) for side in (master, replica))
     paced = pacers(max_keys_per_s)
+    unreadable: set[Key] = set()
     if not (isinstance(m_reader, KeyReader) and isinstance(r_reader, KeyReader)):
         ack, judge_hot_keys = None, 0
     for n in range(rounds):
@@ -307,10 +322,13 @@ def recheck(
             result = _round_without_ack(keys, pending, m_reader, r_reader, tolerance_ms, last, mode, paced)
         divergent.update(result.divergent)
         stats.converged += result.converged
+        unreadable = result.unreadable
         stats.confirmed += len(result.divergent) if ack is not None else 0
         pending = result.again
         stats.rounds_run += 1
         stats.per_round_remaining.append(len(pending))
+    stats.unreadable = len(unreadable & pending.keys())
+    pending = {k: v for k, v in pending.items() if k not in unreadable}
     if judge_hot_keys and pending and isinstance(master, RespPipe) and isinstance(replica, RespPipe):
         small = {k: s for k, s in pending.items() if _fits_one_read(s, page, window_bytes)}
         left = _judge_hot(small, master, replica, divergent, stats, judge_hot_keys, ack_wait_s)
