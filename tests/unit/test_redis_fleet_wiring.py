@@ -34,6 +34,12 @@ def pair(fields: str):  # type: ignore[no-untyped-def]
         ("master: 'redis://a:1'", "pairs[0] (p): replica: give the replica's URL"),
         (f"master: {CLUSTER}, replica: 'redis://b:1'", "check_replication: a cluster master with a standalone"),
         (f"master: {CLUSTER}, dbs: [1]", "dbs: a cluster has db 0 only"),
+        # a migration's db 3 was compared with the cluster's db 0: every key missing on one side, extra on the other
+        (
+            f"master: 'redis://a:1', replica: {CLUSTER}, check_replication: false, dbs: [3]",
+            "dbs: a cluster has db 0 only, so a migration between it and a standalone side compares db 0",
+        ),
+        (f"master: {SENTINEL}, replica: {CLUSTER}, check_replication: false, dbs: [0, 1]", "and a sentinel side"),
         (f"master: {CLUSTER}, compare: fast", "pairs[0] (p).compare: Input should be 'full', 'length' or 'keys'"),
         ("master: {url: 'redis://a:1', topology: ring}", "pairs[0] (p).master.topology"),
         ("master: {sentinels: [], service: m}", "pairs[0] (p).master.sentinels"),

@@ -186,6 +186,13 @@ class RedisPair(PairBase):
                 f"check_replication: a {m} master with a {r} replica are two independent systems: set "
                 "check_replication: false to compare them, or leave the replica out to audit the fleet's own replicas"
             )
-        if "standalone" not in (m, r) and "cluster" in (m, r) and self.dbs not in (None, [0]):
-            raise ValueError("dbs: a cluster has db 0 only")
+        if "cluster" in (m, r) and self.dbs not in (None, [0]):
+            if "cluster" == m == r or r is None:
+                raise ValueError("dbs: a cluster has db 0 only")
+            # keys are compared by (db, key): db 3's keys would all read as missing on the cluster and extra there
+            other = "sentinel" if "sentinel" in (m, r) else "standalone"
+            raise ValueError(
+                f"dbs: a cluster has db 0 only, so a migration between it and a {other} side compares db 0"
+                " (leave dbs out); another db of that side cannot be compared with the cluster"
+            )
         return self
