@@ -536,3 +536,32 @@ def test_a_failover_between_the_stages_is_not_a_pass(
     finally:
         _fail_over(cluster, old, new)
         cluster.wait_healthy(60)
+
+
+def test_a_source_lost_mid_recheck_of_a_migration_is_named(
+    empty: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the fleet's recheck said only "recheck failed: Connection reset by peer" (or refused), naming no server
+    import audit.sources.redis.recheck as recheck_module
+
+    source = RedisServer(free_port(), tmp_path / "source").start()
+    try:
+        keys = load(empty, "moved", 30)
+        src = source.client()
+        for k in keys:
+            src.set(k, b"same")
+        real = recheck_module.read_keys
+
+        def lose_the_source(reader, keys, pacer=None):  # type: ignore[no-untyped-def]
+            source.stop()  # the source goes away as the recheck starts reading
+            return real(reader, keys, pacer)
+
+        monkeypatch.setattr(recheck_module, "read_keys", lose_the_source)
+        code, root = audit(tmp_path, monkeypatch, [migration_pair(source, empty)])
+        assert code == 3
+        err = " ".join(capsys.readouterr().err.split())
+        assert "recheck failed" in err and f"; master {addr(source)} unreachable" in err
+        assert PASSWORD not in err and "Traceback" not in err
+        assert summary(root)["pairs"][0]["error"]["stage"] == "recheck"
+    finally:
+        source.stop()

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from audit.errors import SnapshotError, SourceError
+from audit.errors import SnapshotError, SourceConnectError, SourceError
 from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
 from audit.kernel.state import MetricValue, PairState
@@ -255,7 +255,11 @@ class FleetKeyspaceCheck(Check):
                 else:
                     frames += self._recheck_migration(ctx, self._outside_unread(ctx, cands), stats)
         except (OSError, ConnectionError, redis.RedisError) as e:
-            raise SourceError(f"pair {self.pair.name}: recheck failed: {e}") from None
+            down = _nodes_down(ctx)  # the driver's words ("Connection reset by peer") name no server
+            said = "".join(f"; {d}" for d in down)
+            raise SourceError(
+                f"pair {self.pair.name}: recheck failed: {e}{said}", where=down[0].where if down else ""
+            ) from None
         found = _union(ctx, frames)
         ctx.add_findings_frame(found)
         if stats.candidates:  # no candidate, no finding: nothing to repair
@@ -440,6 +444,20 @@ class _SingleServer:
 
     def close(self) -> None:
         self.pipe.close()
+
+
+def _nodes_down(ctx: StageContext) -> list[SourceConnectError]:
+    """The nodes of either side that no longer answer, each error naming its address (after a read
+    failed mid-recheck)."""
+    down = []
+    for side in ("master", "replica"):
+        topo = side_topology(ctx, side)
+        for node in [n for shard in (topo.shards if topo else []) for n in (shard.master, *shard.replicas)]:
+            try:
+                connect(node.url, role=side).close()
+            except SourceConnectError as e:
+                down.append(e)
+    return down
 
 
 def _side_reader(ctx: StageContext, side: str) -> Any:
