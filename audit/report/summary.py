@@ -119,6 +119,13 @@ def compared_lines(coverage: dict[str, Any]) -> list[str]:
     return [f"{int(v or 0):,} {what} compared" for what, v in items]
 
 
+def in_flight_lines(metrics: dict[str, Any]) -> list[str]:
+    """Differences the recheck left undecided (the master kept changing them): said next to what was
+    compared, since the gate counts them only where `max_in_flight` is set."""
+    n = int(metrics.get("recheck_in_flight") or 0)
+    return [f"{n:,} still changing after the recheck: not judged (in_flight)"] if n else []
+
+
 def pair_summary(run: RunDir, pair: Pair, per_category: int) -> dict[str, Any]:
     spec = kind_spec(pair.kind)
     state = run.load_state(pair.name) or PairState(pair=pair.name, kind=pair.kind)
@@ -143,7 +150,7 @@ def pair_summary(run: RunDir, pair: Pair, per_category: int) -> dict[str, Any]:
         "notes": state.notes,
         "artifacts": state.artifacts,
         "coverage": coverage,
-        "compared": compared_lines(coverage),
+        "compared": compared_lines(coverage) + in_flight_lines(state.metrics),
         "metrics": state.metrics,
         "counts": state.counts,
         "diagnoses": {code: {"count": n, "meaning": meaning(code)} for code, n in sorted(diagnoses.items())},
