@@ -123,7 +123,8 @@ def in_flight_lines(metrics: dict[str, Any]) -> list[str]:
     """Differences the recheck left undecided (the master kept changing them): said next to what was
     compared, since the gate counts them only where `max_in_flight` is set."""
     n = int(metrics.get("recheck_in_flight") or 0)
-    return [f"{n:,} still changing after the recheck: not judged (in_flight)"] if n else []
+    why = "in_flight: still changing, or the replica never reached the master's position"
+    return [f"{n:,} undecided after the recheck ({why}): not judged"] if n else []
 
 
 def pair_summary(run: RunDir, pair: Pair, per_category: int) -> dict[str, Any]:
