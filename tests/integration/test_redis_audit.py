@@ -410,3 +410,29 @@ def test_a_sync_replica_that_announced_its_port_is_diagnosed(redis_pair, tmp_pat
     [f] = findings(root)
     assert (f["category"], f["diagnosis"]) == ("lag_metric_unreliable", "REDIS_SYNC_NO_ACK")
     assert json.loads(f["detail"])["slave_port"] == 7777 and code == 0
+
+
+def test_the_hot_key_judge_keeps_the_keys_per_second_cap(fresh_pair) -> None:  # type: ignore[no-untyped-def]
+    """The judge reads a still-moving key again and again until the replica's offset brackets it: without
+    a pacer it read as fast as the servers answered (hundreds of reads a second), past max_keys_per_s."""
+    from audit.pacing import Pacer, PaceSettings
+    from audit.sources.redis.client import connect
+    from audit.sources.redis.hotkeys import judge
+    from audit.sources.redis.resp import RespPipe
+
+    master, replica = fresh_pair
+    master.client().hset("hot", "f", 1)
+    wait_in_sync(master, replica)
+    replica.client().replicaof("no", "one")  # no replica offset: the judge never decides, it reads till its time is up
+    pipes = [RespPipe(connect(s.url, role=side)) for s, side in ((master, "master"), (replica, "replica"))]
+    try:
+        reads = []
+        for paced in ((None, None), tuple(Pacer(PaceSettings(max_keys_per_s=20)) for _ in range(2))):
+            master.client().config_resetstat()
+            assert judge(pipes[0], pipes[1], 0, b"hot", "hash", 1.0, paced) is None  # type: ignore[arg-type]
+            reads.append(int(master.client().info("commandstats")["cmdstat_pttl"]["calls"]))
+    finally:
+        for p in pipes:
+            p.close()
+    unpaced, capped = reads
+    assert unpaced > 100 and capped <= 25, reads

@@ -22,6 +22,7 @@ from typing import Any
 
 from hiredis import ReplyError
 
+from audit.pacing import Pacer
 from audit.sources.redis.digest import OrderedDigest, UnorderedDigest
 from audit.sources.redis.info import as_int, parse_info
 from audit.sources.redis.resp import Command, RespPipe
@@ -93,19 +94,35 @@ class Verdict:
     offset: int
 
 
-def judge(master: RespPipe, replica: RespPipe, db: int, key: bytes, type_: str, timeout_s: float) -> Verdict | None:
-    """Whether the replica holds the master's value at the replica's own offset; None if not decided in time."""
+def judge(
+    master: RespPipe,
+    replica: RespPipe,
+    db: int,
+    key: bytes,
+    type_: str,
+    timeout_s: float,
+    paced: tuple[Pacer | None, Pacer | None] = (None, None),
+) -> Verdict | None:
+    """Whether the replica holds the master's value at the replica's own offset; None if not decided in time.
+
+    `paced`: each side's reads held to its max_keys_per_s (a read of the key counts one), as every read
+    of the audit is; without a cap the loop reads as fast as the servers answer, for at most `timeout_s`."""
     if type_ not in _FULL_READ:
         return None
     for pipe in (master, replica):
         pipe.execute([(b"SELECT", b"%d" % db)])
     samples: list[Sample] = []
     deadline = time.monotonic() + timeout_s
+    m_pacer, r_pacer = paced
     while time.monotonic() < deadline:
+        if m_pacer is not None:
+            m_pacer.before_batch(1)
         m = read_at_offset(master, key, type_, "master_repl_offset")
         if m is not None:
             samples.append(m)
             samples = samples[-4096:]
+        if r_pacer is not None:
+            r_pacer.before_batch(1)
         r = read_at_offset(replica, key, type_, "slave_repl_offset")
         if r is not None and samples:
             agrees, at = bracket(samples, r)

@@ -331,7 +331,7 @@ def recheck(
     pending = {k: v for k, v in pending.items() if k not in unreadable}
     if judge_hot_keys and pending and isinstance(master, RespPipe) and isinstance(replica, RespPipe):
         small = {k: s for k, s in pending.items() if _fits_one_read(s, page, window_bytes)}
-        left = _judge_hot(small, master, replica, divergent, stats, judge_hot_keys, ack_wait_s)
+        left = _judge_hot(small, (master, replica), divergent, stats, judge_hot_keys, ack_wait_s, paced)
         pending = {k: s for k, s in pending.items() if k not in small or k in left}
     stats.in_flight = len(pending)
     stats.divergent = len(divergent)
@@ -353,12 +353,12 @@ def _fits_one_read(state: KeyState | None, page: int, window_bytes: int) -> bool
 
 def _judge_hot(
     pending: dict[Key, KeyState | None],
-    master: RespPipe,
-    replica: RespPipe,
+    pipes: tuple[RespPipe, RespPipe],
     divergent: dict[Key, tuple[KeyState | None, KeyState | None]],
     stats: RecheckStats,
     limit: int,
     budget_s: float,
+    paced: tuple[Pacer | None, Pacer | None] = (None, None),
 ) -> dict[Key, KeyState | None]:
     """Keys still moving after the rounds, judged at the replica's own offset (audit/sources/redis/hotkeys.py)."""
     from audit.sources.redis.hotkeys import judge
@@ -369,7 +369,7 @@ def _judge_hot(
         remaining = deadline - time.monotonic()
         verdict = None
         if n < limit and last is not None and remaining > 0:
-            verdict = judge(master, replica, k[0], k[1], last.type, min(remaining, 1.0))
+            verdict = judge(*pipes, k[0], k[1], last.type, min(remaining, 1.0), paced)
         if verdict is None:
             left[k] = last
         elif verdict.agrees:
