@@ -18,7 +18,7 @@ through :func:`shard_replication_findings`, which adds `detail.shard` and `detai
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -111,45 +111,60 @@ def topology_findings(topology: Topology) -> list[Finding]:
     return out
 
 
-def wrong_master_findings(topology: Topology, states: dict[str, NodeState]) -> list[Finding]:
-    """Replicas that do not follow their shard's master; shard masters that are not masters."""
-    out = []
+@dataclass(frozen=True)
+class _RoleMismatch:
+    """A node not in the role the topology gives it: the shard's master itself (`replica` None: it reports
+    itself a replica), or one of its replicas following another node (`found`: wrong_master's finding)."""
+
+    shard: Shard
+    master_info: dict[str, Any]
+    replica: Node | None = None
+    replica_info: dict[str, Any] | None = None
+    found: Finding | None = None
+
+
+def _follows(info: dict[str, Any]) -> str:
+    return f"{info.get('master_host')}:{info.get('master_port')}"
+
+
+def _role_mismatches(
+    topology: Topology, states: dict[str, NodeState], replicas: bool = True
+) -> Iterator[_RoleMismatch]:
+    """Each shard's master, then (`replicas`, and only under a master that still is one) its replicas,
+    against their roles in `topology`. Nodes that do not answer are not judged (their checks say so)."""
     for shard in topology.shards:
         m = states.get(shard.master.addr)
         if m is None or m.info is None:
             continue
         if m.info.get("role") not in ("master", None):
-            out.append(
-                Finding(
-                    "replication",
-                    "wrong_master",
-                    evidence={
-                        "shard": shard.name,
-                        "replica": None,
-                        "reason": "the shard's master reports itself a replica (failover in progress?)",
-                        "follows": f"{m.info.get('master_host')}:{m.info.get('master_port')}",
-                    },
-                )
-            )
+            yield _RoleMismatch(shard, m.info)
             continue
-        for r in shard.replicas:
+        for r in shard.replicas if replicas else ():
             st = states.get(r.addr)
             if st is None or st.info is None:
                 continue
             wm = wrong_master(m.info, st.info, shard.master.host, shard.master.port)
             if wm is not None:
-                outside = topology.shard_of(f"{st.info.get('master_host')}:{st.info.get('master_port')}")
-                out.append(
-                    replace(
-                        wm,
-                        evidence={
-                            **wm.evidence,
-                            "shard": shard.name,
-                            "replica": r.addr,
-                            "follows_shard": outside.name if outside else None,
-                        },
-                    )
-                )
+                yield _RoleMismatch(shard, m.info, r, st.info, wm)
+
+
+def wrong_master_findings(topology: Topology, states: dict[str, NodeState]) -> list[Finding]:
+    """Replicas that do not follow their shard's master; shard masters that are not masters."""
+    out = []
+    for x in _role_mismatches(topology, states):
+        if x.replica is None or x.replica_info is None or x.found is None:
+            reason = "the shard's master reports itself a replica (failover in progress?)"
+            evidence = {"shard": x.shard.name, "replica": None, "reason": reason, "follows": _follows(x.master_info)}
+            out.append(Finding("replication", "wrong_master", evidence=evidence))
+            continue
+        outside = topology.shard_of(_follows(x.replica_info))
+        evidence = {
+            **x.found.evidence,
+            "shard": x.shard.name,
+            "replica": x.replica.addr,
+            "follows_shard": outside.name if outside else None,
+        }
+        out.append(replace(x.found, evidence=evidence))
     return out
 
 
@@ -182,18 +197,9 @@ def role_changes(topology: Topology, states: dict[str, NodeState], replicas: boo
     """What no longer matches the roles the snapshot read the nodes in: a shard master that now reports
     itself a replica (a failover since), and (`replicas`) a replica that now follows another node.
     Nodes that do not answer are not judged here (their checks say so)."""
-    out = []
-    for shard in topology.shards:
-        m = states.get(shard.master.addr)
-        if m is None or m.info is None:
-            continue
-        if m.info.get("role") not in ("master", None):
-            follows = f"{m.info.get('master_host')}:{m.info.get('master_port')}"
-            out.append(f"shard master {shard.master.addr} is now a replica of {follows}")
-            continue
-        for r in shard.replicas if replicas else ():
-            st = states.get(r.addr)
-            if st is not None and st.info is not None:
-                if wrong_master(m.info, st.info, shard.master.host, shard.master.port) is not None:
-                    out.append(f"replica {r.addr} of shard {shard.name} no longer follows it")
-    return out
+    return [
+        f"shard master {x.shard.master.addr} is now a replica of {_follows(x.master_info)}"
+        if x.replica is None
+        else f"replica {x.replica.addr} of shard {x.shard.name} no longer follows it"
+        for x in _role_mismatches(topology, states, replicas)
+    ]
