@@ -470,23 +470,33 @@ def test_migration_into_a_cluster_with_a_node_down_compares_the_other_shards(
             cluster.node(node).config_set("cluster-require-full-coverage", "yes")
 
 
+def _snapshot_stage(
+    cluster: LocalCluster, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, str, str]:
+    """A loaded cluster's snapshot stage alone, as an Airflow task runs it: (inventory, out, run id)."""
+    load(cluster, prefix, 100)
+    inv = write_inventory(tmp_path / "inv.yaml", [cluster_pair(cluster, fleet_snapshot="threads")], **FAST)
+    out = str(tmp_path / "out")
+    assert run_cli(["snapshot", "-i", str(inv), "-o", out], monkeypatch) == 0
+    return inv, out, latest_run(tmp_path / "out").name
+
+
+def _later_stages(inv: Path, out: str, run_id: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The diff and recheck stages' exit codes, each run apart on the snapshot's run id."""
+    return [run_cli([st, "-i", str(inv), "-o", out, "--run-id", run_id], monkeypatch) for st in ("diff", "recheck")]
+
+
 def test_a_replica_lost_between_the_stages_is_not_a_pass(
     empty: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Airflow runs the stages as tasks, minutes apart: a replica read by the snapshot and down at `diff`
     # was left out of the replication sampling without a word, and the pair passed (exit 0)
     cluster = empty
-    load(cluster, "later", 100)
-    inv = write_inventory(tmp_path / "inv.yaml", [cluster_pair(cluster, fleet_snapshot="threads")], **FAST)
-    out = str(tmp_path / "out")
-    assert run_cli(["snapshot", "-i", str(inv), "-o", out], monkeypatch) == 0
-    run_id = latest_run(tmp_path / "out").name
+    inv, out, run_id = _snapshot_stage(cluster, "later", tmp_path, monkeypatch)
     gone = cluster.replicas[1][0]
     gone.stop()
     try:
-        stages = ("diff", "recheck")
-        codes = [run_cli([st, "-i", str(inv), "-o", out, "--run-id", run_id], monkeypatch) for st in stages]
-        assert codes == [0, 3]
+        assert _later_stages(inv, out, run_id, monkeypatch) == [0, 3]
         err = capsys.readouterr().err
         assert addr(gone) in err and "replication not sampled" in err and PASSWORD not in err
         assert run_cli(["report", "-i", str(inv), "-o", out, "--run-id", run_id], monkeypatch) == 3
@@ -520,17 +530,11 @@ def test_a_failover_between_the_stages_is_not_a_pass(
     # the recheck read the nodes in the roles the snapshot found: after a failover the old master's reads
     # answered MOVED (taken for a slot migration, "converged"), and the pair passed
     cluster = empty
-    load(cluster, "fo", 100)
-    inv = write_inventory(tmp_path / "inv.yaml", [cluster_pair(cluster, fleet_snapshot="threads")], **FAST)
-    out = str(tmp_path / "out")
-    assert run_cli(["snapshot", "-i", str(inv), "-o", out], monkeypatch) == 0
-    run_id = latest_run(tmp_path / "out").name
+    inv, out, run_id = _snapshot_stage(cluster, "fo", tmp_path, monkeypatch)
     old, new = cluster.masters[0], cluster.replicas[0][0]
     _fail_over(cluster, new, old)
     try:
-        stages = ("diff", "recheck")
-        codes = [run_cli([st, "-i", str(inv), "-o", out, "--run-id", run_id], monkeypatch) for st in stages]
-        assert codes == [0, 3]
+        assert _later_stages(inv, out, run_id, monkeypatch) == [0, 3]
         err = " ".join(capsys.readouterr().err.split())
         assert "roles changed during the audit" in err and f"{addr(old)} is now a replica" in err
     finally:
