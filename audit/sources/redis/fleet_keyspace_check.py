@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from audit.errors import SnapshotError, SourceConnectError, SourceError
+from audit.errors import SnapshotError
 from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
 from audit.kernel.state import MetricValue, PairState
@@ -47,7 +47,13 @@ from audit.sources.redis.divergence import (
 from audit.sources.redis.fleet_check import excluded_nodes, side_topology
 from audit.sources.redis.fleet_snapshot import FleetSnapshot, TaskResult, side_tasks, snapshot_fleet
 from audit.sources.redis.keyfilter import KeyFilter
-from audit.sources.redis.keyspace_check import WINDOW_BYTES, KeyspaceCheck, KeyspaceExtras, recheck_unreadable
+from audit.sources.redis.keyspace_check import (
+    WINDOW_BYTES,
+    KeyspaceCheck,
+    KeyspaceExtras,
+    recheck_failed,
+    recheck_unreadable,
+)
 from audit.sources.redis.model import RedisPair
 from audit.sources.redis.recheck import RecheckStats
 from audit.sources.redis.resp import RespPipe
@@ -255,11 +261,7 @@ class FleetKeyspaceCheck(Check):
                 else:
                     frames += self._recheck_migration(ctx, self._outside_unread(ctx, cands), stats)
         except (OSError, ConnectionError, redis.RedisError) as e:
-            down = _nodes_down(ctx)  # the driver's words ("Connection reset by peer") name no server
-            said = "".join(f"; {d}" for d in down)
-            raise SourceError(
-                f"pair {self.pair.name}: recheck failed: {e}{said}", where=down[0].where if down else ""
-            ) from None
+            raise recheck_failed(self.pair.name, e, _nodes(ctx)) from None
         found = _union(ctx, frames)
         ctx.add_findings_frame(found)
         if stats.candidates:  # no candidate, no finding: nothing to repair
@@ -446,18 +448,13 @@ class _SingleServer:
         self.pipe.close()
 
 
-def _nodes_down(ctx: StageContext) -> list[SourceConnectError]:
-    """The nodes of either side that no longer answer, each error naming its address (after a read
-    failed mid-recheck)."""
-    down = []
+def _nodes(ctx: StageContext) -> list[tuple[str, str]]:
+    """Every node of either side, as (url, side)."""
+    out = []
     for side in ("master", "replica"):
         topo = side_topology(ctx, side)
-        for node in [n for shard in (topo.shards if topo else []) for n in (shard.master, *shard.replicas)]:
-            try:
-                connect(node.url, role=side).close()
-            except SourceConnectError as e:
-                down.append(e)
-    return down
+        out += [(n.url, side) for shard in (topo.shards if topo else []) for n in (shard.master, *shard.replicas)]
+    return out
 
 
 def _side_reader(ctx: StageContext, side: str) -> Any:

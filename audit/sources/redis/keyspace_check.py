@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -230,11 +230,7 @@ class KeyspaceCheck(Check):
                 rows, selecting(*pipes), show_values=self.extras.show_values, page=s.big_key_elements
             )
         except (OSError, ConnectionError, redis.RedisError) as e:
-            down = _sides_down(ctx)  # the driver's words ("Connection reset by peer") name no server
-            said = "".join(f"; {d}" for d in down)
-            raise SourceError(
-                f"pair {ctx.pair.name}: recheck failed: {e}{said}", where=down[0].where if down else ""
-            ) from None
+            raise recheck_failed(ctx.pair.name, e, [(str(ctx.url(side)), side) for side in SIDES]) from None
         finally:
             for p in pipes:
                 p.close()
@@ -295,15 +291,17 @@ class KeyspaceCheck(Check):
         return {**certified, "compare": self.extras.compare, "compare_meaning": COMPARE_MEANING[self.extras.compare]}
 
 
-def _sides_down(ctx: StageContext) -> list[SourceConnectError]:
-    """The sides that no longer answer, each error naming its server (after a read failed mid-recheck)."""
+def recheck_failed(pair: str, error: BaseException, servers: Iterable[tuple[str, str]]) -> SourceError:
+    """A read that failed mid-recheck, with each of `servers` (url, role) that no longer answers named:
+    the driver's own words ("Connection reset by peer") name no server."""
     down = []
-    for side in SIDES:
+    for url, role in servers:
         try:
-            connect(str(ctx.url(side)), role=side).close()
+            connect(url, role=role).close()
         except SourceConnectError as e:
             down.append(e)
-    return down
+    said = "".join(f"; {d}" for d in down)
+    return SourceError(f"pair {pair}: recheck failed: {error}{said}", where=down[0].where if down else "")
 
 
 def recheck_unreadable(metrics: Mapping[str, MetricValue]) -> Uncovered:
