@@ -66,10 +66,7 @@ def probe_missing(servers: Sequence[Server], patterns: Sequence[TablePattern], v
         if pattern.is_glob or (pattern.schema, pattern.table) in visible:
             continue
         for server in servers:
-            try:
-                server.query(f"SELECT 1 FROM {table_ref(pattern.schema, pattern.table)} LIMIT 0", "reading a table")
-            except TableGone:
-                continue  # no such table there
+            _probe(server, (pattern.schema, pattern.table))
 
 
 def probe_one_sided(
@@ -80,12 +77,16 @@ def probe_one_sided(
     extra_table), else it is absent there indeed."""
     for server, seen in zip(servers, (set(listed[0]), set(listed[1])), strict=True):
         for name in names:
-            if name in seen:
-                continue
-            try:
-                server.query(f"SELECT 1 FROM {table_ref(*name)} LIMIT 0", "reading a table")
-            except TableGone:
-                continue  # no such table there
+            if name not in seen:
+                _probe(server, name)
+
+
+def _probe(server: Server, name: TableName) -> None:
+    """Read `name` (no row): SourceError when the auditor may not, nothing when it does not exist there."""
+    try:
+        server.query(f"SELECT 1 FROM {table_ref(*name)} LIMIT 0", "reading a table")
+    except TableGone:
+        pass  # no such table there
 
 
 def load_definitions(
