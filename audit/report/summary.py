@@ -120,8 +120,9 @@ def compared_lines(coverage: dict[str, Any]) -> list[str]:
 
 
 def in_flight_lines(metrics: dict[str, Any]) -> list[str]:
-    """Differences the recheck left undecided (the master kept changing them): said next to what was
-    compared, since the gate counts them only where `max_in_flight` is set."""
+    """Differences the recheck left undecided (still changing, or a replica that never reached the
+    master's position): said next to what was compared, since the gate counts them only where
+    `max_in_flight` is set."""
     n = int(metrics.get("recheck_in_flight") or 0)
     why = "in_flight: still changing, or the replica never reached the master's position"
     return [f"{n:,} undecided after the recheck ({why}): not judged"] if n else []
