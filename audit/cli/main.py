@@ -266,8 +266,10 @@ def snapshot(
     spark_master: SparkMasterOpt = None,
     spark_conf: SparkConfOpt = None,
 ) -> None:
-    """Stage 1: snapshot both sides of each pair (prints the run id the next stages need). Some kinds
-    snapshot in Spark jobs (a Pika binlog scan, a Redis Cluster's shards): hence the Spark options."""
+    """Stage 1: snapshot both sides of each pair (prints the run id the next stages need).
+
+    Some kinds snapshot in Spark jobs (a Pika binlog scan, a Redis Cluster's shards): hence the Spark
+    options."""
     _stage("snapshot", inventory, out_dir, pair, run_id, spark_master, spark_conf)
 
 
@@ -293,8 +295,9 @@ def recheck(
     spark_master: SparkMasterOpt = None,
     spark_conf: SparkConfOpt = None,
 ) -> None:
-    """Stage 3: re-read diverged keys live, check replication state, diagnose, write findings (some kinds
-    re-read in Spark jobs)."""
+    """Stage 3: re-read diverged keys live, check replication state, diagnose, write findings.
+
+    Some kinds re-read in Spark jobs: hence the Spark options."""
     _stage("recheck", inventory, out_dir, pair, run_id, spark_master, spark_conf)
 
 
@@ -352,8 +355,10 @@ def verify(
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Post-migration verification of SOURCE against TARGET: zero tolerance by default, full coverage, and a
-    verification certificate (certificate.json / certificate.html). Exit 0 only when the certificate passes."""
+    """Post-migration verification of SOURCE against TARGET (exit 0 only when the certificate passes).
+
+    Zero tolerance by default, full coverage, and a verification certificate (certificate.json /
+    certificate.html)."""
     import yaml
 
     from audit.verify import finish_verification, in_verification_prose, in_verification_terms, verification_inventory

@@ -26,8 +26,10 @@ def spark_server(
         bool, typer.Option("--warm-up/--no-warm-up", help="diff generated snapshots once started (local masters)")
     ] = True,
 ) -> None:
-    """Run a Spark Connect server in the foreground: runs given --spark-master sc://HOST:PORT diff on
-    its JVM, already started and compiled, instead of starting their own (docs/spark.md)."""
+    """Run a Spark Connect server in the foreground for runs given --spark-master sc://HOST:PORT.
+
+    Those runs diff on its JVM, already started and compiled, instead of starting their own
+    (docs/spark.md)."""
     import signal
 
     from audit.diff.connect_server import ConnectServer, warms_up

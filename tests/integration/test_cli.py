@@ -347,3 +347,17 @@ def test_a_daily_report_of_an_out_that_did_not_exist_says_it_holds_no_runs(tmp_p
     assert f"{tmp_path / 'typo'} did not exist: the report holds no runs" in err
     assert run_cli(["daily-report", "-o", str(tmp_path / "typo")], monkeypatch) == 0  # now it exists: a quiet day
     assert "did not exist" not in capsys.readouterr().err
+
+
+def test_the_command_list_shows_each_command_in_one_unbroken_line_of_help(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`replica-audit --help` lists each command by its help's first paragraph, line breaks kept: a
+    first paragraph wrapped in the docstring showed as a sentence cut in two."""
+    import typer
+
+    from audit.cli.main import app
+
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    assert {"run", "verify", "spark-server"} <= set(commands)
+    for name, command in commands.items():
+        first = (command.help or "").strip().split("\n\n")[0]
+        assert first and "\n" not in first, f"{name}: {first!r}"
