@@ -8,7 +8,7 @@ Conventions of the evidence keys, which every source kind follows: `*_at_ms` and
 epoch milliseconds (shown as UTC times), other `*_ms` are durations, `*_s`/`*_seconds` seconds,
 `bytes`/`*_bytes` byte counts (shown with binary units and exact), `master`/`replica` objects are
 what each side holds (shown side by side), `fields` lists the parts of a value that differ
-(`{total, exact, items: [{<field|member|index|offset>, state, master, replica}]}`). Whatever else
+(`{total, exact, items: [{<field|member|member_xxh3|index|offset>, state, master, replica}]}`). Whatever else
 there is shows as `key: value`.
 """
 
@@ -116,7 +116,7 @@ def value_text(key: str, value: Any) -> str:
     return str(value)
 
 
-_PART_NAMES = ("field", "member", "index", "offset")
+_PART_NAMES = ("field", "member", "member_xxh3", "index", "offset")
 
 
 def parts_text(fields: dict[str, Any]) -> str:
@@ -128,7 +128,7 @@ def parts_text(fields: dict[str, Any]) -> str:
         return f"not compared: {fields['error']}"
     shown = []
     for item in items:
-        part = next((f"{n} {item[n]}" for n in _PART_NAMES if n in item), "?")
+        part = next((f"{n.replace('_', ' ')} {item[n]}" for n in _PART_NAMES if n in item), "?")
         values = ""
         if item.get("master") is not None or item.get("replica") is not None:
             values = f" (master {item.get('master') or '–'}, replica {item.get('replica') or '–'})"

@@ -166,6 +166,32 @@ def test_set_zset_list_string(pair: tuple[RedisServer, RedisServer], pipes: tupl
     assert field_diff(*pipes, b"str", "string", show_values=False).items == [{"offset": 2, "state": "differs"}]  # type: ignore[union-attr]
 
 
+def test_hidden_values_hide_set_and_zset_members_behind_their_digest(
+    pair: tuple[RedisServer, RedisServer], pipes: tuple[RespPipe, RespPipe]
+) -> None:
+    """A member is the value itself: `show_values: false` names it by its xxh3-64 only, never quoted."""
+    import xxhash
+
+    load(pair, {b"hs": {b"card-4111", b"card-5500"}, b"hh": {b"email": b"a@x"}})
+    m = pair[0].client()
+    m.delete("hz")
+    m.zadd("hz", {"alice@example.com": 1})
+    wait_in_sync(*pair)
+    plant(m, "SADD", "hs", "card-3782")
+    plant(m, "ZADD", "hz", "7", "alice@example.com")
+    plant(m, "HSET", "hh", "email", "b@x")
+
+    s = field_diff(*pipes, b"hs", "set", show_values=False)
+    assert s is not None and s.items == [
+        {"member_xxh3": f"{xxhash.xxh3_64_intdigest(b'card-3782'):016x}", "state": "missing_on_replica"}
+    ]
+    z = field_diff(*pipes, b"hz", "zset", show_values=False)
+    digest = f"{xxhash.xxh3_64_intdigest(b'alice@example.com'):016x}"
+    assert z is not None and z.items == [{"member_xxh3": digest, "state": "differs", "master": None, "replica": None}]
+    h = field_diff(*pipes, b"hh", "hash", show_values=False)  # a field is a name, like the key: shown
+    assert h is not None and h.items == [{"field": '"email"', "state": "differs", "master": None, "replica": None}]
+
+
 def test_no_difference_on_a_healthy_pair_under_writes(
     pair: tuple[RedisServer, RedisServer], pipes: tuple[RespPipe, RespPipe]
 ) -> None:

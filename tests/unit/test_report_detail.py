@@ -116,3 +116,6 @@ def test_differing_parts_of_a_value_read_as_one_line() -> None:
         )
     ]
     assert finding_view({"fields": {"error": "WRONGTYPE"}}).fields == [("Differing parts", "not compared: WRONGTYPE")]
+    hidden = {"total": 1, "items": [{"member_xxh3": "00ff", "state": "missing_on_replica"}]}
+    shown = "1 differ: member xxh3 00ff missing on replica"
+    assert finding_view({"fields": hidden}).fields == [("Differing parts", shown)]

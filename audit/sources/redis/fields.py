@@ -15,7 +15,8 @@ length / B elements, when a single bucket is bigger than the budget).
 
 A list is compared index by index over LRANGE windows taken at the same offsets on both sides; a
 string over GETRANGE windows (the first differing byte offset). Values of up to 64 bytes are shown
-quoted (redis-cli form) unless `show_values` is false. Only the first `limit` differences are listed;
+quoted (redis-cli form) unless `show_values` is false; a set's or zset's member is a value too, and is
+then named by its xxh3-64 only. Only the first `limit` differences are listed;
 `total` counts them all. These reads happen after the recheck, on the keys that still differ; a key
 written meanwhile may give an inexact answer (the finding's digests stay the evidence).
 """
@@ -133,17 +134,26 @@ def _groups(differing: list[int], sizes: list[int], budget: int) -> list[set[int
     return groups
 
 
+def _element_name(element: bytes, type_: str, show: bool) -> dict[str, str]:
+    """How an item names its element: a hash's field name (a name, like the key), or a set's or zset's
+    member, which is the value itself: hidden behind its xxh3-64 (hex) when values are not shown, so
+    an operator can still match it against a member they suspect (`xxh3_64(member)`)."""
+    if type_ in ("set", "zset") and not show:
+        return {"member_xxh3": f"{_h64(element):016x}"}
+    shown = quote(element) if len(element) <= 256 else quote(element[:256]) + "..."
+    return {"member" if type_ in ("set", "zset") else "field": shown}
+
+
 def _compare_group(
-    m: dict[bytes, tuple[int, str | None]], r: dict[bytes, tuple[int, str | None]], type_: str
+    m: dict[bytes, tuple[int, str | None]], r: dict[bytes, tuple[int, str | None]], type_: str, show: bool
 ) -> list[dict[str, Any]]:
-    name = "member" if type_ in ("set", "zset") else "field"
     out = []
     for f in sorted(m.keys() | r.keys()):
         mv, rv = m.get(f), r.get(f)
         if mv is not None and rv is not None and mv[0] == rv[0]:
             continue
         state = "missing_on_replica" if rv is None else "extra_on_replica" if mv is None else "differs"
-        item: dict[str, Any] = {name: quote(f) if len(f) <= 256 else quote(f[:256]) + "...", "state": state}
+        item: dict[str, Any] = {**_element_name(f, type_, show), "state": state}
         if type_ != "set":
             item["master"] = mv[1] if mv else None
             item["replica"] = rv[1] if rv else None
@@ -181,7 +191,7 @@ def unordered_diff(
         m = _collect(master, type_, key, page, buckets, group, show_values)
         r = _collect(replica, type_, key, page, buckets, group, show_values)
         result.passes += 1
-        items = _compare_group(m, r, type_)
+        items = _compare_group(m, r, type_, show_values)
         result.total += len(items)
         result.items.extend(items[: max(0, limit - len(result.items))])
     return result
