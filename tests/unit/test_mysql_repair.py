@@ -60,3 +60,16 @@ def test_plan_file_is_a_transaction_that_says_where_to_run_it(tmp_path: Path) ->
     assert text.startswith("-- replica-audit repair plan for pair shop-db: run on the REPLICA mysql://auditor:***@")
     assert "START TRANSACTION;\n-- my shop.t 1: definitions differ" in text and text.endswith("COMMIT;\n")
     assert plan.statements == 1 and "\nSET SESSION time_zone = '+00:00';\n" in text
+
+
+def test_a_long_value_is_written_in_pieces_as_the_literal_it_is() -> None:
+    """A 200 KB value is written a 64 KiB slice of hex at a time, reading as sql.literal's text would."""
+    body = Column("body", "longblob", "longblob")
+    doc = Column("doc", "longtext", "longtext")
+    wide = TablePlan("s", "w", (COLUMNS[1], body, doc), ("n°",), SideSql((), None), SideSql((), None))
+    blob, text = bytes(range(256)) * 800, "é\\'x".encode() * 50_000
+    (statement,) = statements(wide, RowDiff(0, (7,), (b"7", blob, text), None, 1, None))
+    assert statement == (
+        f"REPLACE INTO `s`.`w` (`n°`, `body`, `doc`) VALUES (7, X'{blob.hex().upper()}', "
+        f"_utf8mb4 X'{text.hex().upper()}');"
+    )

@@ -17,14 +17,22 @@ REPLACEd row (the plan says so in its header when a table's definitions differ).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
 from audit.sources.mysql.chunks import RowDiff
 from audit.sources.mysql.client import Row
-from audit.sources.mysql.sql import decode_value, literal, quote_ident, table_ref
+from audit.sources.mysql.sql import (
+    BINARY_TYPES,
+    DIGESTED_BYTES,
+    LONG_TYPES,
+    decode_value,
+    literal,
+    quote_ident,
+    table_ref,
+)
 from audit.sources.mysql.values import Column, TablePlan
 
 HEADER = """\
@@ -42,6 +50,7 @@ SET SESSION foreign_key_checks = 0;
 START TRANSACTION;
 """
 FOOTER = "COMMIT;\n"
+HEX_PIECE = 1 << 16
 
 
 def _value(column: Column, raw: bytes | None, *, in_where: bool = False, mysql_json: bool = False) -> str:
@@ -55,16 +64,34 @@ def _columns(plan: TablePlan) -> str:
     return "(" + ", ".join(quote_ident(c.name) for c in plan.columns) + ")"
 
 
-def _values(plan: TablePlan, row: Row) -> str:
-    return "(" + ", ".join(_value(c, v) for c, v in zip(plan.columns, row, strict=True)) + ")"
+def _row_parts(verb: str, plan: TablePlan, row: Row) -> Iterator[str]:
+    """`<verb> INTO t (cols) VALUES (..);` in pieces, a value at a time: a row of 50 MB values is
+    written without its whole statement text ever being built (the values' hex is twice their size)."""
+    yield f"{verb} INTO {table_ref(plan.schema, plan.name)} {_columns(plan)} VALUES ("
+    for i, (c, v) in enumerate(zip(plan.columns, row, strict=True)):
+        yield ", " if i else ""
+        if v is not None and len(v) > DIGESTED_BYTES and c.data_type in LONG_TYPES:
+            yield from _long_literal(c, v)
+        else:
+            yield _value(c, v)
+    yield ");"
+
+
+def _long_literal(column: Column, raw: bytes) -> Iterator[str]:
+    """A long value's literal in pieces: `X'..'` (`_utf8mb4 X'..'` for text, read in utf8mb4), as
+    sql.literal writes it, without its whole hex text (twice the value) built at once."""
+    yield "X'" if column.data_type in BINARY_TYPES else "_utf8mb4 X'"
+    for i in range(0, len(raw), HEX_PIECE):
+        yield raw[i : i + HEX_PIECE].hex().upper()
+    yield "'"
 
 
 def replace_row(plan: TablePlan, row: Row) -> str:
-    return f"REPLACE INTO {table_ref(plan.schema, plan.name)} {_columns(plan)} VALUES {_values(plan, row)};"
+    return "".join(_row_parts("REPLACE", plan, row))
 
 
 def insert_row(plan: TablePlan, row: Row) -> str:
-    return f"INSERT INTO {table_ref(plan.schema, plan.name)} {_columns(plan)} VALUES {_values(plan, row)};"
+    return "".join(_row_parts("INSERT", plan, row))
 
 
 def delete_by_key(plan: TablePlan, row: Row) -> str:
@@ -92,17 +119,25 @@ def delete_copies(plan: TablePlan, row: Row, copies: int, *, mysql_json: bool = 
     return f"DELETE FROM {table_ref(plan.schema, plan.name)} WHERE {conds} LIMIT {copies};"
 
 
-def statements(plan: TablePlan, diff: RowDiff, *, mysql_json: bool = False) -> list[str]:
-    """The statements that repair one differing row (or one keyless surplus)."""
+def statement_parts(plan: TablePlan, diff: RowDiff, *, mysql_json: bool = False) -> Iterator[Iterable[str]]:
+    """The statements that repair one differing row (or one keyless surplus), each in pieces."""
     if diff.key is None:
         if diff.master_row is not None:
-            return [insert_row(plan, diff.master_row)] * diff.copies
+            for _ in range(diff.copies):
+                yield _row_parts("INSERT", plan, diff.master_row)
+            return
         assert diff.replica_row is not None
-        return [delete_copies(plan, diff.replica_row, diff.copies, mysql_json=mysql_json)]
-    if diff.master_row is not None:
-        return [replace_row(plan, diff.master_row)]
-    assert diff.replica_row is not None
-    return [delete_by_key(plan, diff.replica_row)]
+        yield [delete_copies(plan, diff.replica_row, diff.copies, mysql_json=mysql_json)]
+    elif diff.master_row is not None:
+        yield _row_parts("REPLACE", plan, diff.master_row)
+    else:
+        assert diff.replica_row is not None
+        yield [delete_by_key(plan, diff.replica_row)]
+
+
+def statements(plan: TablePlan, diff: RowDiff, *, mysql_json: bool = False) -> list[str]:
+    """The statements that repair one differing row (or one keyless surplus)."""
+    return ["".join(parts) for parts in statement_parts(plan, diff, mysql_json=mysql_json)]
 
 
 class RepairPlan:
@@ -128,8 +163,10 @@ class RepairPlan:
     def add(self, plan: TablePlan, diffs: Iterable[RowDiff]) -> None:
         assert self._out is not None, "use RepairPlan as a context manager"
         for diff in sorted(diffs, key=lambda d: d.master_row is not None):  # removals first (module doc)
-            for statement in statements(plan, diff, mysql_json=self.mysql_json):
-                self._out.write(statement + "\n")
+            for parts in statement_parts(plan, diff, mysql_json=self.mysql_json):
+                for part in parts:
+                    self._out.write(part)
+                self._out.write("\n")
                 self.statements += 1
 
     def __exit__(
