@@ -73,3 +73,17 @@ def test_a_long_value_is_written_in_pieces_as_the_literal_it_is() -> None:
         f"REPLACE INTO `s`.`w` (`n°`, `body`, `doc`) VALUES (7, X'{blob.hex().upper()}', "
         f"_utf8mb4 X'{text.hex().upper()}');"
     )
+
+
+def test_a_row_held_with_a_digest_is_re_read_whole_or_left_out(tmp_path: Path) -> None:
+    """The plan writes the master's whole row (re-read); one changed since it was judged is a comment."""
+    body = Column("body", "longblob", "longblob")
+    wide = TablePlan("s", "w", (COLUMNS[1], body), ("n°",), SideSql((), None), SideSql((), None))
+    held = (b"7", b"md5:" + b"a" * 32 + b":9000")
+    whole = {(7,): (b"7", b"z" * 9000)}
+    with RepairPlan(tmp_path / "fix.sql", "r", whole=lambda _, d: whole.get(d.key or ())) as plan:
+        plan.add(wide, [RowDiff(0, (7,), held, None, 1, None), RowDiff(0, (8,), held, None, 1, None)])
+    text = (tmp_path / "fix.sql").read_text()
+    assert f"REPLACE INTO `s`.`w` (`n°`, `body`) VALUES (7, X'{'7A' * 9000}');\n" in text
+    assert "-- s.w key [8]: changed on the master since it was compared; not written\n" in text
+    assert plan.statements == 1

@@ -16,8 +16,8 @@ makes a difference.
 A differing chunk is narrowed inside the same two snapshots: the left half is checksummed on both
 sides (the right half is the difference, sums being additive) and each half that differs is split
 again, down to ranges of at most `fetch_rows` rows, whose keys and row hashes are fetched; only the
-rows whose hashes differ are then fetched whole. A replica that had not reached the master's position
-makes a differing chunk `uncovered`, never a finding.
+rows whose hashes differ are then fetched, held (long values as digests: sql.held_expr). A replica
+that had not reached the master's position makes a differing chunk `uncovered`, never a finding.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from audit.sources.mysql.sql import (
     decode_value,
     force_index,
     hashed_expr,
+    held_expr,
     key_in,
     may_hold_separator,
     quote_ident,
@@ -169,6 +170,7 @@ class TableSql:
         self.source = table_ref(plan.schema, plan.name) + force_index(sql.index)
         self.plain_source = table_ref(plan.schema, plan.name)
         self.key_exprs = [sql.exprs[i] for i in plan.key_positions]
+        self.held = [held_expr(c, e) for c, e in zip(plan.columns, sql.exprs, strict=True)]
         self.order = ", ".join(quote_ident(k) for k in plan.key)
 
     def checksum(self, lower: Bound, upper: Bound) -> str:
@@ -184,16 +186,16 @@ class TableSql:
         where = range_where(self.plan.key, lower, upper)
         return f"SELECT {', '.join(self.key_exprs)}, {self.hash} FROM {self.source} WHERE {where}"
 
-    def rows_by_key(self, keys: Sequence[Key]) -> str:
-        return (
-            f"SELECT {', '.join(self.exprs)}, {self.hash} FROM {self.plain_source} WHERE {key_in(self.plan.key, keys)}"
-        )
+    def rows_by_key(self, keys: Sequence[Key], *, whole: bool = False) -> str:
+        """Rows in their held form (long values as digests), or `whole` (the repair plan's re-read)."""
+        exprs = self.exprs if whole else self.held
+        return f"SELECT {', '.join(exprs)}, {self.hash} FROM {self.plain_source} WHERE {key_in(self.plan.key, keys)}"
 
     def hash_counts(self) -> str:
         return f"SELECT {self.hash} AS h, COUNT(*) FROM {self.plain_source} GROUP BY h ORDER BY h"
 
     def all_rows(self) -> str:
-        return f"SELECT {', '.join(self.exprs)}, {self.hash} FROM {self.plain_source}"
+        return f"SELECT {', '.join(self.held)}, {self.hash} FROM {self.plain_source}"
 
 
 def decode_key(plan: TablePlan, raw: Sequence[bytes | None]) -> Key:

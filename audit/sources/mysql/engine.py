@@ -23,7 +23,7 @@ from audit.sources.mysql import catalog
 from audit.sources.mysql.chunks import ZERO, ChunkDone, Digest, RowDiff, Sides, Uncovered
 from audit.sources.mysql.client import Server, connect_pair
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings, parse_tables
-from audit.sources.mysql.repair import RepairPlan
+from audit.sources.mysql.repair import RepairPlan, WholeRows
 from audit.sources.mysql.rows import RecheckResult, recheck, to_finding
 from audit.sources.mysql.spark_job import Job, TaskError, TaskStats, events, plan_segments
 from audit.sources.mysql.sql import KeyValue
@@ -269,12 +269,17 @@ def audit_tables(
         repair_path = work_dir / "repair" / f"{pair or 'pair'}.sql"
     statements = 0
     if repair_path is not None:
-        with RepairPlan(repair_path, replica_ep.shown, pair, mysql_json=master.flavor == "mysql") as plan_file:
-            for removals in (True, False):  # every DELETE before any REPLACE (repair.py)
-                for d, _ in kept():
-                    if (d.master_row is None) == removals:
-                        _repair(plan_file, plans[d.table], d)
-            statements = plan_file.statements
+        whole = WholeRows(master_ep, settings)  # long values are held as digests: re-read to be written
+        mysql_json = master.flavor == "mysql"
+        try:
+            with RepairPlan(repair_path, replica_ep.shown, pair, mysql_json=mysql_json, whole=whole) as plan_file:
+                for removals in (True, False):  # every DELETE before any REPLACE (repair.py)
+                    for d, _ in kept():
+                        if (d.master_row is None) == removals:
+                            _repair(plan_file, plans[d.table], d)
+                statements = plan_file.statements
+        finally:
+            whole.close()
     metrics = _metrics(run, rechecked, plans, m_list, r_list, names, counts, started, len(segments))
     run.overflow.close()
     return RowsAudit(

@@ -13,22 +13,31 @@ which the plan's own `SET time_zone` makes explicit.
 
 Only the columns both sides have are written: a column only the replica has takes its default in a
 REPLACEd row (the plan says so in its header when a table's definitions differ).
+
+Rows are held with their long values as digests (sql.held_expr). A row the plan writes (REPLACE,
+INSERT) that holds one is re-read whole on the master, one row at a time, when it is written
+(`WholeRows`); if its row hash is no longer the one judged (written since), the plan says so in a
+comment instead of writing a value nobody compared. A keyless surplus copy is deleted by its digest:
+`MD5(col) = '..' AND LENGTH(col) = n`, byte exact like its other conditions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
-from audit.sources.mysql.chunks import RowDiff
-from audit.sources.mysql.client import Row
+from audit.sources.mysql.chunks import RowDiff, TableSql
+from audit.sources.mysql.client import Row, Server, connect
+from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings
 from audit.sources.mysql.sql import (
     BINARY_TYPES,
     DIGESTED_BYTES,
     LONG_TYPES,
     decode_value,
+    held_digest,
     literal,
     quote_ident,
     table_ref,
@@ -112,11 +121,56 @@ def delete_copies(plan: TablePlan, row: Row, copies: int, *, mysql_json: bool = 
     collation ('x' = 'X' = 'x ') the DELETE could remove a copy of another row, one the master has too."""
     exact = f" COLLATE {EXACT_COLLATION[mysql_json]}"
     conds = " AND ".join(
-        f"{quote_ident(c.name)} <=> {_value(c, v, in_where=True, mysql_json=mysql_json)}"
+        _digest_condition(plan.replica.exprs[i], digest)
+        if (digest := held_digest(c, v)) is not None
+        else f"{quote_ident(c.name)} <=> {_value(c, v, in_where=True, mysql_json=mysql_json)}"
         + (exact if c.data_type in _PLAIN_TEXT and v is not None else "")
-        for c, v in zip(plan.columns, row, strict=True)
+        for i, (c, v) in enumerate(zip(plan.columns, row, strict=True))
     )
     return f"DELETE FROM {table_ref(plan.schema, plan.name)} WHERE {conds} LIMIT {copies};"
+
+
+def _digest_condition(expr: str, digest: tuple[str, int]) -> str:
+    """A long value held as its digest, matched as the row hash read it (the replica's expression)."""
+    return f"MD5({expr}) = '{digest[0]}' AND LENGTH({expr}) = {digest[1]}"
+
+
+def holds_digest(plan: TablePlan, row: Row | None) -> bool:
+    return row is not None and any(held_digest(c, v) is not None for c, v in zip(plan.columns, row, strict=True))
+
+
+WholeRow = Callable[[TablePlan, RowDiff], Row | None]
+"""The master's row of a diff, whole; None when it changed (or went) since it was judged."""
+
+
+class WholeRows:
+    """Re-reads on the master the rows the plan writes whole, one at a time, on a session of its own
+    opened at the first one (the audit's sessions are closed by then)."""
+
+    def __init__(self, endpoint: MySQLEndpoint, settings: MySQLSettings) -> None:
+        self.endpoint, self.settings = endpoint, settings
+        self._server: Server | None = None
+        self.reread = 0
+
+    def __call__(self, plan: TablePlan, diff: RowDiff) -> Row | None:
+        if self._server is None:
+            self._server = connect(self.endpoint, "master", read_timeout_s=self.settings.read_timeout_s)
+        sql = TableSql(plan, "master", self.settings.hash_function)
+        if diff.key is not None:
+            query = sql.rows_by_key([diff.key], whole=True)
+        else:
+            where = f"{sql.hash} = {diff.master_hash or 0}"  # a keyless row: any copy of it (a scan)
+            query = f"SELECT {', '.join(sql.exprs)}, {sql.hash} FROM {sql.plain_source} WHERE {where} LIMIT 1"
+        rows = self._server.query(query, "re-reading a long row for the repair plan")
+        self.reread += 1
+        if not rows or int(rows[0][-1] or 0) != diff.master_hash:
+            return None
+        return rows[0][:-1]
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
 
 def statement_parts(plan: TablePlan, diff: RowDiff, *, mysql_json: bool = False) -> Iterator[Iterable[str]]:
@@ -143,8 +197,11 @@ def statements(plan: TablePlan, diff: RowDiff, *, mysql_json: bool = False) -> l
 class RepairPlan:
     """`with RepairPlan(path, replica_shown) as plan: plan.add(plan_, diffs)`: streamed, statement by statement."""
 
-    def __init__(self, path: Path, replica: str, pair: str = "", *, mysql_json: bool = False) -> None:
+    def __init__(
+        self, path: Path, replica: str, pair: str = "", *, mysql_json: bool = False, whole: WholeRow | None = None
+    ) -> None:
         self.path, self.replica, self.pair, self.mysql_json = path, replica, pair, mysql_json
+        self.whole = whole
         self.statements = 0
         self._out: TextIO | None = None
         self._noted: set[str] = set()
@@ -163,6 +220,13 @@ class RepairPlan:
     def add(self, plan: TablePlan, diffs: Iterable[RowDiff]) -> None:
         assert self._out is not None, "use RepairPlan as a context manager"
         for diff in sorted(diffs, key=lambda d: d.master_row is not None):  # removals first (module doc)
+            if holds_digest(plan, diff.master_row):
+                whole = self.whole(plan, diff) if self.whole is not None else None
+                if whole is None:
+                    key = f" key {list(diff.key)}" if diff.key is not None else ""
+                    self.note(f"{plan.display}{key}: changed on the master since it was compared; not written")
+                    continue
+                diff = replace(diff, master_row=whole)
             for parts in statement_parts(plan, diff, mysql_json=self.mysql_json):
                 for part in parts:
                     self._out.write(part)

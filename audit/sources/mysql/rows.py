@@ -22,11 +22,12 @@ from audit.findings import Finding
 from audit.sources.mysql.chunks import Key, RowDiff, Sides, TableWork
 from audit.sources.mysql.client import Row, TableGone
 from audit.sources.mysql.endpoint import MySQLSettings
-from audit.sources.mysql.sql import decode_value, json_value
+from audit.sources.mysql.sql import decode_value, held_digest, json_value
 from audit.sources.mysql.values import Column, TablePlan
 
 SHOWN_VALUE_CHARS = 200
-"""Values longer than this are cut in a finding's detail (the repair plan has them whole)."""
+"""Values longer than this are cut in a finding's detail (the repair plan has them whole); a value over
+DIGESTED_BYTES is held and shown as its length and MD5 only."""
 
 
 def category_of(diff: RowDiff) -> str:
@@ -50,6 +51,9 @@ def key_json(plan: TablePlan, key: Key) -> bytes:
 
 
 def shown(column: Column, raw: bytes | None) -> object:
+    digest = held_digest(column, raw)
+    if digest is not None:  # a long value, held as its digest (sql.held_expr)
+        return f"({digest[1]} bytes, md5 {digest[0]})"
     value = json_value(column, decode_value(column, raw))
     if isinstance(value, str) and len(value) > SHOWN_VALUE_CHARS:
         return value[:SHOWN_VALUE_CHARS] + f"... ({len(value)} characters)"

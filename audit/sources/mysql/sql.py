@@ -24,6 +24,7 @@ so a table's digest is the sum of its chunks' whatever the chunking.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Literal
@@ -47,6 +48,8 @@ LONG_TYPES = frozenset({"text", "mediumtext", "longtext", "json", "blob", "mediu
 )
 """Types whose values may outgrow max_allowed_packet once concatenated into a row's text."""
 DIGESTED_BYTES = 8192
+DIGEST_PREFIX = b"md5:"
+_HELD_DIGEST = re.compile(rb"md5:([0-9a-f]{32}):([0-9]+)")
 
 
 def quote_ident(name: str) -> str:
@@ -176,6 +179,30 @@ def hashed_expr(column: Column, expr: str) -> str:
         return expr
     # binary, so that no column charset (latin1...) is an illegal mix with the digest's
     return f"IF(LENGTH({expr}) > {DIGESTED_BYTES}, CONCAT(_binary'md5:', MD5({expr})), {expr})"
+
+
+def held_expr(column: Column, expr: str) -> str:
+    """The column as rows are read for comparison and evidence: a long value as `md5:<MD5>:<bytes>`.
+
+    Held rows are compared with each other (equal exactly when the row hash's `md5:<MD5>` forms are),
+    shown in findings and kept for the recheck: none of that needs a 50 MB value whole, and holding it
+    made memory rows x row width (budget.py). Only the repair plan needs it, and re-reads it (repair.py).
+    """
+    if column.data_type not in LONG_TYPES:
+        return expr
+    digest = f"CONCAT(_binary'{DIGEST_PREFIX.decode()}', MD5({expr}), _binary':', LENGTH({expr}))"
+    return f"IF(LENGTH({expr}) > {DIGESTED_BYTES}, {digest}, {expr})"
+
+
+def held_digest(column: Column, raw: bytes | None) -> tuple[str, int] | None:
+    """(MD5, bytes) of a value held as its digest (held_expr); None for a value held whole.
+
+    A value of a long column that happens to read `md5:<32 hex>:<n>` is taken for a digest: the repair
+    plan then re-reads it, which writes it right all the same."""
+    if raw is None or column.data_type not in LONG_TYPES or not raw.startswith(DIGEST_PREFIX):
+        return None
+    m = _HELD_DIGEST.fullmatch(raw)
+    return (m.group(1).decode(), int(m.group(2))) if m else None
 
 
 def row_string(exprs: Sequence[str], nullable: Sequence[bool], separable: Sequence[bool]) -> str:
