@@ -16,8 +16,9 @@ makes a difference.
 A differing chunk is narrowed inside the same two snapshots: the left half is checksummed on both
 sides (the right half is the difference, sums being additive) and each half that differs is split
 again, down to ranges of at most `fetch_rows` rows, whose keys and row hashes are fetched; only the
-rows whose hashes differ are then fetched, held (long values as digests: sql.held_expr). A replica
-that had not reached the master's position makes a differing chunk `uncovered`, never a finding.
+rows whose hashes differ are then fetched, held (long values as digests: sql.held_expr), in batches the
+byte budget sizes (budget.py). A replica that had not reached the master's position makes a differing
+chunk `uncovered`, never a finding.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from functools import partial
 from typing import TypeVar
 
 from audit.pacing import Pacer, PaceSettings
+from audit.sources.mysql.budget import held_row_bytes, keys_per_fetch
 from audit.sources.mysql.client import Row, Server, TableGone
 from audit.sources.mysql.endpoint import MySQLSettings
 from audit.sources.mysql.sql import (
@@ -52,7 +54,6 @@ from audit.sources.mysql.values import Side, TablePlan
 T = TypeVar("T")
 U = TypeVar("U")
 Key = tuple[KeyValue, ...]
-KEYS_PER_FETCH = 500
 
 
 @dataclass(frozen=True)
@@ -246,6 +247,11 @@ class TableWork:
         self.sql = {s: TableSql(plan, s, settings.hash_function) for s in ("master", "replica")}
         self.pacer = Pacer(PaceSettings(max_keys_per_s=settings.max_rows_per_s)) if settings.max_rows_per_s else None
         self._behind = False
+        self.row_bytes = held_row_bytes(plan)
+
+    def keys_per_fetch(self, reads: int) -> int:
+        """Keys per fetch, `reads` fetches held at once, within settings.max_fetch_bytes (budget.py)."""
+        return keys_per_fetch(self.row_bytes, self.settings.max_fetch_bytes, reads)
 
     def checksums(self, lower: Bound, upper: Bound) -> tuple[Digest, Digest]:
         m_sql, r_sql = self.sql["master"].checksum(lower, upper), self.sql["replica"].checksum(lower, upper)
@@ -378,8 +384,9 @@ class TableWork:
 
     def fetch_rows(self, keys: Sequence[Key]) -> Iterator[RowDiff]:
         """The rows of `keys` on both sides (in the current snapshots), as RowDiffs when they differ."""
-        for i in range(0, len(keys), KEYS_PER_FETCH):
-            batch = keys[i : i + KEYS_PER_FETCH]
+        step = self.keys_per_fetch(2)
+        for i in range(0, len(keys), step):
+            batch = keys[i : i + step]
             m, r = self.sides.both(
                 partial(self.rows_by_key, "master", batch), partial(self.rows_by_key, "replica", batch)
             )
@@ -413,7 +420,8 @@ class TableWork:
 
     def _samples(self, side: Side, wanted: set[int]) -> dict[int, Row]:
         out: dict[int, Row] = {}
-        for batch in self.sides.server(side).stream(self.sql[side].all_rows(), "reading differing keyless rows"):
+        sql, doing = self.sql[side].all_rows(), "reading differing keyless rows"
+        for batch in self.sides.server(side).stream(sql, doing, self.keys_per_fetch(2)):
             for row in batch:
                 h = int(row[-1] or 0)
                 if h in wanted and h not in out:

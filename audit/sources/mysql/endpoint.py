@@ -101,6 +101,11 @@ class MySQLSettings(_Strict):
     recheck_rounds: int = Field(3, ge=0)
     recheck_interval_s: float = Field(0.5, ge=0)
     recheck_max_rows: int = Field(100_000, ge=0)
+    max_fetch_bytes: int = Field(
+        64 << 20,
+        ge=1 << 20,
+        description="bytes of rows one fetch may hold (each side, or a recheck's three reads, together)",
+    )
     gtid_wait_s: float = Field(10.0, ge=0, description="bound of each wait for the replica to reach the master")
     hash_function: HashFunction = "crc32"
     parallelism: int | None = Field(None, gt=0, description="Spark tasks; default: Spark's default parallelism")

@@ -140,8 +140,9 @@ def _hash(read: tuple[Row, int] | None) -> int | None:
 def _recheck_keyed(work: TableWork, diffs: list[RowDiff], result: RecheckResult) -> list[RowDiff]:
     """One round over one table's keyed rows: what still differs (in flight ones included, marked)."""
     left: list[RowDiff] = []
-    for i in range(0, len(diffs), 500):
-        batch = diffs[i : i + 500]
+    step = work.keys_per_fetch(3)  # master before, replica, master after: held at once
+    for i in range(0, len(diffs), step):
+        batch = diffs[i : i + step]
         before, replica, after, reached = _read(work, [d.key for d in batch if d.key is not None])
         for d in batch:
             assert d.key is not None
