@@ -50,7 +50,7 @@ def extra_field(extra: Mapping[str, Any], conn_type: str, name: str) -> Any:
 def server_url(
     kind: ConnKind,
     *,
-    host: str | None,
+    host: str,
     port: int | None,
     login: str | None,
     password: str | None,
@@ -60,7 +60,6 @@ def server_url(
     """`scheme://login:password@host:port[/schema]`, login and password percent-encoded, IPv6 hosts bracketed."""
     user, secret = quote(login or "", safe=""), quote(password or "", safe="")
     auth = f"{user}:{secret}@" if secret else (f"{user}@" if user else "")
-    host = host or "127.0.0.1"
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     path = f"/{schema}" if kind.with_schema and schema else ""
@@ -107,17 +106,36 @@ def connection_endpoint(
     extra = extra or {}
     if kind.family == "store":
         return store_endpoint_text(store_fields(conn_id, ctype, host, extra))
+    host = _required_host(conn_id, host)
     _check_host(conn_id, host)
+    port = _checked_port(conn_id, port)
     tls = _true(extra_field(extra, ctype, "tls")) or _true(extra_field(extra, ctype, "ssl"))
     url = server_url(kind, host=host, port=port, login=login, password=password, schema=schema, tls=tls)
     options = kind.url_options(ctype, extra) if kind.url_options else {}
     return f"{url}?{urlencode(options)}" if options else url
 
 
-def _check_host(conn_id: str, host: str | None) -> None:
+def _required_host(conn_id: str, host: str | None) -> str:
+    """The connection's host; an empty one is refused: it was read as 127.0.0.1, an audit of a server
+    nobody named (a local one if it happens to listen on the port, or a misleading "unreachable")."""
+    if host is None or not host.strip():
+        raise ConfigError(
+            f"conn:{conn_id}: the connection has no host: fill in its host field "
+            "(replica-audit never assumes localhost)"
+        )
+    return host.strip()
+
+
+def _checked_port(conn_id: str, port: int | None) -> int | None:
+    """An empty port is the kind's default (6379 Redis, 9221 Pika, 3306 MySQL, as each form shows);
+    a port outside 1-65535 (0 included, which was silently the default) is refused, naming the field."""
+    if port is not None and not 0 < port < 65536:
+        raise ConfigError(f"conn:{conn_id}: port {port} is not a port number (1-65535; leave it empty for the default)")
+    return port
+
+
+def _check_host(conn_id: str, host: str) -> None:
     """A connection's host is a name or an address: a port, a scheme or a path there would be misread."""
-    if not host:
-        return
     bare = host.strip("[]")
     try:
         ipaddress.ip_address(bare)
@@ -176,8 +194,24 @@ def env_conn_resolver(conn_id: str) -> str:
     if value.lstrip().startswith("{"):
         return _url_from_conn_json(conn_id, value)
     if value.startswith(_ENDPOINT_SCHEMES) or "://" not in value:
-        return value  # an endpoint as an inventory writes it (or a store's path)
+        return _with_host(conn_id, value)  # an endpoint as an inventory writes it (or a store's path)
     return _endpoint_from_conn_uri(conn_id, value)
+
+
+def _with_host(conn_id: str, value: str) -> str:
+    """An inventory-form URL given as a connection: `redis:///0` or `mysql://u@/db` would read as localhost."""
+    scheme = value.partition("://")[0]
+    if scheme in ("redis", "rediss", "mysql", "mariadb"):
+        try:
+            host = urlsplit(value).hostname
+        except ValueError:
+            return value  # a malformed URL: named by the URL check every endpoint gets (audit/urls.py)
+        if not host:
+            raise ConfigError(
+                f"conn:{conn_id}: AIRFLOW_CONN_{conn_id.upper()} is a {scheme}:// URL with no host "
+                "(replica-audit never assumes localhost)"
+            )
+    return value
 
 
 _ENDPOINT_SCHEMES = ("redis://", "rediss://", "unix://", "mysql://", "mariadb://")

@@ -66,3 +66,30 @@ def test_a_host_field_holding_more_than_a_host_is_refused(host: str) -> None:
 @pytest.mark.parametrize(("host", "shown"), [("::1", "[::1]"), ("[::1]", "[::1]"), ("db-1.example", "db-1.example")])
 def test_addresses_and_names_are_hosts(host: str, shown: str) -> None:
     assert connection_endpoint("c", "replica_audit_redis", host=host, port=1) == f"redis://{shown}:1"
+
+
+@pytest.mark.parametrize(
+    "conn_type", ["replica_audit_redis", "redis", "replica_audit_pika", "replica_audit_mysql", "mysql"]
+)
+@pytest.mark.parametrize("host", [None, "", "   "])
+def test_a_server_connection_without_host_is_refused_naming_it(conn_type: str, host: str | None) -> None:
+    # it was read as 127.0.0.1: an audit of whatever listens on the worker
+    with pytest.raises(ConfigError, match=r"^conn:c: the connection has no host: fill in its host field"):
+        connection_endpoint("c", conn_type, host=host, port=6379, login="u", password="p")
+
+
+@pytest.mark.parametrize("port", [0, -1, 65536])
+def test_a_port_outside_the_port_range_is_refused_and_an_empty_one_is_the_kinds_default(port: int) -> None:
+    with pytest.raises(ConfigError, match=rf"^conn:c: port {port} is not a port number"):
+        connection_endpoint("c", "replica_audit_redis", host="h", port=port)
+    assert connection_endpoint("c", "replica_audit_pika", host="h") == "redis://h:9221"
+    assert connection_endpoint("c", "mysql", host="h", login="u") == "mysql://u@h:3306"
+
+
+@pytest.mark.parametrize("value", ["redis:///0", "rediss://:pw@:6380", "mysql://u:pw@/db", "mariadb://u@:3307"])
+def test_an_inventory_url_without_host_given_as_a_connection_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_X", value)
+    with pytest.raises(ConfigError, match=r"^conn:x: AIRFLOW_CONN_X is a \w+:// URL with no host"):
+        env_conn_resolver("x")
