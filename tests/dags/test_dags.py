@@ -157,6 +157,9 @@ def test_connection_types_resolve_and_only_source_errors_retry(airflow_env: dict
         AIRFLOW_CONN_LEGACY_MYSQL="mysql://reader:pw@db.internal:3307/shop",
         AIRFLOW_CONN_LEGACY_FS=json.dumps({"conn_type": "fs", "extra": {"path": "/data/rmq/store"}}),
         AIRFLOW_CONN_SOMETHING_ELSE="http://example.invalid",
+        # no host: once read as 127.0.0.1
+        AIRFLOW_CONN_NO_HOST_DB=json.dumps({"conn_type": "mysql", "login": "reader", "password": "pw", "port": 3307}),
+        AIRFLOW_CONN_NO_HOST_PIKA=json.dumps({"conn_type": "replica_audit_pika", "host": ""}),
     )
     result = in_airflow(
         env,
@@ -174,7 +177,7 @@ def resolve(conn_id):
     except ConfigError as e:
         return "ConfigError: " + str(e)
 ids = ["cache_new", "pika_a", "orders_db", "rmq_a", "rmq_empty", "legacy_redis", "legacy_mysql", "legacy_fs",
-       "something_else", "nope"]
+       "something_else", "nope", "no_host_db", "no_host_pika"]
 print(json.dumps({
     "resolved": {i: resolve(i) for i in ids},
     "hooks": [RedisAuditHook("cache_new").get_conn(), MySQLAuditHook("orders_db").get_conn(),
@@ -199,6 +202,8 @@ print(json.dumps({
     assert r["legacy_fs"] == result["old_name"] == "/data/rmq/store"
     assert r["something_else"].startswith("ConfigError: conn:something_else: connection type 'http'")
     assert r["nope"] == "ConfigError: conn:nope: no such Airflow connection"
+    for conn_id in ("no_host_db", "no_host_pika"):
+        assert r[conn_id].startswith(f"ConfigError: conn:{conn_id}: the connection has no host"), r[conn_id]
     assert result["hooks"] == [r["cache_new"], r["orders_db"], "/data/rmq/store"]
     assert result["rmq_fields"] == {"store_dir": "/data/rmq/store", "broker_log": "/l"}
     assert (result["retry_source"], result["retry_other"], result["retry_airflow"]) == ("retry", "fail", "fail")
@@ -422,3 +427,34 @@ def test_post_migration_verification_refuses_a_diverging_target(airflow_env: dic
     assert any(r.startswith("gate failed: ") for r in cert["reasons"])
     assert 'id="verdict">failed<' in (root / "certificate.html").read_text()
     assert summary(root)["pairs"][0]["status"] == "failed"
+
+
+def test_post_migration_verification_refuses_a_target_connection_without_host(
+    airflow_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The target's connection, stored in Airflow's metadata database, has a port but no host: it was read
+    as 127.0.0.1, and a redis-server listening there on that port was certified as the target."""
+    local = RedisServer(free_port(), tmp_path / "local").start()
+    try:
+        local.client().set("k", "v")
+        cli = [airflow_env["AIRFLOW_PYTHON"], "-m", "airflow", "connections", "add", "nohost_target"]
+        add = subprocess.run(
+            [*cli, "--conn-type", "replica_audit_redis", "--conn-port", str(local.port)],
+            env=airflow_env,
+            cwd=airflow_env["AIRFLOW_HOME"],
+            capture_output=True,
+            text=True,
+        )
+        assert add.returncode == 0, add.stderr[-3000:]
+        assert airflow_db(airflow_env, "SELECT host, port FROM connection WHERE conn_id = 'nohost_target'") == [
+            (None, local.port)
+        ]
+        done, root, cert = _verify(airflow_env, tmp_path, {"source": local.url, "target": "conn:nohost_target"})
+    finally:
+        local.stop()
+    log = done.stdout + done.stderr
+    assert done.returncode != 0, log[-3000:]
+    assert cert["verdict"] == "error" and cert["digests_equal"] is False
+    said = " ".join(" ".join(cert["reasons"]).split())
+    assert "conn:nohost_target: the connection has no host" in said, cert["reasons"]
+    assert summary(root)["pairs"][0]["exit_code"] == 2

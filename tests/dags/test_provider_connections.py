@@ -129,6 +129,8 @@ def test_test_connection_reaches_each_kind_read_only(airflow_env: dict[str, str]
             "port": int(servers["sentinels"].sentinel_addresses[0].rsplit(":", 1)[1]),
         },
         "host_with_port": {"conn_type": "replica_audit_redis", "host": f"127.0.0.1:{redis_port}"},
+        # no host was read as 127.0.0.1: this test then reached the local redis-server and passed
+        "cache_no_host": {"conn_type": "replica_audit_redis", "port": redis_port, "password": PASSWORD},
     }
     mariadb = servers["mariadb"]
     if mariadb is not None:
@@ -179,6 +181,8 @@ print(json.dumps({{i: list(Connection.get_connection_from_secrets(i).test_connec
     assert ok and "sentinel mode" in message and "{sentinels: [<host>:<port>, ...], service: <name>}" in message
     ok, message = results["host_with_port"]
     assert not ok and "the port goes in the port field" in message, message
+    ok, message = results["cache_no_host"]
+    assert not ok and message.startswith("ConfigError: conn:cache_no_host: the connection has no host"), message
     if mariadb is not None:
         assert results["db"][0] is True and "MariaDB" in results["db"][1], results["db"]
         assert results["db"][1].startswith("a read-only session: "), results["db"]
