@@ -55,7 +55,7 @@ from audit.sources.redis.keyspace_check import (
     recheck_unreadable,
 )
 from audit.sources.redis.model import RedisPair
-from audit.sources.redis.recheck import RecheckStats
+from audit.sources.redis.recheck import RecheckStats, set_confirmed_live
 from audit.sources.redis.resp import RespPipe
 from audit.sources.redis.topology import Topology
 
@@ -272,9 +272,9 @@ class FleetKeyspaceCheck(Check):
             recheck_in_flight=stats.in_flight,
             recheck_unreadable=stats.unreadable,
             recheck_divergent=stats.divergent,
-            recheck_confirmed_live=stats.confirmed,
             recheck_rounds=stats.rounds_run,
         )
+        set_confirmed_live(ctx.metrics, stats)
         if ctx.data.get("unread"):
             ctx.fail_after(SnapshotError(f"pair {self.pair.name}: nodes not read: " + "; ".join(ctx.data["unread"])))
 
@@ -319,6 +319,7 @@ class FleetKeyspaceCheck(Check):
         for name in ("candidates", "converged", "in_flight", "confirmed", "unreadable"):
             setattr(stats, name, getattr(stats, name) + getattr(st, name))
         stats.rounds_run = max(stats.rounds_run, st.rounds_run)
+        stats.live = stats.live or st.live
         found = keyspace_findings(survivors, st.rounds_run, extra)
         if rest is not None:
             found = found.unionByName(keyspace_findings(rest, 0, extra))

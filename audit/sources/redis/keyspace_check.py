@@ -200,7 +200,7 @@ class KeyspaceCheck(Check):
     # --- recheck --------------------------------------------------------------------------------------
     def recheck(self, ctx: StageContext) -> None:
         from audit.diff.findings import keyspace_findings
-        from audit.sources.redis.recheck import recheck, split_for_recheck
+        from audit.sources.redis.recheck import recheck, set_confirmed_live, split_for_recheck
 
         clients = self._clients(ctx)
         spark = ctx.spark()
@@ -247,10 +247,10 @@ class KeyspaceCheck(Check):
             recheck_in_flight=stats.in_flight,
             recheck_unreadable=stats.unreadable,
             recheck_divergent=stats.divergent,
-            recheck_confirmed_live=stats.confirmed,
             recheck_rounds=stats.rounds_run,
             recheck_unrechecked=max(0, total - s.recheck_max_keys),
         )
+        set_confirmed_live(ctx.metrics, stats)
 
     def _findings(
         self, ctx: StageContext, found: DataFrame, evidence: list[tuple[int, bytes, str]], rest: DataFrame | None

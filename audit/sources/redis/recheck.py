@@ -65,12 +65,28 @@ class RecheckStats:
     in_flight: int = 0
     confirmed: int = 0
     """Divergences judged against the replication stream (the replica had applied the master's read)."""
+    live: bool = False
+    """Whether the recheck had the replication stream to judge by. Without it (two servers that do not
+    replicate: a verification, `check_replication: false`) nothing can be confirmed live, and `confirmed`
+    is not a count of anything: the metric `recheck_confirmed_live` is then left out, not reported 0."""
     divergent: int = 0
     """Every divergence the recheck kept: `confirmed` plus those judged by rounds without an ack."""
     unreadable: int = 0
     """Keys whose last live read was an error reply (MOVED, CLUSTERDOWN, NOPERM, BUSY...): not judged."""
     rounds_run: int = 0
     per_round_remaining: list[int] = field(default_factory=list)
+
+
+CONFIRMED_LIVE = "recheck_confirmed_live"
+
+
+def set_confirmed_live(metrics: dict[str, Any], stats: RecheckStats) -> None:
+    """`recheck_confirmed_live` where the replication stream judged the recheck; without it, left out (and
+    one a resumed run kept from before is dropped): a 0 there read as "no divergence was confirmed"."""
+    if stats.live:
+        metrics[CONFIRMED_LIVE] = stats.confirmed
+    else:
+        metrics.pop(CONFIRMED_LIVE, None)
 
 
 def split_for_recheck(cands: DataFrame, max_keys: int, total: int) -> tuple[DataFrame, DataFrame | None]:
@@ -299,6 +315,7 @@ def recheck(
     stats = RecheckStats()
     rows = candidates.select("db", "key", *MASTER_FIELDS).collect()
     stats.candidates = len(rows)
+    stats.live = ack is not None and isinstance(master, RespPipe) and isinstance(replica, RespPipe)
     if rounds == 0:
         return candidates, stats
     pending: dict[Key, KeyState | None] = {(r["db"], bytes(r["key"])): _snapshot_state(r) for r in rows}
