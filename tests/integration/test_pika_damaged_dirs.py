@@ -146,12 +146,19 @@ def test_a_file_lost_in_the_middle_of_the_log_is_damage_with_its_place(
     pair, found = _pair(audited, case)
     assert (pair["status"], pair["exit_code"]) == ("failed", 1)
     got = _damage(found)
+    size = (tmp / "clean" / "log_db0" / "write2file2").stat().st_size
+    if cut_at is not None:  # the rest of the file, from the cut to where Pika left it, is a second finding
+        rest = [g for g in got if g[1] == f"2:{cut_at}"]
+        assert [(c, side) for c, _, side, _ in rest] == [("corrupt_record", "master"), ("corrupt_record", "replica")]
+        assert all(r.startswith(f"write2file2 ends at {cut_at}, but write2file3's first") for *_, r in rest)
+        lost = {(f["end"], f["bytes"]) for f in found if f["start"] == f"2:{cut_at}"}
+        assert lost == {(f"2:{size}", size - cut_at)}
+        got = [g for g in got if g not in rest]
     start = f"2:{0 if cut_at is None else _record_at(tmp / 'clean', cut_at)}"
     assert [(c, s, side) for c, s, side, _ in got] == [
         ("corrupt_record", start, "master"),
         ("corrupt_record", start, "replica"),
     ]
-    size = (tmp / "clean" / "log_db0" / "write2file2").stat().st_size
     assert all(r.startswith(reason.format(size=size)) for *_, r in got), got
     assert json.loads(found[0]["detail"])["file"].startswith(str(tmp / case))
 

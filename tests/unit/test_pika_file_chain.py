@@ -80,9 +80,18 @@ def test_a_file_emptied_or_cut_at_a_record_boundary_is_damage() -> None:
         )
 
 
+def test_a_file_cut_mid_record_also_names_the_rest_it_lost() -> None:
+    """Its corrupt_record row covers the cut record only; the bytes from the cut to where Pika left the
+    file are lost records too, and once went unsaid."""
+    files = healthy(5)
+    files[2] = rolled(2, end=4000, damaged=True)
+    (got,) = chain_findings("master", 0, D, files, [], 5)
+    assert (got.category, got.start, got.end, got.bytes) == ("corrupt_record", "2:4000", f"2:{SIZE}", SIZE - 4000)
+
+
 def test_a_file_already_damaged_or_followed_by_a_file_of_unknown_start_is_not_measured_again() -> None:
     files = healthy(5)
-    files[2] = rolled(2, end=4000, damaged=True)  # its corrupt_record row says it already
+    files[2] = rolled(2, end=SIZE + 4000, damaged=True)  # a zero-filled tail past its end: its own row says it
     assert chain_findings("master", 0, D, files, [], 5) == []
     files = healthy(5)
     files[2] = rolled(2, end=4000)

@@ -12,7 +12,9 @@ So, per side and database, between the first file and the one the manifest names
 - a number with no file, unless the next file starts at a position a full sync set, is a missing file;
 - a file shorter than the position the next file's first record says it ended at lost its end.
 
-A file that already holds a `corrupt_record` row is not measured again.
+A file that holds a `corrupt_record` row is measured only for an end it lost: cut mid-record at X
+when Pika left it at L > X, the cut record is one finding and `X` to `L` (the rest of the file) another;
+bytes past L are its damage rows' own.
 """
 
 from __future__ import annotations
@@ -107,11 +109,13 @@ def chain_findings(
 
 def _short(side: str, db: int, before: FileFacts | None, f: FileFacts) -> list[Finding]:
     """The file before `f` ends elsewhere than where `f`'s first record says it ended."""
-    if before is None or before.damaged or f.first_kind != ROW_RECORD or f.first_prev is None:
+    if before is None or f.first_kind != ROW_RECORD or f.first_prev is None:
         return []
     prev_num, prev_end = f.first_prev
     if prev_num != before.filenum or prev_end == before.data_end:
         return []
+    if before.damaged and prev_end < before.data_end:
+        return []  # what lies past Pika's end (a zero-filled tail) is already a corrupt_record row of its own
     lo, hi = sorted((before.data_end, prev_end))
     why = (
         f"{_name(before.filenum)} ends at {before.data_end}, but {_name(f.filenum)}'s first record says it ended "
