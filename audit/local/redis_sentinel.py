@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from audit.local.redis_server import RedisServer, free_port, wait_link_up
+from audit.local.redis_server import RedisServer, TlsFiles, free_port, wait_link_up
 
 
 @dataclass
@@ -25,13 +25,16 @@ class SentinelServer:
     monitors: dict[str, int] = field(default_factory=dict)
     """service name -> master port on 127.0.0.1"""
     proc: subprocess.Popen[bytes] | None = None
+    tls: TlsFiles | None = None
+    """TLS only, to its clients and to the servers it watches: `port` is the tls-port."""
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, protocol=2, decode_responses=True)
+        tls = self.tls.client_options() if self.tls else {}
+        return redis.Redis(host="127.0.0.1", port=self.port, protocol=2, decode_responses=True, **tls)
 
     def _config(self) -> str:
         lines = [
@@ -41,6 +44,7 @@ class SentinelServer:
             "logfile sentinel.log",
             "daemonize no",
             "protected-mode no",
+            *(f"{k} {v}" for k, v in (self.tls.config(self.port) if self.tls else [])),
         ]
         for service, master_port in self.monitors.items():
             lines += [
@@ -113,18 +117,22 @@ class SentinelGroup:
         self.master.stop()
 
 
-def start_sentinel_group(workdir: Path, *, service: str = "mymaster", sentinels: int = 1) -> SentinelGroup:
-    """A master, a replica and `sentinels` sentinels that all list the replica."""
+def start_sentinel_group(
+    workdir: Path, *, service: str = "mymaster", sentinels: int = 1, tls: TlsFiles | None = None
+) -> SentinelGroup:
+    """A master, a replica and `sentinels` sentinels that all list the replica; with `tls`, every one of
+    them TLS only (replication and the sentinels' links too)."""
     # a replica's first full sync otherwise waits 5 s for more replicas to share the transfer
     fast_sync = ["--repl-diskless-sync-delay", "0"]
-    master = RedisServer(free_port(), workdir / "master", fast_sync).start()
-    replica = RedisServer(free_port(), workdir / "replica", ["--replicaof", "127.0.0.1", str(master.port)])
+    master = RedisServer(free_port(), workdir / "master", fast_sync, tls=tls).start()
+    follow = ["--replicaof", "127.0.0.1", str(master.port)]
+    replica = RedisServer(free_port(), workdir / "replica", follow, tls=tls)
     started: list[SentinelServer] = []
     try:
         replica.start()
         wait_link_up(replica)
         for i in range(sentinels):
-            s = SentinelServer(free_port(), workdir / f"sentinel{i}", {service: master.port}).start()
+            s = SentinelServer(free_port(), workdir / f"sentinel{i}", {service: master.port}, tls=tls).start()
             started.append(s)
         for s in started:
             s.wait_replicas(service, 1)

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -19,19 +20,51 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A TLS-only server's files (its plain port closed: `port 0`, `tls-port` its only port), and the
+    client certificate this module's own clients present when `auth_clients` asks for one."""
+
+    cert: Path
+    key: Path
+    ca: Path
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    auth_clients: bool = False
+
+    def config(self, port: int) -> list[tuple[str, str]]:
+        """(directive, value): replication and a sentinel's links to its servers run TLS too."""
+        return [
+            ("port", "0"),
+            ("tls-port", str(port)),
+            ("tls-cert-file", str(self.cert)),
+            ("tls-key-file", str(self.key)),
+            ("tls-ca-cert-file", str(self.ca)),
+            ("tls-replication", "yes"),
+            ("tls-auth-clients", "yes" if self.auth_clients else "no"),
+        ]
+
+    def client_options(self) -> dict[str, Any]:
+        cert = {"ssl_certfile": str(self.client_cert), "ssl_keyfile": str(self.client_key)} if self.client_cert else {}
+        return {"ssl": True, "ssl_ca_certs": str(self.ca), **cert}
+
+
 @dataclass
 class RedisServer:
     port: int
     workdir: Path
     extra: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
+    tls: TlsFiles | None = None
+    """TLS only: `port` is the tls-port, and the plain port is closed."""
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
 
     def client(self, db: int = 0) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, db=db, protocol=2)
+        tls = self.tls.client_options() if self.tls else {}
+        return redis.Redis(host="127.0.0.1", port=self.port, db=db, protocol=2, **tls)
 
     def start(self) -> RedisServer:
         exe = shutil.which("redis-server")
@@ -56,6 +89,7 @@ class RedisServer:
             "redis.log",
             "--protected-mode",
             "no",
+            *(arg for k, v in (self.tls.config(self.port) if self.tls else []) for arg in (f"--{k}", v)),
             *self.extra,
         ]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

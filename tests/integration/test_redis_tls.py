@@ -1,8 +1,9 @@
 """TLS (rediss://) against real redis-servers with a private CA: a standalone server without a password,
 and a Redis Cluster with `tls-cluster yes` that also keeps its plain ports (as during a move to TLS).
 
-The CA and the server certificate are made with `openssl` for 127.0.0.1; the cluster is created with
-`redis-cli --tls`, so its bus runs TLS and CLUSTER SHARDS lists each node's `port` and `tls-port`.
+The CA and the server certificate are made with `openssl` for 127.0.0.1 (tests/integration/tls_certs.py);
+the cluster is created with `redis-cli --tls`, so its bus runs TLS and CLUSTER SHARDS lists each node's
+`port` and `tls-port`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from audit.sources.redis.endpoints import parse_endpoint
 from audit.sources.redis.fleet_health import probe
 from audit.sources.redis.topology import discover
 from tests.integration.helpers import findings, latest_run, run_cli, write_inventory
+from tests.integration.tls_certs import make_certs
 
 pytestmark = [
     pytest.mark.integration,
@@ -30,22 +32,9 @@ pytestmark = [
 ]
 
 
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = Path(tmp_path_factory.mktemp("tls"))
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=audit-test-ca",
-             "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"))  # fmt: skip
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-             "-keyout", str(d / "server.key"), "-out", str(d / "server.csr"))  # fmt: skip
-    (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    _openssl("x509", "-req", "-in", str(d / "server.csr"), "-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"),
-             "-CAcreateserial", "-out", str(d / "server.crt"), "-days", "2",
-             "-extfile", str(d / "ext.cnf"))  # fmt: skip
-    return d
+    return make_certs(Path(tmp_path_factory.mktemp("tls")))
 
 
 def tls_args(certs: Path, tls_port: int) -> list[str]:
