@@ -4,10 +4,12 @@ display quoting, compare modes and repair plans (replies shaped as a Redis 7.0 c
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from redis.connection import parse_url
 
 from audit.diff.compare_modes import COMPARE_MODES, apply_mode, mode_category
 from audit.errors import ConfigError
@@ -76,6 +78,9 @@ def test_endpoint_forms_and_secrets() -> None:
         ({"url": "redis://h:1", "topo": "cluster"}, "master.topo: Extra inputs are not permitted"),
         ({"topology": "cluster"}, "master.url: Field required"),
         (["redis://h:1"], "expected a URL or a mapping"),
+        ({"sentinels": ["h:1"], "service": "m", "ssl_ca_certs": "/ca.pem", "tls": False}, "master: tls: false, but"),
+        ({"sentinels": ["h:1"], "service": "m", "ssl_keyfile": "/k.pem"}, "master: ssl_keyfile: needs ssl_certfile"),
+        ({"sentinels": ["h:1"], "service": "m", "ssl_ca_certs": ""}, "master.ssl_ca_certs: String should have"),
     ],
 )
 def test_bad_endpoints_name_the_field(value: object, names: str) -> None:
@@ -83,6 +88,47 @@ def test_bad_endpoints_name_the_field(value: object, names: str) -> None:
         parse_endpoint(value, "pairs[0] (s).master")  # type: ignore[arg-type]
     assert names in str(e.value)
     assert "s3cret" not in str(e.value)
+
+
+def test_sentinel_tls_files_reach_every_data_node_url_and_imply_tls() -> None:
+    # a sentinel group had `tls` only: its data nodes were reached with the system CAs and no client
+    # certificate, so a private CA's nodes all failed verification (exit 3)
+    ep = parse_endpoint(
+        {"sentinels": ["rediss://h:26380?ssl_ca_certs=/s/ca.pem"], "service": "m", "username": "a", "password": "p&w",
+         "ssl_ca_certs": "/etc/redis/ca & co.pem", "ssl_certfile": "/c.pem", "ssl_keyfile": "/k.pem"}, "x",
+    )  # fmt: skip
+    assert isinstance(ep, SentinelEndpoint) and ep.tls
+    url = ep.node_url("10.0.0.9", 6380)
+    assert (
+        url
+        == "rediss://a:p%26w@10.0.0.9:6380?ssl_ca_certs=/etc/redis/ca%20%26%20co.pem&ssl_certfile=/c.pem&ssl_keyfile=/k.pem"
+    )
+    kwargs = parse_url(url)
+    assert (kwargs["ssl_ca_certs"], kwargs["ssl_certfile"], kwargs["password"]) == (
+        "/etc/redis/ca & co.pem",
+        "/c.pem",
+        "p&w",
+    )
+    assert ep.sentinel_urls() == ["rediss://h:26380?ssl_ca_certs=/s/ca.pem"]  # a sentinel's own options kept
+    no_files = parse_endpoint({"sentinels": ["h:1"], "service": "m", "tls": True}, "x")
+    assert isinstance(no_files, SentinelEndpoint) and no_files.node_url("h", 1) == "rediss://h:1"
+
+
+def test_sentinel_tls_files_that_do_not_load_are_config_errors_naming_the_field(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    cases = [
+        ({"ssl_ca_certs": str(tmp_path / "missing.pem")}, f"ssl_ca_certs {tmp_path / 'missing.pem'}: no such readable"),
+        ({"ssl_ca_certs": str(tmp_path)}, "ssl_ca_certs"),  # a directory
+        ({"ssl_ca_certs": str(junk)}, f"ssl_ca_certs {junk}: no CA certificate (PEM)"),
+        ({"ssl_certfile": str(junk)}, f"ssl_certfile {junk}: not a certificate and its key"),
+    ]
+    for files, said in cases:
+        ep = SentinelEndpoint.model_validate({"sentinels": ["h:1"], "service": "m", **files})
+        with pytest.raises(ConfigError) as e:
+            ep.check_tls_files("pair ha master")
+        assert str(e.value).startswith("pair ha master: ") and said in str(e.value)
+    SentinelEndpoint.model_validate({"sentinels": ["h:1"], "service": "m", "tls": True}).check_tls_files("x")
 
 
 # --- cluster replies -------------------------------------------------------------------------------------------

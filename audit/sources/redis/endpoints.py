@@ -5,6 +5,9 @@ master: redis://auditor:pw@10.0.0.5:6379                        # standalone (a 
 master: {url: redis://auditor:pw@10.0.0.5:7000, topology: cluster}  # any node: shards are discovered
 master: {sentinels: ["10.0.0.1:26379", "redis://:spw@10.0.0.2:26379"], service: mymaster,
          username: auditor, password: pw}                     # the data nodes' credentials
+master: {sentinels: ["rediss://10.0.0.1:26380?ssl_ca_certs=/etc/redis/ca.pem"], service: mymaster,
+         ssl_ca_certs: /etc/redis/ca.pem,                     # the data nodes' CA: TLS to them
+         ssl_certfile: /etc/redis/auditor.pem, ssl_keyfile: /etc/redis/auditor.key}  # mutual TLS
 ```
 
 Credentials travel inside URLs (or `conn:<airflow_conn_id>`), held as ``SecretStr`` so that no repr,
@@ -15,7 +18,9 @@ models and raises :class:`~audit.errors.ConfigError` naming the field.
 
 from __future__ import annotations
 
+import os
 import re
+import ssl
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -35,6 +40,9 @@ from audit.urls import ConnResolver, checked_url, redact_url
 
 TopologyKind = Literal["standalone", "cluster", "sentinel"]
 SCHEMES = ("redis", "rediss", "unix")
+TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+"""A sentinel group's TLS files for its data nodes: redis-py's own option names, as a cluster seed's or
+a sentinel's URL carries them (`?ssl_ca_certs=...`)."""
 
 
 class _Strict(BaseModel):
@@ -110,8 +118,23 @@ class SentinelEndpoint(_Strict):
     service: str = Field(min_length=1)
     username: str | None = Field(None, description="the data nodes' user (the sentinels' go in their URLs)")
     password: SecretStr | None = None
-    tls: bool = False
+    tls: bool = Field(False, description="rediss:// to the data nodes; implied by any of the TLS files")
+    ssl_ca_certs: str | None = Field(None, min_length=1, description="the data nodes' CA (PEM), else the system's")
+    ssl_certfile: str | None = Field(None, min_length=1, description="client certificate (PEM): mutual TLS")
+    ssl_keyfile: str | None = Field(None, min_length=1, description="its private key, unless ssl_certfile holds it")
     topology: Literal["sentinel"] = "sentinel"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _files_imply_tls(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not any(data.get(f) is not None for f in TLS_FILES):
+            return data
+        given = [f for f in TLS_FILES if data.get(f) is not None]
+        if data.get("tls", True) is False:
+            raise ValueError(f"tls: false, but {', '.join(given)} given: those are TLS files (drop tls: false)")
+        if data.get("ssl_keyfile") is not None and data.get("ssl_certfile") is None:
+            raise ValueError("ssl_keyfile: needs ssl_certfile, the client certificate that key belongs to")
+        return {**data, "tls": True}
 
     @field_validator("sentinels")
     @classmethod
@@ -129,10 +152,33 @@ class SentinelEndpoint(_Strict):
         return [sentinel_url(s.get_secret_value()) for s in self.sentinels]
 
     def node_url(self, host: str, port: int) -> str:
-        """The URL of a data node the sentinels named, with this endpoint's credentials."""
+        """The URL of a data node the sentinels named, with this endpoint's credentials and TLS files."""
         scheme = "rediss" if self.tls else "redis"
         pw = self.password.get_secret_value() if self.password else None
-        return _build(scheme, self.username, pw, host, port)
+        files = "&".join(f"{f}={quote(path, safe='/')}" for f in TLS_FILES if (path := getattr(self, f)) is not None)
+        return _build(scheme, self.username, pw, host, port) + (f"?{files}" if files else "")
+
+    def check_tls_files(self, where: str) -> None:
+        """ConfigError naming the field when a TLS file cannot be read or does not load as PEM. Checked on
+        the host that connects (an inventory is also read where the files are not), before any node is:
+        a certificate that does not load would otherwise read as every data node being unreachable."""
+        for f in TLS_FILES:
+            path = getattr(self, f)
+            if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+                raise ConfigError(f"{where}: {f} {path}: no such readable file")
+        try:
+            context = ssl.create_default_context(cafile=self.ssl_ca_certs)
+        except ssl.SSLError as e:
+            said = f"ssl_ca_certs {self.ssl_ca_certs}: no CA certificate (PEM) in it ({e})"
+            raise ConfigError(f"{where}: {said}") from None
+        if self.ssl_certfile is not None:
+            try:
+                context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+            except ssl.SSLError as e:
+                key = f" with ssl_keyfile {self.ssl_keyfile}" if self.ssl_keyfile else ""
+                raise ConfigError(
+                    f"{where}: ssl_certfile {self.ssl_certfile}{key}: not a certificate and its key (PEM) ({e})"
+                ) from None
 
 
 RedisEndpoint = NodeEndpoint | SentinelEndpoint
@@ -208,6 +254,7 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 __all__ = [
+    "TLS_FILES",
     "NodeEndpoint",
     "RedisEndpoint",
     "SentinelEndpoint",

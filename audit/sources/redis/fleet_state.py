@@ -93,5 +93,7 @@ def load_side(pair: PairBase, side: str, data: dict[str, Any], resolver: ConnRes
     """A side's topology as the snapshot stage found it (`data`: :func:`topology_json`)."""
     ep = endpoint_of(pair, side)
     assert ep is not None, f"pair {pair.name} has no {side}"
+    if isinstance(ep, SentinelEndpoint):
+        ep.check_tls_files(f"pair {pair.name} {side}")
     master_url = ep.resolve(resolver) if isinstance(ep, NodeEndpoint) else None
     return topology_from_json(data, url_maker(ep, resolver), master_url)

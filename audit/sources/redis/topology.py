@@ -397,6 +397,7 @@ def _moves(shards: Sequence[Shard], fallback: str, label: str) -> tuple[list[Slo
 def discover_sentinel(endpoint: SentinelEndpoint, *, role: str = "") -> Topology:
     """Ask each sentinel in turn; the first that knows the service answers for the group."""
     label = role or "sentinel"
+    endpoint.check_tls_files(label)
     problems: list[str] = []
     unknown: list[str] = []
     for url in endpoint.sentinel_urls():
