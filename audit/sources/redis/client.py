@@ -75,7 +75,11 @@ def connect(
             decode_responses=False,
             **extra,
         )
-        client.execute_command("INFO", "server")
+        try:
+            client.execute_command("INFO", "server")
+        except BaseException:
+            client.close()  # a refused INFO left its connection open, for as long as the error was kept
+            raise
     except redis.AuthenticationError as e:
         where = host_port(url)
         raise SourceConnectError(f"{role} {redact_url(url)}: authentication failed ({e})", where=where) from None

@@ -208,8 +208,9 @@ class ShardReplicationCheck(Check):
 
     def _sample(self, shard: Shard, replica: Node) -> Sample:
         role = f"pair {self.pair.name} shard {shard.name}"
-        master = connect(shard.master.url, role=f"{role} master")
-        return take_sample(master, connect(replica.url, role=f"{role} replica {replica.addr}"))
+        with connect(shard.master.url, role=f"{role} master") as master:
+            with connect(replica.url, role=f"{role} replica {replica.addr}") as replica_client:
+                return take_sample(master, replica_client)
 
     def diff(self, ctx: StageContext) -> None:
         first: dict[str, Any] = {}

@@ -49,8 +49,8 @@ def probe(topology: Topology, *, role: str = "") -> dict[str, NodeState]:
             out[node.addr] = NodeState(node.addr, None, topology.unreachable[node.addr])
             continue
         try:
-            client = connect(node.url, role=f"{role or topology.kind} node")
-            out[node.addr] = NodeState(node.addr, parse_info(info_text(client, "replication")))
+            with connect(node.url, role=f"{role or topology.kind} node") as client:
+                out[node.addr] = NodeState(node.addr, parse_info(info_text(client, "replication")))
         except SourceConnectError as e:
             out[node.addr] = NodeState(node.addr, None, str(e))
         except (redis.RedisError, OSError) as e:

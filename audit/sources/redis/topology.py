@@ -310,10 +310,10 @@ def discover_standalone(url: str, *, role: str = "") -> Topology:
     a cluster node holds one shard's keys, a sentinel none: every other key would look extra or missing)."""
     from audit.sources.redis.replication_check import standalone_only
 
-    client = connect(url, role=role or "standalone")
-    mode = parse_info(info_text(client, "server")).get("redis_mode")
-    standalone_only(role or "standalone", redact_url(url), str(mode or ""))
-    info = parse_info(info_text(client, "replication"))
+    with connect(url, role=role or "standalone") as client:
+        mode = parse_info(info_text(client, "server")).get("redis_mode")
+        standalone_only(role or "standalone", redact_url(url), str(mode or ""))
+        info = parse_info(info_text(client, "replication"))
     host, _, port = host_port(url).rpartition(":")
     replicas = tuple(
         Node(str(e["ip"]), int(e["port"]), node_url(url, str(e["ip"]), int(e["port"])), health=str(e.get("state")))
@@ -327,24 +327,25 @@ def discover_standalone(url: str, *, role: str = "") -> Topology:
 def discover_cluster(url: str, *, role: str = "", use_shards: bool = True) -> Topology:
     """`use_shards=False` goes straight to the CLUSTER SLOTS path (what a server before 7.0 gets)."""
     label = role or "cluster"
-    seed = connect(url, role=label)
     fallback = host_port(url).rpartition(":")[0]
-    cluster_info = parse_info(info_text(seed, "cluster"))
-    if str(cluster_info.get("cluster_enabled", "0")) != "1":
-        raise ConfigError(
-            f"{label} {redact_url(url)}: topology: cluster, but the server is not in cluster mode "
-            "(INFO cluster: cluster_enabled:0); use topology: standalone"
-        )
-    reply = _raw(seed, b"CLUSTER", b"SHARDS") if use_shards else ReplyError("not asked")
-    if isinstance(reply, ReplyError):  # before 7.0 (or an ACL allowing CLUSTER SLOTS only)
-        source = "CLUSTER SLOTS"
-        nodes_text = _s(_asked(seed, url, label, b"CLUSTER", b"NODES"))
-        slots = _asked(seed, url, label, b"CLUSTER", b"SLOTS")
-        raw = with_replicas_from_nodes(parse_cluster_slots(slots, fallback), parse_cluster_nodes(nodes_text, fallback))
-    else:
-        source = "CLUSTER SHARDS"
-        raw = parse_cluster_shards(reply, fallback, tls=url.startswith("rediss:"))
-    state = _s(_asked(seed, url, label, b"CLUSTER", b"INFO"))
+    with connect(url, role=label) as seed:
+        cluster_info = parse_info(info_text(seed, "cluster"))
+        if str(cluster_info.get("cluster_enabled", "0")) != "1":
+            raise ConfigError(
+                f"{label} {redact_url(url)}: topology: cluster, but the server is not in cluster mode "
+                "(INFO cluster: cluster_enabled:0); use topology: standalone"
+            )
+        reply = _raw(seed, b"CLUSTER", b"SHARDS") if use_shards else ReplyError("not asked")
+        if isinstance(reply, ReplyError):  # before 7.0 (or an ACL allowing CLUSTER SLOTS only)
+            source = "CLUSTER SLOTS"
+            nodes_text = _s(_asked(seed, url, label, b"CLUSTER", b"NODES"))
+            slots = _asked(seed, url, label, b"CLUSTER", b"SLOTS")
+            from_nodes = parse_cluster_nodes(nodes_text, fallback)
+            raw = with_replicas_from_nodes(parse_cluster_slots(slots, fallback), from_nodes)
+        else:
+            source = "CLUSTER SHARDS"
+            raw = parse_cluster_shards(reply, fallback, tls=url.startswith("rediss:"))
+        state = _s(_asked(seed, url, label, b"CLUSTER", b"INFO"))
     cluster_state = parse_info(state).get("cluster_state")
     shards = [s for s in (_shard(r, url) for r in raw) if s is not None]
     moves, unreachable = _moves(shards, fallback, label)
@@ -379,8 +380,8 @@ def _moves(shards: Sequence[Shard], fallback: str, label: str) -> tuple[list[Slo
     for shard in shards:
         m = shard.master
         try:
-            client = connect(m.url, role=f"{label} shard master")
-            text = _s(_asked(client, m.url, f"{label} shard master", b"CLUSTER", b"NODES"))
+            with connect(m.url, role=f"{label} shard master") as client:
+                text = _s(_asked(client, m.url, f"{label} shard master", b"CLUSTER", b"NODES"))
         except (SourceConnectError, redis.RedisError, OSError) as e:
             unreachable[m.addr] = str(e)
             continue
@@ -403,17 +404,18 @@ def discover_sentinel(endpoint: SentinelEndpoint, *, role: str = "") -> Topology
     for url in endpoint.sentinel_urls():
         where = host_port(url)
         try:
-            client = connect(url, role=f"{label} sentinel")
-            addr = _raw(client, b"SENTINEL", b"GET-MASTER-ADDR-BY-NAME", endpoint.service.encode())
-            if isinstance(addr, ReplyError):  # not a sentinel, or an ACL/auth refusal: its own words say which
-                problems.append(f"sentinel {where} refused SENTINEL GET-MASTER-ADDR-BY-NAME: {addr}")
-                continue
-            if addr is None:
-                unknown.append(where)
-                continue
-            replicas = _raw(client, b"SENTINEL", b"REPLICAS", endpoint.service.encode())
-            if isinstance(replicas, ReplyError):  # before Redis 5: SENTINEL SLAVES
-                replicas = _raw(client, b"SENTINEL", b"SLAVES", endpoint.service.encode())
+            with connect(url, role=f"{label} sentinel") as client:
+                service = endpoint.service.encode()
+                addr = _raw(client, b"SENTINEL", b"GET-MASTER-ADDR-BY-NAME", service)
+                if isinstance(addr, ReplyError):  # not a sentinel, or an ACL/auth refusal: its own words say which
+                    problems.append(f"sentinel {where} refused SENTINEL GET-MASTER-ADDR-BY-NAME: {addr}")
+                    continue
+                if addr is None:
+                    unknown.append(where)
+                    continue
+                replicas = _raw(client, b"SENTINEL", b"REPLICAS", service)
+                if isinstance(replicas, ReplyError):  # before Redis 5: SENTINEL SLAVES
+                    replicas = _raw(client, b"SENTINEL", b"SLAVES", service)
         except SourceConnectError as e:
             problems.append(str(e))
             continue
