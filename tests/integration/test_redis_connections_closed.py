@@ -23,7 +23,9 @@ from audit.sources.redis.client import connect
 from audit.sources.redis.endpoints import parse_endpoint
 from audit.sources.redis.fleet_check import ShardReplicationCheck
 from audit.sources.redis.fleet_health import probe
+from audit.sources.redis.routing import ClusterKeyReader
 from audit.sources.redis.topology import discover, discover_cluster, discover_sentinel
+from tests.integration.helpers import findings, latest_run, run_cli, write_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -139,9 +141,36 @@ def test_failed_discoveries_close_their_clients(group: SentinelGroup, kept: list
         assert left_open(servers_of(group), call) == {}, call.__name__
 
 
-def test_cluster_discovery_closes_its_clients(cluster: LocalCluster, kept: list[redis.Redis]) -> None:
+def test_cluster_discovery_and_its_key_reader_close_their_clients(
+    cluster: LocalCluster, kept: list[redis.Redis]
+) -> None:
     def discovered() -> None:
         topo = discover(parse_endpoint({"url": cluster.url(), "topology": "cluster"}, "x"))  # type: ignore[arg-type]
         assert len(topo.shards) == 3 and all(s.info is not None for s in probe(topo).values())
+        reader = ClusterKeyReader(topo, page=100, window_bytes=1 << 20)
+        try:
+            assert len(reader.read([f"k:{i}".encode() for i in range(20)])) == 20
+        finally:
+            reader.close()
 
     assert left_open(list(cluster.nodes), discovered) == {}
+
+
+def test_a_whole_audit_leaves_no_connection_open(
+    group: SentinelGroup, kept: list[redis.Redis], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a sentinel group (every fleet check, snapshot in threads) and its master and replica as a standalone pair
+    pairs = [
+        {"name": "ha", "kind": "redis", "fleet_snapshot": "threads",
+         "master": {"sentinels": group.sentinel_addresses, "service": group.service}},
+        {"name": "plain", "kind": "redis", "master": group.master.url, "replica": group.replica.url},
+    ]  # fmt: skip
+    inv = write_inventory(tmp_path / "inv.yaml", pairs, recheck_interval_s=0.2, recheck_rounds=2)
+    out = tmp_path / "out"
+    codes: list[int] = []
+
+    def audit() -> None:
+        codes.append(run_cli(["run", "-i", str(inv), "-o", str(out)], monkeypatch))
+
+    assert left_open(servers_of(group), audit) == {}
+    assert codes == [0] and findings(latest_run(out)) == []

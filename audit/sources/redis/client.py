@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -9,6 +11,7 @@ import redis
 
 from audit import defaults
 from audit.errors import ConfigError, SourceConnectError
+from audit.sources.redis.resp import RespPipe
 from audit.urls import redact_url
 
 
@@ -91,6 +94,21 @@ def connect(
     except (redis.ConnectionError, redis.TimeoutError, OSError, ValueError) as e:
         raise SourceConnectError(f"{role} {host_port(url)} unreachable: {e}", where=host_port(url)) from None
     return client
+
+
+@contextmanager
+def connected_sides(urls: Mapping[str, str], name: str) -> Iterator[dict[str, redis.Redis]]:
+    """A client per side (:func:`connect`, role `<name> <side>`), every one closed on the way out, also
+    when a later side cannot be had."""
+    with ExitStack() as stack:
+        yield {side: stack.enter_context(connect(url, role=f"{name} {side}")) for side, url in urls.items()}
+
+
+def open_pipe(url: str, *, role: str, readonly: bool = False) -> RespPipe:
+    """A :class:`RespPipe` to `url`'s server, checked as :func:`connect` checks it. The pipe has a
+    connection of its own: the checking client is closed here, not left open beside the pipe."""
+    with connect(url, role=role, readonly=readonly) as client:
+        return RespPipe(client)
 
 
 def info_text(client: redis.Redis, section: str) -> bytes:

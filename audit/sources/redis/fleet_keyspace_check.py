@@ -32,7 +32,7 @@ from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
 from audit.kernel.state import MetricValue, PairState
 from audit.layout import RunDir
-from audit.sources.redis.client import connect
+from audit.sources.redis.client import connect, open_pipe
 from audit.sources.redis.divergence import (
     COMPARE_MEANING,
     compare_limit,
@@ -344,8 +344,8 @@ class FleetKeyspaceCheck(Check):
             part = cands.where(F.col("db") == ordinal).withColumn("db", F.lit(0)) if by_db else cands
             role = f"pair {self.pair.name} shard {shard.name}"
             pipes = [
-                RespPipe(connect(shard.master.url, role=f"{role} master")),
-                RespPipe(connect(replica.url, role=f"{role} replica", readonly=topo.kind == "cluster")),
+                open_pipe(shard.master.url, role=f"{role} master"),
+                open_pipe(replica.url, role=f"{role} replica", readonly=topo.kind == "cluster"),
             ]
             try:
                 extra = {"shard": F.lit(shard.name), "replica": F.lit(replica.addr)}
@@ -443,7 +443,7 @@ class _SingleServer:
     """A standalone (or sentinel master) side for the migration recheck: one pipe, dbs selected per key."""
 
     def __init__(self, url: str, role: str) -> None:
-        self.pipe = RespPipe(connect(url, role=role))
+        self.pipe = open_pipe(url, role=role)
 
     def close(self) -> None:
         self.pipe.close()

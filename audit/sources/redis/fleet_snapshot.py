@@ -270,15 +270,15 @@ def run_task(
     dataset.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(stage, ignore_errors=True)  # a fleet node is snapshotted whole: no checkpoint of an earlier try
     try:
-        client = connect(task.url, role=f"{task.side} shard {task.shard} node", readonly=task.readonly)
-        meta = snapshot_side(
-            client,
-            side=task.side,
-            endpoint=redact_url(task.url),
-            dbs=list(task.dbs),
-            out_dir=stage,
-            options=options,
-        )
+        with connect(task.url, role=f"{task.side} shard {task.shard} node", readonly=task.readonly) as client:
+            meta = snapshot_side(
+                client,
+                side=task.side,
+                endpoint=redact_url(task.url),
+                dbs=list(task.dbs),
+                out_dir=stage,
+                options=options,
+            )
         db = task.ordinal if shard_as_db else None
         target = dataset / f"{task.file_stem}-part-*.parquet"  # a glob: Spark and comparable_paths read it
         rows, moving = _settle_node(stage / KEYS_FILE, dataset, task, options, db)

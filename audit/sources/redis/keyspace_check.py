@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ from audit.kernel.context import StageContext
 from audit.kernel.state import MetricValue, PairState
 from audit.layout import RunDir
 from audit.sources.redis.ack import ReplicaAck
-from audit.sources.redis.client import connect
+from audit.sources.redis.client import connect, connected_sides
 from audit.sources.redis.divergence import (
     COMPARE_MEANING,
     compare_limit,
@@ -127,17 +128,19 @@ class KeyspaceCheck(Check):
         self.annotate = annotate
         self.extras = extras or KeyspaceExtras()
 
-    def _clients(self, ctx: StageContext) -> dict[str, redis.Redis]:
-        return {side: connect(str(ctx.url(side)), role=f"{ctx.pair.name} {side}") for side in SIDES}
+    def _clients(self, ctx: StageContext) -> AbstractContextManager[dict[str, redis.Redis]]:
+        return connected_sides({side: str(ctx.url(side)) for side in SIDES}, ctx.pair.name)
 
     # --- snapshot ----------------------------------------------------------------------------------
     def snapshot(self, ctx: StageContext) -> None:
-        clients = self._clients(ctx)
+        listed: dict[str, dict[int, int]] = {}
+        with self._clients(ctx) as clients:  # both sides answer before any snapshot process starts
+            if self.dbs_from_info:
+                listed = {
+                    s: keyspace_dbs(capture_state(c, with_clients=False)["info_keyspace"]) for s, c in clients.items()
+                }
         dbs, totals = self.dbs or [0], {"master": 0, "replica": 0}
         if self.dbs_from_info:
-            listed = {
-                side: keyspace_dbs(capture_state(c, with_clients=False)["info_keyspace"]) for side, c in clients.items()
-            }
             dbs = self.dbs or sorted(set(listed["master"]) | set(listed["replica"])) or [0]
             totals = {side: sum(found.get(d, 0) for d in dbs) for side, found in listed.items()}
         from audit.sources.redis.sides import SideJob, snapshot_sides
@@ -202,13 +205,13 @@ class KeyspaceCheck(Check):
         from audit.diff.findings import keyspace_findings
         from audit.sources.redis.recheck import recheck, set_confirmed_live, split_for_recheck
 
-        clients = self._clients(ctx)
-        spark = ctx.spark()
         s = self.settings
-        cands = spark.read.parquet(str(ctx.work_dir() / CANDIDATES))
-        total = int(ctx.metrics.get("candidates") or 0)
-        to_check, rest = split_for_recheck(cands, s.recheck_max_keys, total)
-        pipes = [RespPipe(clients[side]) for side in SIDES]
+        with self._clients(ctx) as clients:  # closed once the pipes, each on its own connection, are made
+            spark = ctx.spark()
+            cands = spark.read.parquet(str(ctx.work_dir() / CANDIDATES))
+            total = int(ctx.metrics.get("candidates") or 0)
+            to_check, rest = split_for_recheck(cands, s.recheck_max_keys, total)
+            pipes = [RespPipe(clients[side]) for side in SIDES]
         try:
             survivors, stats = recheck(
                 spark,

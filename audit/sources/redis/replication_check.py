@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import AbstractContextManager
 from dataclasses import asdict
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,7 +21,7 @@ from audit.errors import ConfigError
 from audit.kernel.check import Check
 from audit.kernel.context import StageContext
 from audit.kernel.state import Offsets
-from audit.sources.redis.client import connect
+from audit.sources.redis.client import connected_sides
 from audit.sources.redis.info import as_int
 from audit.sources.redis.model import RedisPair
 from audit.sources.redis.replication import Sample, lag_of, replication_findings, wrong_master
@@ -85,12 +86,12 @@ class ReplicationCheck(Check):
     def __init__(self, pair: RedisPair) -> None:
         self.pair = pair
 
-    def _clients(self, ctx: StageContext) -> dict[str, redis.Redis]:
-        return {side: connect(str(ctx.url(side)), role=f"{self.pair.name} {side}") for side in SIDES}
+    def _clients(self, ctx: StageContext) -> AbstractContextManager[dict[str, redis.Redis]]:
+        return connected_sides({side: str(ctx.url(side)) for side in SIDES}, self.pair.name)
 
     def snapshot(self, ctx: StageContext) -> None:
-        clients = self._clients(ctx)
-        states = {side: capture_state(c, with_clients=False) for side, c in clients.items()}
+        with self._clients(ctx) as clients:
+            states = {side: capture_state(c, with_clients=False) for side, c in clients.items()}
         for side, s in states.items():
             standalone_only(side, redact_url(ctx.url(side)), str(s["info_server"].get("redis_mode") or ""))
             ctx.state.servers[side] = {
@@ -113,14 +114,14 @@ class ReplicationCheck(Check):
             ctx.skip(why)
 
     def diff(self, ctx: StageContext) -> None:
-        clients = self._clients(ctx)
-        ctx.data["first_sample"] = asdict(take_sample(clients["master"], clients["replica"]))
+        with self._clients(ctx) as clients:
+            ctx.data["first_sample"] = asdict(take_sample(clients["master"], clients["replica"]))
 
     def recheck(self, ctx: StageContext) -> None:
-        clients = self._clients(ctx)
-        first = Sample(**ctx.data["first_sample"])
-        time.sleep(max(0.0, SAMPLE_GAP_S - (time.time() * 1000 - first.at_ms) / 1000))
-        samples = [first, take_sample(clients["master"], clients["replica"])]
+        with self._clients(ctx) as clients:
+            first = Sample(**ctx.data["first_sample"])
+            time.sleep(max(0.0, SAMPLE_GAP_S - (time.time() * 1000 - first.at_ms) / 1000))
+            samples = [first, take_sample(clients["master"], clients["replica"])]
         replica_port = host_port(str(ctx.url("replica")))[1]
         gate = self.pair.gate
         ctx.add_findings(replication_findings(samples, replica_port, gate.max_lag_bytes, gate.max_lag_seconds))

@@ -22,7 +22,7 @@ from typing import Any
 
 import hiredis
 
-from audit.sources.redis.client import connect
+from audit.sources.redis.client import open_pipe
 from audit.sources.redis.endpoints import node_url
 from audit.sources.redis.keys import ERROR, KeyReader, KeyState
 from audit.sources.redis.resp import Command, RespPipe, pack
@@ -155,8 +155,7 @@ class ClusterKeyReader:
         if addr not in self._pipes:
             host, _, port = addr.rpartition(":")
             url = self._urls.get(addr) or node_url(self._seed_url, host.strip("[]"), int(port))
-            client = connect(url, role="cluster node", readonly=self._readonly)
-            self._pipes[addr] = RespPipe(client)  # a recheck reads few keys: no pacing
+            self._pipes[addr] = open_pipe(url, role="cluster node", readonly=self._readonly)  # no pacing: few keys
         return self._pipes[addr]
 
     def owner(self, key: bytes) -> str | None:

@@ -142,15 +142,16 @@ def snapshot_job(job: SideJob, options: SnapshotOptions, on_keys: Callable[[int]
     """One side: connect with its URL and snapshot it (in this process)."""
     from audit.sources.redis.client import connect
 
-    return snapshot_side(
-        connect(job.url, role=job.side),
-        side=job.side,
-        endpoint=job.endpoint,
-        dbs=job.dbs,
-        out_dir=job.out_dir,
-        options=options,
-        on_keys=on_keys,
-    )
+    with connect(job.url, role=job.side) as client:
+        return snapshot_side(
+            client,
+            side=job.side,
+            endpoint=job.endpoint,
+            dbs=job.dbs,
+            out_dir=job.out_dir,
+            options=options,
+            on_keys=on_keys,
+        )
 
 
 def _rebuild_error(payload: tuple[str, str, str]) -> BaseException:
