@@ -174,3 +174,26 @@ def test_a_whole_audit_leaves_no_connection_open(
 
     assert left_open(servers_of(group), audit) == {}
     assert codes == [0] and findings(latest_run(out)) == []
+
+
+def test_a_pika_audit_leaves_no_connection_open(
+    group: SentinelGroup, kept: list[redis.Redis], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Pika kind's replication and binlog checks open their own clients too (Pika faces over the
+    group's master and replica: each face holds an upstream connection exactly as long as its client)."""
+    from tests.pika_front import start_pika_pair
+
+    fm, fs = start_pika_pair(group.master.port, group.replica.port, [0])
+    try:
+        pairs = [{"name": "pk", "kind": "pika", "master": fm.url, "replica": fs.url, "dbs": [0]}]
+        inv = write_inventory(tmp_path / "inv.yaml", pairs, recheck_interval_s=0.2, recheck_rounds=2)
+        codes: list[int] = []
+
+        def audit() -> None:
+            codes.append(run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch))
+
+        assert left_open([group.master, group.replica], audit) == {}
+        assert codes == [0], codes
+    finally:
+        fm.stop()
+        fs.stop()

@@ -208,7 +208,8 @@ class BinlogCheck(Check):
             # INFO right before the manifest: the two should name the same producer position
             info = None
             if self.pair.has_servers:
-                info = read_replication(connect(str(ctx.url(side)), role=f"{self.pair.name} {side}"))[0]
+                with connect(str(ctx.url(side)), role=f"{self.pair.name} {side}") as client:
+                    info = read_replication(client)[0]
             logs = discover(Path(str(dirs[side])), self.pair.dbs, side)
             started = time.time()
             out = ctx.snapshot_dir(side)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import redis
@@ -21,7 +22,7 @@ from audit.kernel.state import MetricValue, Offsets
 from audit.sources.pika.info import PikaReplication, parse_pika_replication
 from audit.sources.pika.model import PikaPair
 from audit.sources.pika.replication import PikaSample, lag_total, pika_replication_findings, wrong_master
-from audit.sources.redis.client import connect, info_text
+from audit.sources.redis.client import connected_sides, info_text
 from audit.sources.redis.replication_check import SAMPLE_GAP_S, host_port
 from audit.urls import redact_url
 
@@ -76,14 +77,22 @@ def offsets_of(samples: list[PikaSample], dbs: list[int], file_size: int) -> Off
     )
 
 
+def _version(client: redis.Redis) -> str | None:
+    """The server's version as its INFO server says it (Pika's, or a Redis-protocol server's)."""
+    server = info_text(client, "server").decode("utf-8", "replace")
+    prefixes = ("pika_version:", "redis_version:")
+    return next((ln.split(":", 1)[1].strip() for ln in server.splitlines() if ln.startswith(prefixes)), None)
+
+
 class PikaReplicationCheck(Check):
     name = "replication"
 
     def __init__(self, pair: PikaPair) -> None:
         self.pair = pair
 
-    def _clients(self, ctx: StageContext) -> dict[str, redis.Redis]:
-        return {side: connect(str(ctx.url(side)), role=f"{self.pair.name} {side}") for side in SIDES}
+    def _clients(self, ctx: StageContext) -> AbstractContextManager[dict[str, redis.Redis]]:
+        """Both sides' clients, closed when the `with` ends (not left to the garbage collector)."""
+        return connected_sides({side: str(ctx.url(side)) for side in SIDES}, self.pair.name)
 
     def file_size(self, ctx: StageContext) -> int:
         if self.pair.binlog is not None and self.pair.binlog.file_size is not None:
@@ -97,26 +106,17 @@ class PikaReplicationCheck(Check):
             ctx.skip_check("keyspace", why)
             ctx.skip(why)
             return
-        clients = self._clients(ctx)
-        for side, client in clients.items():
-            server = info_text(client, "server").decode("utf-8", "replace")
-            version = next(
-                (
-                    ln.split(":", 1)[1].strip()
-                    for ln in server.splitlines()
-                    if ln.startswith(("pika_version:", "redis_version:"))
-                ),
-                None,
-            )
-            ctx.state.servers[side] = {"endpoint": redact_url(ctx.url(side)), "version": version}
-        size = configured_file_size(clients["master"])
-        if size is not None:
-            ctx.metrics[FILE_SIZE_METRIC] = size
-        ctx.state.dbs = self.pair.dbs or [0]
-        if not self.pair.check_replication:
-            ctx.skip("check_replication: false")
-            return
-        slave, _ = read_replication(clients["replica"])
+        with self._clients(ctx) as clients:
+            for side, client in clients.items():
+                ctx.state.servers[side] = {"endpoint": redact_url(ctx.url(side)), "version": _version(client)}
+            size = configured_file_size(clients["master"])
+            if size is not None:
+                ctx.metrics[FILE_SIZE_METRIC] = size
+            ctx.state.dbs = self.pair.dbs or [0]
+            if not self.pair.check_replication:
+                ctx.skip("check_replication: false")
+                return
+            slave, _ = read_replication(clients["replica"])
         found = wrong_master(slave, *host_port(str(ctx.url("master")), PIKA_PORT))
         if found is not None:
             ctx.add_findings([found])
@@ -125,9 +125,9 @@ class PikaReplicationCheck(Check):
             ctx.skip(why)
 
     def _sample(self, ctx: StageContext) -> dict[str, Any]:
-        clients = self._clients(ctx)
-        s_raw = read_replication(clients["replica"])[1]
-        m_raw = read_replication(clients["master"])[1]
+        with self._clients(ctx) as clients:
+            s_raw = read_replication(clients["replica"])[1]
+            m_raw = read_replication(clients["master"])[1]
         return {"at_ms": int(time.time() * 1000), "master": m_raw, "replica": s_raw}
 
     def diff(self, ctx: StageContext) -> None:
