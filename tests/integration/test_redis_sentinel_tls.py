@@ -116,3 +116,32 @@ def test_an_unreadable_tls_file_is_exit_2_naming_the_field(
     assert code == 2
     assert f"pair ha-tls master: ssl_ca_certs {missing}: no such readable file" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("where", ["sentinel", "standalone"])
+def test_a_tls_file_missing_from_a_url_is_exit_2_naming_the_option(
+    where: str,
+    group: SentinelGroup,
+    certs: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A file named in a URL's options (a sentinel's, a standalone or cluster seed's) is the operator's
+    mistake too: it once read as every sentinel, or the server, being unreachable (exit 3)."""
+    missing = tmp_path / "nowhere" / "ca.crt"
+    options = urlencode({**files(certs), "ssl_ca_certs": str(missing)}, safe="/")
+    if where == "sentinel":
+        master: Any = {"sentinels": [f"rediss://{group.sentinel_addresses[0]}?{options}"], "service": group.service}
+        code, _ = audit(tmp_path, monkeypatch, master)
+    else:
+        urls = {
+            side: f"rediss://127.0.0.1:{s.port}?{options}"
+            for side, s in (("master", group.master), ("replica", group.replica))
+        }
+        inv = write_inventory(tmp_path / "inv.yaml", [{"name": "plain-tls", "kind": "redis", **urls}])
+        code = run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch)
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2, err
+    assert f"ssl_ca_certs {missing}: no such readable file" in err
+    assert "Traceback" not in err
