@@ -45,7 +45,9 @@ def tool_version() -> str:
         return "0+unknown"
 
 
-def start_run(inventory: Inventory, out: Path, run_id: str | None = None) -> RunDir:
+def start_run(inventory: Inventory, out: Path, run_id: str | None = None, reopen: bool = False) -> RunDir:
+    """The run's directory and manifest. `reopen` (a --resume) marks a finished run unfinished again until its
+    report, so a prune meanwhile keeps it (audit/retention.py); a run a prune trimmed cannot be resumed."""
     run = RunDir(Path(out), run_id or new_run_id())
     try:
         run.root.mkdir(parents=True, exist_ok=True)
@@ -69,7 +71,20 @@ def start_run(inventory: Inventory, out: Path, run_id: str | None = None) -> Run
                 },
             },
         )
+    elif reopen:
+        _reopen(run)
     return run
+
+
+def _reopen(run: RunDir) -> None:
+    manifest = json.loads(run.manifest.read_text())
+    if manifest.get("pruned"):
+        raise ConfigError(
+            f"--resume {run.run_id}: its snapshots and work files were pruned ({manifest['pruned'].get('at')}); "
+            "start a new run"
+        )
+    if manifest.pop("ended_at", None) is not None:
+        write_json(run.manifest, manifest)
 
 
 # --- one stage of one pair ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`replica-audit run|snapshot|diff|recheck|gate|report|verify|daily-report|spark-server`.
+"""`replica-audit run|snapshot|diff|recheck|gate|report|verify|daily-report|prune|spark-server`.
 
 Exit status (audit/outcome.py, README "Exit status"): 0 every gate passed; 1 a gate failed; 2 usage or
 configuration error; 3 a source could not be audited; 4 an internal error (a bug: its traceback is
@@ -36,6 +36,7 @@ from audit.cli.options import (
     out,
     spark_settings,
 )
+from audit.cli.prune import prune
 from audit.cli.spark_server import spark_server
 from audit.errors import AuditError, ConfigError
 from audit.inventory import Inventory, Pair, load_inventory
@@ -154,7 +155,7 @@ def _warm_up(spark: bool) -> None:
 def _audit(
     inv: Inventory, pairs: list[Pair], out_dir: Path, run_id: str | None, resume: bool, history: str | None
 ) -> None:
-    run_dir = start_run(inv, out_dir, run_id)
+    run_dir = start_run(inv, out_dir, run_id, reopen=resume)
     _say(f"run [bold]{run_dir.run_id}[/] → {run_dir.root}")
     _warm_up(any(kind_spec(p.kind).uses_spark for p in pairs))
     bar, advance = _progress()
@@ -434,6 +435,7 @@ def daily_report(
         err.print(escape(f"warning: {out_dir} did not exist: the report holds no runs (--history names a store)"))
 
 
+app.command("prune")(prune)
 app.command("spark-server")(spark_server)
 
 

@@ -1,0 +1,67 @@
+"""`replica-audit prune`: delete old runs under OUT by a retention policy (audit/retention.py, audit/prune.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from audit.cli.options import OutOpt, err, out
+from audit.outcome import EXIT_OK, EXIT_USAGE
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def prune(
+    out_dir: OutOpt,
+    keep_days: Annotated[
+        float | None,
+        typer.Option("--keep-days", help="delete whole runs that ended more than N days ago (their GX results too)"),
+    ] = None,
+    keep_snapshot_days: Annotated[
+        float | None,
+        typer.Option(
+            "--keep-snapshot-days",
+            help="delete the snapshots and work files of runs that ended more than N days ago (results stay)",
+        ),
+    ] = None,
+    keep_last: Annotated[
+        int, typer.Option("--keep-last", help="always keep the N newest finished runs whole (at least 1)")
+    ] = 1,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print what would be deleted; delete nothing")] = False,
+) -> None:
+    """Delete old runs under OUT: whole runs past --keep-days, their bulky parts past --keep-snapshot-days.
+
+    Only finished runs (their manifest has an end) are touched, never the newest, and never anything outside
+    OUT; the results history keeps every run's rows (README "Retention"). Exit 2 for a bad value, or when a
+    path could not be deleted (it is named)."""
+    from audit.prune import apply_prune, plan_prune, size_of
+    from audit.retention import Policy
+
+    policy = Policy(keep_days=keep_days, keep_snapshot_days=keep_snapshot_days, keep_last=keep_last)
+    plan = plan_prune(out_dir, policy)
+    verb = "would delete" if dry_run else "deleted"
+    freed = {r: sum(size_of(p) for p in paths) for r, paths in plan.paths.items()}
+    failed = []
+    if not dry_run:
+        result = apply_prune(plan)
+        freed, failed = result.freed, result.failed
+    for run_id in plan.decision.delete:
+        out.print(escape(f"{verb} run {run_id} ({_size(freed[run_id])})"))
+    for run_id in plan.decision.trim:
+        out.print(escape(f"{verb} snapshots and work files of run {run_id} ({_size(freed[run_id])})"))
+    for run_id, why in plan.decision.keep.items():
+        err.print(escape(f"kept {run_id}: {why}"))
+    total = sum(freed.values())
+    out.print(escape(f"{'would free' if dry_run else 'freed'} {_size(total)} ({total} bytes) in {plan.out}"))
+    for path, why in failed:
+        err.print(f"[red]could not delete[/] {escape(str(path))}: {escape(why)}")
+    raise typer.Exit(EXIT_USAGE if failed else EXIT_OK)

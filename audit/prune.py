@@ -1,0 +1,213 @@
+"""Pruning run directories: find the provable runs under OUT, delete what audit/retention.py decides.
+
+    plan = plan_prune(Path("/data/audit"), Policy(keep_days=30, keep_snapshot_days=3, keep_last=24))
+    result = apply_prune(plan)             # or only show the plan: a dry run
+
+Nothing here follows a symlink or leaves OUT (the rules: audit/retention.py, README "Retention").
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import stat
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from audit.errors import ConfigError
+from audit.layout import _RUN_ID, write_json
+from audit.retention import BULKY, GX_RESULTS, PRUNED_LOG, RESERVED, Decision, Policy, Run, decide
+
+
+def _real_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _manifest(root: Path) -> dict[str, Any] | None:
+    path = root / "manifest.json"
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            return None
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("run_id") == root.name else None
+
+
+def _ended(manifest: dict[str, Any]) -> datetime | None:
+    try:
+        return datetime.strptime(str(manifest["ended_at"]), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except (KeyError, ValueError):
+        return None  # no end recorded (or one that cannot be read): treated as not finished
+
+
+def scan_runs(out: Path) -> list[Run]:
+    """The provable run directories directly under `out` (see the module's rules)."""
+    runs = []
+    for entry in sorted(out.iterdir()) if _real_dir(out) else []:
+        if entry.name in RESERVED or not _RUN_ID.fullmatch(entry.name) or not _real_dir(entry):
+            continue
+        manifest = _manifest(entry)
+        if manifest is not None:
+            runs.append(Run(entry.name, _ended(manifest), trimmed=bool(manifest.get("pruned"))))
+    return runs
+
+
+def size_of(path: Path) -> int:
+    """Bytes under `path`, symlinks counted as links (never followed)."""
+    try:
+        if not stat.S_ISDIR(path.lstat().st_mode):
+            return path.lstat().st_size
+    except OSError:
+        return 0
+    total = 0
+    for root, dirs, files in os.walk(path):  # os.walk does not descend into symlinked directories
+        for name in dirs + files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+@dataclass(frozen=True)
+class Plan:
+    out: Path
+    decision: Decision
+    paths: dict[str, tuple[Path, ...]]
+    """run id -> the paths its deletion or trim removes."""
+
+
+def _gx_paths(out: Path, run_id: str) -> list[Path]:
+    found = []
+    for rel in GX_RESULTS:
+        root, parts = out, []
+        for part in Path(rel).parts:
+            root = root / part
+            parts.append(root)
+        if not all(_real_dir(p) for p in parts):
+            continue  # missing, or a symlinked part of OUT/gx that leads out of OUT: not followed
+        for suite in sorted(p for p in root.iterdir() if _real_dir(p)):
+            found += sorted(p for p in suite.iterdir() if p.name.startswith(f"{run_id}@") and not p.is_symlink())
+    return found
+
+
+def _trim_paths(root: Path) -> list[Path]:
+    """The bulky parts of a run: its snapshots, and its work files but each pair's state and artifacts."""
+    found = [root / "snapshots"] if _real_dir(root / "snapshots") else []
+    work = root / "work"
+    for pair in sorted(p for p in work.iterdir() if _real_dir(p)) if _real_dir(work) else []:
+        try:
+            artifacts = json.loads((pair / "state.json").read_text()).get("artifacts") or {}
+        except (OSError, ValueError, AttributeError):
+            artifacts = {}
+        kept = {(root / str(a)).absolute() for a in artifacts.values()}
+        found += _except(pair, kept | {pair / "state.json"})
+    return found
+
+
+def _except(directory: Path, kept: set[Path]) -> list[Path]:
+    found = []
+    for child in sorted(directory.iterdir()):
+        if child in kept:
+            continue
+        if _real_dir(child) and any(child in k.parents for k in kept):
+            found += _except(child, kept)
+        else:
+            found.append(child)
+    return found
+
+
+def plan_prune(out: Path, policy: Policy, now: datetime | None = None) -> Plan:
+    out = Path(out).resolve()
+    if not _real_dir(out):
+        raise ConfigError(f"prune: --out {out}: no such directory")
+    decision = decide(scan_runs(out), policy, now or datetime.now(UTC))
+    paths = {r: (*_gx_paths(out, r), out / r) for r in decision.delete}  # the run last: retried if GX fails
+    paths.update({r: tuple(_trim_paths(out / r)) for r in decision.trim})
+    return Plan(out, decision, paths)
+
+
+@dataclass
+class Result:
+    freed: dict[str, int] = field(default_factory=dict)
+    """run id -> bytes freed."""
+    failed: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def apply_prune(plan: Plan) -> Result:
+    """Delete what the plan says; a path that cannot be deleted is recorded and the others still go. The GX
+    context's lock is held meanwhile, so a gate running at the same time never sees half a result deleted."""
+    result = Result()
+    with _gx_lock(plan.out):
+        for run_id, paths in plan.paths.items():
+            _apply(plan, run_id, paths, result)
+    return result
+
+
+@contextmanager
+def _gx_lock(out: Path) -> Iterator[None]:
+    if not _real_dir(out / "gx"):
+        yield
+        return
+    with open(out / "gx" / ".lock", "a+b") as lock:  # the lock audit/gate/gx.py takes
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _apply(plan: Plan, run_id: str, paths: tuple[Path, ...], result: Result) -> None:
+    failed_before = len(result.failed)
+    before = sum(size_of(p) for p in paths)
+    for p in paths:
+        if plan.out not in p.parents:  # never anything outside OUT, nor OUT itself
+            result.failed.append((p, "outside the output directory"))
+        else:
+            _remove(p, result.failed)
+    result.freed[run_id] = before - sum(size_of(p) for p in paths)
+    if len(result.failed) == failed_before:
+        _mark(plan.out, run_id, whole=run_id in plan.decision.delete)
+
+
+def _remove(path: Path, failed: list[tuple[Path, str]]) -> None:
+    """Delete without following symlinks. A run's manifest goes last: a run half deleted is still a run,
+    which the next prune finishes, not an anonymous directory no prune would touch."""
+    try:
+        if not _real_dir(path):
+            path.unlink(missing_ok=True)
+            return
+        errors, last = len(failed), path / "manifest.json"
+        for child in sorted(c for c in path.iterdir() if c != last):
+            if _real_dir(child):
+                shutil.rmtree(child, onerror=lambda _f, p, e: failed.append((Path(p), str(e[1]))))
+            else:
+                child.unlink()
+        if len(failed) == errors:
+            last.unlink(missing_ok=True)
+            path.rmdir()
+    except OSError as e:
+        failed.append((Path(e.filename or path), e.strerror or str(e)))
+
+
+def _mark(out: Path, run_id: str, whole: bool) -> None:
+    """A run trimmed says so in its manifest; a run deleted whole, in OUT's log of pruned runs."""
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if whole:
+        with open(out / PRUNED_LOG, "a", encoding="utf-8") as log:
+            log.write(json.dumps({"run_id": run_id, "pruned_at": at}) + "\n")
+        return
+    manifest = _manifest(out / run_id) or {}
+    manifest["pruned"] = {"at": at, "removed": list(BULKY)}
+    write_json(out / run_id / "manifest.json", manifest)
