@@ -24,6 +24,7 @@ from audit.history.record import TIME_FORMAT, format_time
 from audit.report import charts
 from audit.report.html import data_docs_links
 from audit.report.offsets import OFFSET_METRICS, REPLICATION_UNIT, run_offsets
+from audit.retention import pruned_runs
 
 DAYS = 7
 """How many days back the daily report looks by default."""
@@ -86,16 +87,21 @@ def _summary_pair(out: Path, run_id: str, pair: str) -> dict[str, Any] | None:
     return next((p for p in summary.get("pairs", []) if p.get("pair") == pair), None)
 
 
-def _links(out: Path, run_id: str, pair: str, entry: dict[str, Any] | None) -> dict[str, str | None]:
+def _links(
+    out: Path, run_id: str, pair: str, entry: dict[str, Any] | None, pruned: dict[str, str]
+) -> dict[str, str | None]:
     """Links from `<out>/reports/` to the run's report and Data Docs, only for files that exist. The Data
     Docs link is the pair's validation page when the run has one: the site's index lists only the latest
-    results (audit/gate/gx.py), so an older run is found by its own page."""
+    results (audit/gate/gx.py), so an older run is found by its own page. A run `replica-audit prune`
+    deleted has no links and says when it was pruned (`pruned`); its history rows stay."""
     root = out / run_id
+    if not root.is_dir() and run_id in pruned:
+        return {"report": None, "data_docs": None, "pruned": pruned[run_id]}
     report = f"../{run_id}/report.html" if (root / "report.html").is_file() else None
     index = ((entry or {}).get("gate") or {}).get("data_docs") or "gate/data_docs/index.html"
     pages = dict(data_docs_links(root, pair, {"data_docs": index}))
     docs_rel = pages.get("validation result") or pages.get("Data Docs index")
-    return {"report": report, "data_docs": f"../{run_id}/{docs_rel}" if docs_rel else None}
+    return {"report": report, "data_docs": f"../{run_id}/{docs_rel}" if docs_rel else None, "pruned": None}
 
 
 def _pair_names(store: HistoryStore, runs: list[dict[str, Any]], out: Path) -> list[str]:
@@ -143,9 +149,10 @@ def pair_trend(store: HistoryStore, pair: str, out: Path, since: str, until: str
     history = [h for h in store.pair_history(pair) if h["started_at"] and since <= h["started_at"] <= until]
     if not history:
         return None
+    pruned = pruned_runs(out)
     for h in history:
         h["entry"] = _summary_pair(out, h["run_id"], pair)
-        h.update(_links(out, h["run_id"], pair, h["entry"]))
+        h.update(_links(out, h["run_id"], pair, h["entry"], pruned))
     labels = [_label(h["started_at"]) for h in history]
     categories = sorted({c for h in history for c in h["counts"]})
     finished = [h["status"] not in ("error", "incomplete") for h in history]
