@@ -64,13 +64,13 @@ def scan_runs(out: Path) -> list[Run]:
 
 
 def size_of(path: Path) -> int:
-    """Bytes under `path`, symlinks counted as links (never followed)."""
+    """Bytes of `path` and what is under it (as `du` counts: directories too), symlinks as links, never followed."""
     try:
+        total = path.lstat().st_size
         if not stat.S_ISDIR(path.lstat().st_mode):
-            return path.lstat().st_size
+            return total
     except OSError:
         return 0
-    total = 0
     for root, dirs, files in os.walk(path):  # os.walk does not descend into symlinked directories
         for name in dirs + files:
             try:

@@ -1,0 +1,254 @@
+"""`replica-audit prune` on real runs: the tests' own kind audited by the real CLI, then aged by rewriting
+the end time their manifests record (the age prune reads), then pruned by the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import run_cli
+from tests.integration.test_own_kind import inventory, make_dirs
+
+# run id -> days since it ended (None: never ended); `newest` really is the newest
+AGES = {"old": 40.0, "mid": 10.0, "recent": 2.0, "newest": 0.0}
+SUITE = "dirfiles_audit"
+
+
+def _age(out: Path, run_id: str, days: float | None, started_days: float | None = None) -> None:
+    path = out / run_id / "manifest.json"
+    manifest = json.loads(path.read_text())
+    now = datetime.now(UTC)
+    if days is not None:
+        manifest["ended_at"] = (now - timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if started_days is not None:
+        manifest["started_at"] = (now - timedelta(days=started_days)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    path.write_text(json.dumps(manifest))
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """(inventory, OUT) with four finished runs and one that never ended (a snapshot only), made once."""
+    from audit.kernel.kind import registered_kinds
+
+    root = tmp_path_factory.mktemp("prune")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("REPLICA_AUDIT_KINDS", "dirfiles=tests.kinds.dirfiles")
+        mp.delenv("REPLICA_AUDIT_HISTORY", raising=False)
+        registered_kinds.cache_clear()
+        master, replica = make_dirs(root)
+        (master / "only-master.txt").write_text("m")  # a finding, so findings.parquet is written
+        inv = inventory(root / "inv.yaml", master, replica)
+        out = root / "out"
+        for run_id in AGES:
+            assert run_cli(["run", "-i", str(inv), "-o", str(out), "--run-id", run_id, "-q"], mp) == 1
+        assert run_cli(["snapshot", "-i", str(inv), "-o", str(out), "--run-id", "unfinished"], mp) == 0
+        yield inv, out
+    registered_kinds.cache_clear()
+
+
+@pytest.fixture
+def out(template: tuple[Path, Path], tmp_path: Path, dirfiles_kind: None, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the template's OUT (symlinks copied as links), aged: the unfinished run started 100 days ago."""
+    monkeypatch.delenv("REPLICA_AUDIT_HISTORY", raising=False)
+    copy = tmp_path / "out"
+    shutil.copytree(template[1], copy, symlinks=True)
+    shutil.copy(template[0], tmp_path / "inv.yaml")
+    for run_id, days in AGES.items():
+        _age(copy, run_id, days)
+    _age(copy, "unfinished", None, started_days=100)
+    return copy
+
+
+def tree(out: Path) -> dict[str, int]:
+    """Every path under OUT (symlinks as links, never followed) -> its size."""
+    found = {}
+    for root, dirs, files in os.walk(out):
+        for name in dirs + files:
+            p = Path(root) / name
+            found[p.relative_to(out).as_posix()] = p.lstat().st_size
+    return found
+
+
+def _gx(out: Path, run_id: str) -> list[str]:
+    return sorted(
+        p.relative_to(out).as_posix()
+        for base in ("gx/uncommitted/validations", "gx/data_docs/validations")
+        for p in (out / base / SUITE).glob(f"{run_id}@*")
+    )
+
+
+def _files(out: Path, run_id: str) -> set[str]:
+    return {
+        p.relative_to(out / run_id).as_posix() for p in (out / run_id).rglob("*") if not p.is_dir() or p.is_symlink()
+    }
+
+
+def test_prune_deletes_old_runs_trims_older_than_snapshot_age_and_keeps_the_rest(out, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    before = tree(out)
+    old_gx, mid_gx = _gx(out, "old"), _gx(out, "mid")
+    assert len(old_gx) == 2 and len(mid_gx) == 2  # a result and a Data Docs page each
+    mid_files = _files(out, "mid")
+    assert {"snapshots/assets/master/files.json", "work/assets/state.json"} <= mid_files
+    untouched = {r: _files(out, r) for r in ("recent", "newest", "unfinished")}
+
+    code = run_cli(["prune", "--out", str(out), "--keep-days", "30", "--keep-snapshot-days", "7"], monkeypatch)
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+
+    # old: the run directory and its GX result and page are gone; every other GX file is there
+    assert not (out / "old").exists() and _gx(out, "old") == []
+    assert _gx(out, "mid") == mid_gx
+    assert [json.loads(line)["run_id"] for line in (out / "pruned-runs.jsonl").read_text().splitlines()] == ["old"]
+    # mid: its bulky parts are gone, its results stay
+    kept = {f for f in mid_files if not f.startswith(("snapshots/", "work/")) or f == "work/assets/state.json"}
+    assert _files(out, "mid") == kept
+    assert {"summary.json", "report.html", "manifest.json", "gate/validation_assets.json"} <= kept
+    assert any(f.startswith("findings.parquet/") for f in kept) and any(f.startswith("metrics.parquet/") for f in kept)
+    assert json.loads((out / "mid" / "manifest.json").read_text())["pruned"]["removed"] == ["snapshots", "work"]
+    # recent (younger than both ages), newest and the run that never ended: untouched
+    assert {r: _files(out, r) for r in untouched} == untouched
+    # what it printed is what it freed
+    after = tree(out)
+    freed = sum(size for path, size in before.items() if path not in after)
+    assert f"freed {freed / 1024:.1f} KB ({freed} bytes)" in printed.out
+    assert "deleted run old" in printed.out and "deleted snapshots and work files of run mid" in printed.out
+    assert "kept unfinished: not finished" in printed.err.replace("\n", " ")
+
+    # a second prune finds nothing more to do
+    assert run_cli(["prune", "--out", str(out), "--keep-days", "30", "--keep-snapshot-days", "7"], monkeypatch) == 0
+    assert "freed 0 B (0 bytes)" in capsys.readouterr().out and tree(out) == after
+
+
+def test_dry_run_deletes_nothing(out, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    before = tree(out)
+    args = ["prune", "-o", str(out), "--keep-days", "30", "--keep-snapshot-days", "1", "--dry-run"]
+    assert run_cli(args, monkeypatch) == 0
+    printed = capsys.readouterr().out
+    assert tree(out) == before
+    assert "would delete run old" in printed and "would delete snapshots and work files of run mid" in printed
+    assert "would delete snapshots and work files of run recent" in printed and "newest" not in printed
+
+
+def test_the_newest_finished_run_and_keep_last_survive_any_age(out, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    for run_id in AGES:
+        _age(out, run_id, 400 + AGES[run_id])
+    assert run_cli(["prune", "-o", str(out), "--keep-days", "0"], monkeypatch) == 0
+    assert sorted(p.name for p in out.iterdir() if (p / "manifest.json").is_file()) == ["newest", "unfinished"]
+    capsys.readouterr()
+    assert (
+        run_cli(["run", "-i", str(out.parent / "inv.yaml"), "-o", str(out), "--run-id", "later", "-q"], monkeypatch)
+        == 1
+    )
+
+
+def test_keep_last_keeps_the_n_newest_finished_runs(out, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    assert run_cli(["prune", "-o", str(out), "--keep-days", "1", "--keep-last", "3"], monkeypatch) == 0
+    assert sorted(p.name for p in out.iterdir() if (p / "manifest.json").is_file()) == [
+        "mid",
+        "newest",
+        "recent",
+        "unfinished",
+    ]
+
+
+def test_symlinks_are_not_followed(out, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    outside = tmp_path / "elsewhere"
+    (outside / "fake").mkdir(parents=True)
+    (outside / "precious.txt").write_text("keep me")
+    # an old, finished run that lives outside OUT, linked into OUT
+    (outside / "fake" / "manifest.json").write_text(json.dumps({"run_id": "fake", "ended_at": "2000-01-01T00:00:00Z"}))
+    (out / "fake").symlink_to(outside / "fake", target_is_directory=True)
+    # links inside a run deleted whole and inside a run trimmed
+    (out / "old" / "work" / "assets" / "link").symlink_to(outside, target_is_directory=True)
+    (out / "mid" / "snapshots" / "link").symlink_to(outside, target_is_directory=True)
+    (out / "mid" / "work" / "assets" / "file-link").symlink_to(outside / "precious.txt")
+    assert run_cli(["prune", "-o", str(out), "--keep-days", "30", "--keep-snapshot-days", "7"], monkeypatch) == 0
+    assert (outside / "precious.txt").read_text() == "keep me"
+    assert (outside / "fake" / "manifest.json").is_file() and (out / "fake").is_symlink()
+    assert not (out / "old").exists() and not (out / "mid" / "snapshots").exists()
+    assert not (out / "mid" / "work" / "assets" / "file-link").is_symlink()
+
+
+def test_runs_and_gates_go_on_after_a_prune_and_the_history_keeps_the_pruned_runs(out, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from audit.history import open_history
+
+    inv = out.parent / "inv.yaml"
+    assert run_cli(["prune", "-o", str(out), "--keep-days", "30", "--keep-snapshot-days", "7"], monkeypatch) == 0
+    # the index still names the deleted run until the next gate rebuilds it from the results that are left
+    index = out / "gx" / "data_docs" / "index.html"
+    assert "old@assets" in index.read_text()
+    assert run_cli(["run", "-i", str(inv), "-o", str(out), "--run-id", "after", "-q"], monkeypatch) == 1
+    text = index.read_text()
+    assert "after@assets" in text and "mid@assets" in text and "old@assets" not in text
+    assert json.loads((out / "after" / "summary.json").read_text())["pairs"][0]["gate"]["data_docs"]
+
+    with open_history(None, out=out) as store:
+        assert {"old", "mid", "recent", "newest", "after"} <= {h["run_id"] for h in store.pair_history("assets")}
+
+    # the daily report says the deleted run was pruned instead of linking to nothing
+    capsys.readouterr()
+    assert run_cli(["daily-report", "-o", str(out)], monkeypatch) == 0
+    html = next((out / "reports").glob("daily-*.html")).read_text()
+    row = html.split('data-run="old"', 1)[1].split("</tr>", 1)[0]
+    assert "run directory pruned" in row and "href" not in row
+    mid = html.split('data-run="mid"', 1)[1].split("</tr>", 1)[0]
+    assert 'href="../mid/report.html"' in mid and "pruned" not in mid
+
+
+def test_a_trimmed_run_cannot_be_resumed_and_a_resumed_run_is_unfinished_meanwhile(out, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    inv = out.parent / "inv.yaml"
+    assert run_cli(["prune", "-o", str(out), "--keep-snapshot-days", "7"], monkeypatch) == 0
+    capsys.readouterr()
+    assert run_cli(["run", "-i", str(inv), "-o", str(out), "--resume", "mid", "-q"], monkeypatch) == 2
+    assert "snapshots and work files were pruned" in capsys.readouterr().err
+
+    from audit.inventory import load_inventory
+    from audit.pipeline import start_run
+
+    start_run(load_inventory(inv), out, "recent", reopen=True)  # what `run --resume recent` does first
+    assert "ended_at" not in json.loads((out / "recent" / "manifest.json").read_text())
+    before = tree(out / "recent")
+    assert run_cli(["prune", "-o", str(out), "--keep-days", "0"], monkeypatch) == 0
+    assert tree(out / "recent") == before
+
+
+def test_a_path_that_cannot_be_deleted_is_named_and_exits_2(out, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    stuck = out / "old" / "snapshots" / "assets" / "master"
+    if subprocess.run(["chattr", "+i", str(stuck)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here")
+    try:
+        assert run_cli(["prune", "-o", str(out), "--keep-days", "30"], monkeypatch) == 2
+        printed = capsys.readouterr()
+        assert "could not delete" in printed.err and str(stuck) in printed.err.replace("\n", "")
+        assert (out / "old" / "manifest.json").is_file()  # still a run: the next prune finishes it
+        assert not (out / "pruned-runs.jsonl").exists()
+    finally:
+        subprocess.run(["chattr", "-i", str(stuck)], check=True)
+    assert run_cli(["prune", "-o", str(out), "--keep-days", "30"], monkeypatch) == 0
+    assert not (out / "old").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--keep-days", "-1"], "--keep-days -1.0: expected a number of 0 or more"),
+        (["--keep-days", "nan"], "--keep-days nan: expected"),
+        (["--keep-days", "abc"], "'--keep-days'"),
+        (["--keep-snapshot-days", "1e400"], "--keep-snapshot-days inf: expected"),
+        (["--keep-days", "1", "--keep-last", "-1"], "--keep-last -1: expected"),
+        ([], "give --keep-days, --keep-snapshot-days or both"),
+    ],
+)
+def test_bad_values_are_usage_errors(args: list[str], said: str, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert run_cli(["prune", "-o", str(tmp_path), *args], monkeypatch) == 2
+    printed = capsys.readouterr().err
+    assert said in printed and "Traceback" not in printed and "internal error" not in printed
+    assert run_cli(["prune", "-o", str(tmp_path / "nowhere"), "--keep-days", "1"], monkeypatch) == 2
+    assert "no such directory" in capsys.readouterr().err
