@@ -101,8 +101,10 @@ print(json.dumps({{
 
     audit = dags["consistency_audit"]
     assert audit["tags"] == ["consistency", "replica-audit"] and audit["schedule"] == "@hourly"
-    assert set(audit["params"]) == {"inventory", "out", "pairs"}
-    assert {"plan", "report", "audit_pair.snapshot", "audit_pair.gate", "audit_pair.verdict"} <= set(audit["tasks"])
+    assert set(audit["params"]) == {"inventory", "out", "pairs", "keep_days", "keep_snapshot_days", "keep_last"}
+    assert {"plan", "report", "prune", "audit_pair.snapshot", "audit_pair.gate", "audit_pair.verdict"} <= set(
+        audit["tasks"]
+    )
     assert audit["outlets"]["audit_pair.verdict"] == ["replica-audit-pair-verdicts"]
 
     report = dags["data_quality_report"]

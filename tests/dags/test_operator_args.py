@@ -103,7 +103,7 @@ def test_operator_arguments_and_text_templates(tmp_path: Path) -> None:
     assert said["report"].startswith("--pair nope")  # failed as a task, not a traceback
     assert not (tmp_path / "out" / "r1").exists()  # and nothing was started
     assert said["merged"] == {
-        "params": ["inventory", "out", "pairs"],
+        "params": ["inventory", "keep_days", "keep_last", "keep_snapshot_days", "out", "pairs"],
         "inventory": "/etc/mine.yaml",
         "owner": "dba",
         "retries": 2,

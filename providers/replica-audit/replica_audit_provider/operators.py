@@ -340,3 +340,68 @@ class DailyReportOperator(_AuditOperator):
             raise AirflowFailException(str(e)) from None
         self.log.info("daily report: %s", path)
         return str(path)
+
+
+def _setting(value: Any, name: str, whole: bool = False) -> Any:
+    """A rendered retention setting: None or empty for "not set", else a number (a whole one for `whole`)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
+        return None
+    try:
+        return int(value) if whole else float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise AirflowFailException(f"{name} rendered as {value!r}: expected a number") from None
+
+
+class PruneOperator(_AuditOperator):
+    """Deletes old runs under `out_dir` by a retention policy (`replica-audit prune`, audit/retention.py):
+    whole runs past `keep_days`, the snapshots and work files of runs past `keep_snapshot_days`, never the
+    `keep_last` newest finished runs nor an unfinished one. With neither age set it deletes nothing."""
+
+    template_fields: Sequence[str] = ("out_dir", "keep_days", "keep_snapshot_days", "keep_last")
+
+    def __init__(
+        self,
+        *,
+        out_dir: str,
+        keep_days: float | str | None = None,
+        keep_snapshot_days: float | str | None = None,
+        keep_last: int | str = 1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.out_dir, self.keep_days, self.keep_snapshot_days, self.keep_last = (
+            out_dir,
+            keep_days,
+            keep_snapshot_days,
+            keep_last,
+        )
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from audit import AuditError
+        from audit.prune import apply_prune, plan_prune
+        from audit.retention import Policy
+
+        keep_days = _setting(self.keep_days, "keep_days")
+        keep_snapshot_days = _setting(self.keep_snapshot_days, "keep_snapshot_days")
+        keep_last = _setting(self.keep_last, "keep_last", whole=True)
+        if keep_days is None and keep_snapshot_days is None:
+            self.log.info("retention is off (no keep_days or keep_snapshot_days): nothing pruned")
+            return {"deleted": [], "trimmed": [], "freed_bytes": 0}
+        try:
+            policy = Policy(keep_days=keep_days, keep_snapshot_days=keep_snapshot_days, keep_last=keep_last or 0)
+            plan = plan_prune(out_path(self.out_dir), policy)
+        except AuditError as e:
+            raise AirflowFailException(str(e)) from None
+        result = apply_prune(plan)
+        for run_id, freed in result.freed.items():
+            what = "run" if run_id in plan.decision.delete else "snapshots and work files of run"
+            self.log.info("deleted %s %s (%d bytes)", what, run_id, freed)
+        if result.failed:
+            raise AirflowFailException(
+                "could not delete: " + "; ".join(f"{path}: {why}" for path, why in result.failed)
+            )
+        return {
+            "deleted": list(plan.decision.delete),
+            "trimmed": list(plan.decision.trim),
+            "freed_bytes": sum(result.freed.values()),
+        }

@@ -10,9 +10,17 @@ Audits every master/replica pair of the inventory: **snapshot → diff → reche
 - Each pair's asset `replica-audit://<pair>` gets an event per run whose extra is the pair's verdict
   (`status`, `divergences`, `counts`, `failed_checks`), whatever the verdict was.
 
+- **prune** (retention, off by default): once the pairs are audited, deletes old runs under `out` as
+  `replica-audit prune` does: whole runs that ended more than `keep_days` ago, the snapshots and work
+  files of runs that ended more than `keep_snapshot_days` ago, never the `keep_last` newest finished runs
+  nor an unfinished one (this run is unfinished until its report). It runs beside `report`, not after it,
+  so `report` stays the task whose failure fails the DAG run; a path it cannot delete fails `prune`.
+
 Params: `inventory` (YAML path), `out` (output directory; each run writes `out/<run_id>/`),
-`pairs` (optional subset). Defaults come from REPLICA_AUDIT_INVENTORY / REPLICA_AUDIT_OUT; the
-schedule from REPLICA_AUDIT_SCHEDULE (hourly by default).
+`pairs` (optional subset), `keep_days`, `keep_snapshot_days` (empty: not pruned by that age) and
+`keep_last`. Defaults come from REPLICA_AUDIT_INVENTORY / REPLICA_AUDIT_OUT / REPLICA_AUDIT_KEEP_DAYS /
+REPLICA_AUDIT_KEEP_SNAPSHOT_DAYS / REPLICA_AUDIT_KEEP_LAST (1); the schedule from REPLICA_AUDIT_SCHEDULE
+(hourly by default).
 """
 
 from __future__ import annotations
@@ -31,12 +39,24 @@ from replica_audit_provider.operators import (
     AuditStageOperator,
     PairVerdictOperator,
     PlanPairsOperator,
+    PruneOperator,
 )
 
 INVENTORY = text("params.inventory")
 OUT = text("params.out")
 RUN_ID = text("run_id")
 PAIRS = "{{ params.pairs }}"
+
+
+def _retention_param(variable: str, default: float | None, description: str, whole: bool = False) -> Param:
+    """A retention setting's Param, its default from `variable` (empty or unset: `default`)."""
+    value = os.environ.get(variable, "").strip()
+    try:
+        given = (int(value) if whole else float(value)) if value else default
+    except ValueError:
+        raise ValueError(f"{variable}={value!r}: expected a number of days (or of runs)") from None
+    kind = "integer" if whole else "number"
+    return Param(given, type=[kind] if whole else ["null", kind], minimum=0, description=description)
 
 
 def consistency_audit_dag(dag_id: str = "consistency_audit", **dag_kwargs: Any) -> DAG:
@@ -61,6 +81,17 @@ def consistency_audit_dag(dag_id: str = "consistency_audit", **dag_kwargs: Any) 
                 description="output directory",
             ),
             "pairs": Param([], type="array", items={"type": "string"}, description="only these pairs (empty: all)"),
+            "keep_days": _retention_param(
+                "REPLICA_AUDIT_KEEP_DAYS", None, "delete runs that ended more than N days ago (empty: never)"
+            ),
+            "keep_snapshot_days": _retention_param(
+                "REPLICA_AUDIT_KEEP_SNAPSHOT_DAYS",
+                None,
+                "delete the snapshots and work files of runs that ended more than N days ago (empty: never)",
+            ),
+            "keep_last": _retention_param(
+                "REPLICA_AUDIT_KEEP_LAST", 1, "always keep the N newest finished runs whole", whole=True
+            ),
         },
     }
     with DAG(dag_id=dag_id, **dag_arguments(kwargs, dag_kwargs)) as dag:
@@ -88,5 +119,14 @@ def consistency_audit_dag(dag_id: str = "consistency_audit", **dag_kwargs: Any) 
             trigger_rule=TriggerRule.ALL_DONE,
             retries=0,
         )
-        audit_pair.expand(pair=plan.output) >> report
+        prune = PruneOperator(
+            task_id="prune",
+            out_dir=OUT,
+            keep_days="{{ params.keep_days }}",
+            keep_snapshot_days="{{ params.keep_snapshot_days }}",
+            keep_last="{{ params.keep_last }}",
+            trigger_rule=TriggerRule.ALL_DONE,
+            retries=0,
+        )
+        audit_pair.expand(pair=plan.output) >> [report, prune]
     return dag

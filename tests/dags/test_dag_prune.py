@@ -1,0 +1,80 @@
+"""Retention in the `consistency_audit` DAG: its Params (defaults from REPLICA_AUDIT_KEEP_*; off when unset),
+the `prune` task beside `report` (so `report` still decides the DAG run), and PruneOperator on real runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.integration.helpers import run_cli
+from tests.integration.test_own_kind import inventory, make_dirs
+from tests.integration.test_prune import _age
+
+SCRIPT = """
+import json, os, sys
+from airflow.sdk.exceptions import AirflowFailException
+from replica_audit_provider import operators as ops
+from replica_audit_provider.dags import consistency_audit_dag
+
+out = sys.argv[1]
+said = {}
+for name, env in {"unset": {}, "set": {"REPLICA_AUDIT_KEEP_DAYS": "30", "REPLICA_AUDIT_KEEP_SNAPSHOT_DAYS": "7",
+                                         "REPLICA_AUDIT_KEEP_LAST": "2"}}.items():
+    for k in ("REPLICA_AUDIT_KEEP_DAYS", "REPLICA_AUDIT_KEEP_SNAPSHOT_DAYS", "REPLICA_AUDIT_KEEP_LAST"):
+        os.environ.pop(k, None)
+    os.environ.update(env)
+    dag = consistency_audit_dag(dag_id="audit_" + name)
+    said[name] = {k: dag.params[k] for k in ("keep_days", "keep_snapshot_days", "keep_last")}
+prune, report = dag.task_dict["prune"], dag.task_dict["report"]
+said["prune_upstream"] = sorted(prune.upstream_task_ids)
+said["report_upstream"] = sorted(report.upstream_task_ids)
+said["report_downstream"] = sorted(report.downstream_task_ids)
+said["trigger_rule"] = prune.trigger_rule.value
+said["off"] = ops.PruneOperator(task_id="p0", out_dir=out, keep_days=None, keep_snapshot_days="None").execute({})
+try:
+    ops.PruneOperator(task_id="p1", out_dir=out, keep_days="a month").execute({})
+except AirflowFailException as e:
+    said["bad"] = str(e)
+try:
+    ops.PruneOperator(task_id="p2", out_dir=out, keep_days=-1).execute({})
+except AirflowFailException as e:
+    said["negative"] = str(e)
+said["pruned"] = ops.PruneOperator(task_id="p3", out_dir=out, keep_days="30", keep_snapshot_days=7).execute({})
+print(json.dumps(said))
+"""
+
+
+def test_the_dag_prunes_beside_the_report_with_its_params(dirfiles_kind, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("REPLICA_AUDIT_HISTORY", raising=False)
+    master, replica = make_dirs(tmp_path)
+    inv = inventory(tmp_path / "inv.yaml", master, replica)
+    out = tmp_path / "out"
+    for run_id, days in (("old", 40), ("mid", 10), ("new", 0)):
+        assert run_cli(["run", "-i", str(inv), "-o", str(out), "--run-id", run_id, "-q"], monkeypatch) == 0
+        _age(out, run_id, days)
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow")}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["unset"] == {"keep_days": None, "keep_snapshot_days": None, "keep_last": 1}  # off by default
+    assert said["set"] == {"keep_days": 30.0, "keep_snapshot_days": 7.0, "keep_last": 2}
+    assert said["prune_upstream"] == said["report_upstream"] == ["audit_pair.verdict"]
+    assert said["report_downstream"] == [] and said["trigger_rule"] == "all_done"
+    assert said["off"] == {"deleted": [], "trimmed": [], "freed_bytes": 0}
+    assert "keep_days rendered as 'a month'" in said["bad"] and "--keep-days -1.0" in said["negative"]
+    assert said["pruned"]["deleted"] == ["old"] and said["pruned"]["trimmed"] == ["mid"]
+    assert said["pruned"]["freed_bytes"] > 0
+    assert (
+        not (out / "old").exists() and not (out / "mid" / "snapshots").exists() and (out / "new" / "snapshots").is_dir()
+    )
