@@ -193,7 +193,7 @@ def _remove(path: Path, failed: list[tuple[Path, str]]) -> None:
             if _real_dir(child):
                 shutil.rmtree(child, onerror=lambda _f, p, e: failed.append((Path(p), str(e[1]))))
             else:
-                child.unlink()
+                _remove(child, failed)  # a file or a link: its own failure is recorded, the others still go
         if len(failed) == errors:
             last.unlink(missing_ok=True)
             path.rmdir()
