@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.integration.helpers import run_cli
 from tests.integration.test_own_kind import inventory, make_dirs
 from tests.integration.test_prune import _age
@@ -78,3 +80,31 @@ def test_the_dag_prunes_beside_the_report_with_its_params(dirfiles_kind, tmp_pat
     assert (
         not (out / "old").exists() and not (out / "mid" / "snapshots").exists() and (out / "new" / "snapshots").is_dir()
     )
+
+
+@pytest.mark.airflow
+def test_a_dag_run_prunes_an_old_run_and_still_fails_on_its_failed_gate(  # type: ignore[no-untyped-def]
+    airflow_env: dict[str, str], dirfiles_kind, tmp_path: Path, monkeypatch
+) -> None:
+    from tests.dags.test_dags import dags_test
+    from tests.integration.test_own_kind import REGISTRY_ENTRY
+
+    monkeypatch.delenv("REPLICA_AUDIT_HISTORY", raising=False)
+    master, replica = make_dirs(tmp_path)
+    inv = inventory(tmp_path / "inv.yaml", master, replica)
+    out = tmp_path / "out"
+    for run_id, days in (("two-months", 60), ("last-month", 30)):
+        assert run_cli(["run", "-i", str(inv), "-o", str(out), "--run-id", run_id, "-q"], monkeypatch) == 0
+        _age(out, run_id, days)
+    (replica / "same.txt").write_bytes(b"changed")
+    path = tmp_path / "kinds-path"  # `tests` importable by the installed Airflow, as test_dags.py does it
+    path.mkdir()
+    (path / "tests").symlink_to(Path(__file__).parents[2] / "tests", target_is_directory=True)
+    env = dict(airflow_env, REPLICA_AUDIT_KINDS=REGISTRY_ENTRY, PYTHONPATH=str(path))
+    done = dags_test(env, "consistency_audit", {"inventory": str(inv), "out": str(out), "keep_days": 7})
+    assert done.returncode != 0, (done.stdout + done.stderr)[-3000:]  # the gate failed: so did the run
+    # the oldest run is deleted whichever of prune and report ends first (last-month is deleted too only
+    # when this run had ended by then); this run is kept
+    assert not (out / "two-months").exists(), (done.stdout + done.stderr)[-6000:]
+    [this] = [p.parent for p in out.glob("*/manifest.json") if p.parent.name != "last-month"]
+    assert json.loads((this / "summary.json").read_text())["pairs"][0]["status"] == "failed"
