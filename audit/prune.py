@@ -44,11 +44,11 @@ def _manifest(root: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("run_id") == root.name else None
 
 
-def _ended(manifest: dict[str, Any]) -> datetime | None:
+def _time(manifest: dict[str, Any], name: str) -> datetime | None:
     try:
-        return datetime.strptime(str(manifest["ended_at"]), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        return datetime.strptime(str(manifest[name]), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except (KeyError, ValueError):
-        return None  # no end recorded (or one that cannot be read): treated as not finished
+        return None  # not recorded (or not readable): no end is "not finished", no start is "age unknown"
 
 
 def scan_runs(out: Path) -> list[Run]:
@@ -59,7 +59,8 @@ def scan_runs(out: Path) -> list[Run]:
             continue
         manifest = _manifest(entry)
         if manifest is not None:
-            runs.append(Run(entry.name, _ended(manifest), trimmed=bool(manifest.get("pruned"))))
+            ended, started = _time(manifest, "ended_at"), _time(manifest, "started_at")
+            runs.append(Run(entry.name, ended, trimmed=bool(manifest.get("pruned")), started_at=started))
     return runs
 
 

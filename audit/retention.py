@@ -5,7 +5,8 @@
 Safety rules: a run is a real directory directly under OUT (never a symlink, never `gx` or `reports`)
 whose own `manifest.json` (a regular file) names it; it is finished when its manifest has `ended_at`,
 which only the report stage writes: a run without it is running or interrupted (`--resume` continues
-it) and is never touched. Ages come from `ended_at`, not from file times. The newest finished run (and
+it) and is never touched, unless `keep_unfinished_days` is set and it started longer ago than that (it
+is then deleted whole). Ages come from `ended_at`, not from file times. The newest finished run (and
 the `keep_last` newest) are always kept. Deletion never follows a symlink and never leaves OUT. The
 results history store is not touched: trends survive pruning.
 """
@@ -36,9 +37,12 @@ class Policy:
     keep_days: float | None = None
     keep_snapshot_days: float | None = None
     keep_last: int = 1
+    keep_unfinished_days: float | None = None
+    """An unfinished run (killed, never resumed) that *started* more than this many days ago is deleted
+    whole; None (the default): unfinished runs are never touched."""
 
     def __post_init__(self) -> None:
-        for name in ("keep_days", "keep_snapshot_days", "keep_last"):
+        for name in ("keep_days", "keep_snapshot_days", "keep_last", "keep_unfinished_days"):
             value = getattr(self, name)
             try:
                 usable = value is None or (value >= 0 and timedelta(days=value) >= timedelta(0))
@@ -46,8 +50,10 @@ class Policy:
                 usable = False
             if not usable:
                 raise ConfigError(f"--{name.replace('_', '-')} {value}: expected a number of 0 or more")
-        if self.keep_days is None and self.keep_snapshot_days is None:
-            raise ConfigError("prune: give --keep-days, --keep-snapshot-days or both (nothing to prune by)")
+        if self.keep_days is None and self.keep_snapshot_days is None and self.keep_unfinished_days is None:
+            raise ConfigError(
+                "prune: give --keep-days, --keep-snapshot-days or --keep-unfinished-days (nothing to prune by)"
+            )
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,8 @@ class Run:
     ended_at: datetime | None
     """None: not finished (no `ended_at` in its manifest)."""
     trimmed: bool = False
+    started_at: datetime | None = None
+    """From its manifest: the age of an unfinished run (None: unknown, and such a run is kept)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,10 @@ def decide(runs: Iterable[Run], policy: Policy, now: datetime) -> Decision:
     delete, trim, keep = [], [], {}
     for r in sorted(runs, key=lambda r: r.run_id):
         if r.ended_at is None:
-            keep[r.run_id] = "not finished (running, or a --resume can continue it)"
+            if _older(r.started_at, policy.keep_unfinished_days, now):
+                delete.append(r.run_id)
+            else:
+                keep[r.run_id] = "not finished (running, or a --resume can continue it)"
         elif r.run_id in protected:
             keep[r.run_id] = "the newest finished run" if r.run_id == finished[0].run_id else "among --keep-last"
         elif policy.keep_days is not None and now - r.ended_at > timedelta(days=policy.keep_days):
@@ -87,6 +98,10 @@ def decide(runs: Iterable[Run], policy: Policy, now: datetime) -> Decision:
         else:
             keep[r.run_id] = "younger than the policy's ages"
     return Decision(tuple(delete), tuple(trim), keep)
+
+
+def _older(at: datetime | None, days: float | None, now: datetime) -> bool:
+    return at is not None and days is not None and now - at > timedelta(days=days)
 
 
 def pruned_runs(out: Path) -> dict[str, str]:

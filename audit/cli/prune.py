@@ -36,17 +36,24 @@ def prune(
     keep_last: Annotated[
         int, typer.Option("--keep-last", help="always keep the N newest finished runs whole (at least 1)")
     ] = 1,
+    keep_unfinished_days: Annotated[
+        float | None,
+        typer.Option(
+            "--keep-unfinished-days",
+            help="delete unfinished runs (killed, never resumed) that started more than N days ago (default: never)",
+        ),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print what would be deleted; delete nothing")] = False,
 ) -> None:
     """Delete old runs under OUT: whole runs past --keep-days, their bulky parts past --keep-snapshot-days.
 
-    Only finished runs (their manifest has an end) are touched, never the newest, and never anything outside
-    OUT; the results history keeps every run's rows (README "Retention"). Exit 2 for a bad value, or when a
-    path could not be deleted (it is named)."""
+    Only finished runs (their manifest has an end) are touched, unless --keep-unfinished-days is given,
+    never the newest, and never anything outside OUT; the results history keeps every run's rows (README
+    "Retention"). Exit 2 for a bad value, or when a path could not be deleted (it is named)."""
     from audit.prune import apply_prune, plan_prune, size_of
     from audit.retention import Policy
 
-    policy = Policy(keep_days=keep_days, keep_snapshot_days=keep_snapshot_days, keep_last=keep_last)
+    policy = Policy(keep_days, keep_snapshot_days, keep_last, keep_unfinished_days)
     plan = plan_prune(out_dir, policy)
     verb = "would delete" if dry_run else "deleted"
     freed = {r: sum(size_of(p) for p in paths) for r, paths in plan.paths.items()}

@@ -148,6 +148,15 @@ def test_the_newest_finished_run_and_keep_last_survive_any_age(out, monkeypatch,
     )
 
 
+def test_an_unfinished_run_goes_only_when_keep_unfinished_days_says(out, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # it started 100 days ago and was never resumed: kept by any other age, deleted whole past this one
+    assert run_cli(["prune", "-o", str(out), "--keep-unfinished-days", "200"], monkeypatch) == 0
+    assert (out / "unfinished" / "manifest.json").is_file()
+    assert run_cli(["prune", "-o", str(out), "--keep-unfinished-days", "30"], monkeypatch) == 0
+    assert not (out / "unfinished").exists() and "deleted run unfinished" in capsys.readouterr().out
+    assert all((out / r / "manifest.json").is_file() for r in AGES)  # finished runs: no age given for them
+
+
 def test_keep_last_keeps_the_n_newest_finished_runs(out, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     assert run_cli(["prune", "-o", str(out), "--keep-days", "1", "--keep-last", "3"], monkeypatch) == 0
     assert sorted(p.name for p in out.iterdir() if (p / "manifest.json").is_file()) == [
@@ -243,7 +252,7 @@ def test_a_path_that_cannot_be_deleted_is_named_and_exits_2(out, monkeypatch, ca
         (["--keep-days", "abc"], "'--keep-days'"),
         (["--keep-snapshot-days", "1e400"], "--keep-snapshot-days inf: expected"),
         (["--keep-days", "1", "--keep-last", "-1"], "--keep-last -1: expected"),
-        ([], "give --keep-days, --keep-snapshot-days or both"),
+        ([], "give --keep-days, --keep-snapshot-days or --keep-unfinished-days"),
     ],
 )
 def test_bad_values_are_usage_errors(args: list[str], said: str, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -40,6 +40,19 @@ def test_the_newest_finished_run_is_kept_whatever_its_age_and_unfinished_runs_al
     assert d.delete == ("x",) and d.trim == () and set(d.keep) == {"y", "z"}
 
 
+def test_an_unfinished_run_goes_only_past_keep_unfinished_days_by_its_start() -> None:
+    """A killed run never resumed once stayed forever; only an age given for it lets it go."""
+    runs = [
+        Run("killed-long-ago", None, started_at=NOW - timedelta(days=20)),
+        Run("killed-lately", None, started_at=NOW - timedelta(days=2)),
+        Run("start-unknown", None),
+        ended(1, "new"),
+    ]
+    assert decide(runs, Policy(keep_days=0), NOW).delete == ()
+    d = decide(runs, Policy(keep_unfinished_days=7), NOW)
+    assert d.delete == ("killed-long-ago",) and set(d.keep) == {"killed-lately", "start-unknown", "new"}
+
+
 def test_keep_last_keeps_the_newest_by_recorded_end_not_by_name() -> None:
     runs = [ended(50, "z-oldest"), ended(40, "a-newer"), ended(45, "m-middle")]
     d = decide(runs, Policy(keep_days=1, keep_last=2), NOW)
