@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import redis
 
 from audit import defaults
 from audit.errors import ConfigError, SourceConnectError
-from audit.sources.redis.endpoints import TLS_FILES
+from audit.sources.redis.endpoints import unreadable_tls_file
 from audit.sources.redis.resp import RespPipe
 from audit.urls import redact_url
 
@@ -51,17 +50,6 @@ def _tls_on_connect(conn: Any) -> None:
         pass
 
 
-def _missing_tls_file(url: str) -> str | None:
-    """`option path` of a TLS file the URL names (`?ssl_ca_certs=...`) that cannot be read, or None: the
-    operator's mistake, said as such (exit 2), not as the server being unreachable."""
-    for option, values in parse_qs(urlsplit(url).query).items():
-        if option in TLS_FILES:
-            for path in values:
-                if not (os.path.isfile(path) and os.access(path, os.R_OK)):
-                    return f"{option} {path}"
-    return None
-
-
 def connect(
     url: str, *, role: str, timeout_s: float = defaults.CONNECT_TIMEOUT_S, readonly: bool = False
 ) -> redis.Redis:
@@ -75,8 +63,8 @@ def connect(
             f"{role}: {redact_url(url)} is not a Redis URL (expected redis://, rediss:// or unix://;"
             " a conn:<id> must be a Redis or Pika connection)"
         )
-    missing = _missing_tls_file(url)
-    if missing:
+    missing = unreadable_tls_file(parse_qsl(urlsplit(url).query))  # the operator's mistake (exit 2), not
+    if missing:  # the server being unreachable
         raise ConfigError(f"{role} {redact_url(url)}: {missing}: no such readable file")
     extra: dict[str, Any] = {}
     if readonly:

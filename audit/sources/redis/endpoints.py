@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import ssl
+from collections.abc import Iterable
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -43,6 +44,15 @@ SCHEMES = ("redis", "rediss", "unix")
 TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 """A sentinel group's TLS files for its data nodes: redis-py's own option names, as a cluster seed's or
 a sentinel's URL carries them (`?ssl_ca_certs=...`)."""
+
+
+def unreadable_tls_file(files: Iterable[tuple[str, str | None]]) -> str | None:
+    """`option path` of the first TLS file of `(option, path)` that is not a readable file, or None. One
+    rule for a sentinel endpoint's fields and for any URL's options (`?ssl_ca_certs=...`)."""
+    for option, path in files:
+        if option in TLS_FILES and path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+            return f"{option} {path}"
+    return None
 
 
 class _Strict(BaseModel):
@@ -162,10 +172,9 @@ class SentinelEndpoint(_Strict):
         """ConfigError naming the field when a TLS file cannot be read or does not load as PEM. Checked on
         the host that connects (an inventory is also read where the files are not), before any node is:
         a certificate that does not load would otherwise read as every data node being unreachable."""
-        for f in TLS_FILES:
-            path = getattr(self, f)
-            if path is not None and not (os.path.isfile(path) and os.access(path, os.R_OK)):
-                raise ConfigError(f"{where}: {f} {path}: no such readable file")
+        missing = unreadable_tls_file((f, getattr(self, f)) for f in TLS_FILES)
+        if missing:
+            raise ConfigError(f"{where}: {missing}: no such readable file")
         try:
             context = ssl.create_default_context(cafile=self.ssl_ca_certs)
         except ssl.SSLError as e:
@@ -263,4 +272,5 @@ __all__ = [
     "node_url",
     "parse_endpoint",
     "sentinel_url",
+    "unreadable_tls_file",
 ]

@@ -206,11 +206,11 @@ class KeyspaceCheck(Check):
         from audit.sources.redis.recheck import recheck, set_confirmed_live, split_for_recheck
 
         s = self.settings
+        spark = ctx.spark()
+        cands = spark.read.parquet(str(ctx.work_dir() / CANDIDATES))
+        total = int(ctx.metrics.get("candidates") or 0)
+        to_check, rest = split_for_recheck(cands, s.recheck_max_keys, total)
         with self._clients(ctx) as clients:  # closed once the pipes, each on its own connection, are made
-            spark = ctx.spark()
-            cands = spark.read.parquet(str(ctx.work_dir() / CANDIDATES))
-            total = int(ctx.metrics.get("candidates") or 0)
-            to_check, rest = split_for_recheck(cands, s.recheck_max_keys, total)
             pipes = [RespPipe(clients[side]) for side in SIDES]
         try:
             survivors, stats = recheck(
