@@ -33,6 +33,14 @@ def _run(args: list[str], cwd: Path, **kwargs: Any) -> subprocess.CompletedProce
     return done
 
 
+def script_said(script: str, *args: str, cwd: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """Run `script` with this interpreter (`python -c`, outside the checkout) and return what it printed
+    last, a JSON object: how the DAG tests read what a script saw inside Airflow's own imports."""
+    done = _run([sys.executable, "-c", script, *args], cwd, env=env, timeout=timeout)
+    said: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return said
+
+
 def build_wheels(work: Path) -> list[Path]:
     """Wheels of the library and the provider, built from copies (the checkout gets no build/ litter)."""
     core = work / "src" / "core"

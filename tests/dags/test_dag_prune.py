@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.dags.conftest import script_said
 from tests.integration.helpers import run_cli
 from tests.integration.test_own_kind import inventory, make_dirs
 from tests.integration.test_prune import _age
@@ -58,17 +57,7 @@ def test_the_dag_prunes_beside_the_report_with_its_params(dirfiles_kind, tmp_pat
         assert run_cli(["run", "-i", str(inv), "-o", str(out), "--run-id", run_id, "-q"], monkeypatch) == 0
         _age(out, run_id, days)
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow")}
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(out)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    said = json.loads(done.stdout.strip().splitlines()[-1])
+    said = script_said(SCRIPT, str(out), cwd=tmp_path, env=env, timeout=300)
     assert said["unset"] == {"keep_days": None, "keep_snapshot_days": None, "keep_last": 1}  # off by default
     assert said["set"] == {"keep_days": 30.0, "keep_snapshot_days": 7.0, "keep_last": 2}
     assert said["prune_upstream"] == said["report_upstream"] == ["audit_pair.verdict"]

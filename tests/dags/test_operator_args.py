@@ -3,11 +3,10 @@ into a number fails the task saying so, and the DAGs' templates keep text as tex
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.dags.conftest import script_said
 
 SCRIPT = """
 import json
@@ -82,11 +81,7 @@ print(json.dumps(said))
 
 def test_operator_arguments_and_text_templates(tmp_path: Path) -> None:
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow")}
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    said = json.loads(done.stdout.strip().splitlines()[-1])
+    said = script_said(SCRIPT, cwd=tmp_path, env=env, timeout=120)
     assert said["stages_match"]  # the operator's list is the pipeline's
     assert "stage 'snpashot': expected one of snapshot, diff, recheck, gate" in said["stage"]
     assert "days 'seven': expected a whole number" in said["days"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.dags.conftest import script_said
 
 SCRIPT = """
 import json, sys
@@ -41,17 +41,7 @@ def test_an_out_uri_fails_each_operator_with_the_reason_and_writes_nothing(tmp_p
     }
     inv.write_text(json.dumps({"pairs": [pair]}))
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow"), "REPLICA_AUDIT_HISTORY": ""}
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(inv), "s3a://bucket/out"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    said = json.loads(done.stdout.strip().splitlines()[-1])
+    said = script_said(SCRIPT, str(inv), "s3a://bucket/out", cwd=tmp_path, env=env, timeout=120)
     for name, message in said.items():
         assert "s3a://bucket/out" in message and "local path" in message, (name, message)
     assert not (tmp_path / "s3a:").exists()
