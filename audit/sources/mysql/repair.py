@@ -95,14 +95,6 @@ def _long_literal(column: Column, raw: bytes) -> Iterator[str]:
     yield "'"
 
 
-def replace_row(plan: TablePlan, row: Row) -> str:
-    return "".join(_row_parts("REPLACE", plan, row))
-
-
-def insert_row(plan: TablePlan, row: Row) -> str:
-    return "".join(_row_parts("INSERT", plan, row))
-
-
 def delete_by_key(plan: TablePlan, row: Row) -> str:
     conds = " AND ".join(
         f"{quote_ident(plan.columns[i].name)} = {_value(plan.columns[i], row[i])}" for i in plan.key_positions

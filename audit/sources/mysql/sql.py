@@ -175,10 +175,16 @@ def hashed_expr(column: Column, expr: str) -> str:
     makes CONCAT_WS NULL, and a NULL hash is summed as nothing: any change in such a row was invisible.
     Digesting long values keeps every row text small, on both sides alike, whatever their settings.
     """
+    return _long_as_md5(column, expr)
+
+
+def _long_as_md5(column: Column, expr: str, *more: str) -> str:
+    """`expr`, or for a long column's value over DIGESTED_BYTES `md5:<its MD5>` followed by `more`."""
     if column.data_type not in LONG_TYPES:
         return expr
     # binary, so that no column charset (latin1...) is an illegal mix with the digest's
-    return f"IF(LENGTH({expr}) > {DIGESTED_BYTES}, CONCAT(_binary'md5:', MD5({expr})), {expr})"
+    parts = ", ".join((f"_binary'{DIGEST_PREFIX.decode()}'", f"MD5({expr})", *more))
+    return f"IF(LENGTH({expr}) > {DIGESTED_BYTES}, CONCAT({parts}), {expr})"
 
 
 def held_expr(column: Column, expr: str) -> str:
@@ -188,10 +194,7 @@ def held_expr(column: Column, expr: str) -> str:
     shown in findings and kept for the recheck: none of that needs a 50 MB value whole, and holding it
     made memory rows x row width (budget.py). Only the repair plan needs it, and re-reads it (repair.py).
     """
-    if column.data_type not in LONG_TYPES:
-        return expr
-    digest = f"CONCAT(_binary'{DIGEST_PREFIX.decode()}', MD5({expr}), _binary':', LENGTH({expr}))"
-    return f"IF(LENGTH({expr}) > {DIGESTED_BYTES}, {digest}, {expr})"
+    return _long_as_md5(column, expr, "_binary':'", f"LENGTH({expr})")
 
 
 def held_digest(column: Column, raw: bytes | None) -> tuple[str, int] | None:
