@@ -23,6 +23,7 @@ from audit.sources.pika.info import PikaReplication, parse_pika_replication
 from audit.sources.pika.model import PikaPair
 from audit.sources.pika.replication import PikaSample, lag_total, pika_replication_findings, wrong_master
 from audit.sources.redis.client import connected_sides, info_text
+from audit.sources.redis.info import parse_info
 from audit.sources.redis.replication_check import SAMPLE_GAP_S, host_port
 from audit.urls import redact_url
 
@@ -79,9 +80,9 @@ def offsets_of(samples: list[PikaSample], dbs: list[int], file_size: int) -> Off
 
 def _version(client: redis.Redis) -> str | None:
     """The server's version as its INFO server says it (Pika's, or a Redis-protocol server's)."""
-    server = info_text(client, "server").decode("utf-8", "replace")
-    prefixes = ("pika_version:", "redis_version:")
-    return next((ln.split(":", 1)[1].strip() for ln in server.splitlines() if ln.startswith(prefixes)), None)
+    server = parse_info(info_text(client, "server"))
+    version = server.get("pika_version") or server.get("redis_version")
+    return str(version) if version is not None else None
 
 
 class PikaReplicationCheck(Check):
