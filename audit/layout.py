@@ -22,6 +22,16 @@ if TYPE_CHECKING:
     from audit.kernel.state import PairState
 
 
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+"""How a run's times are written (manifest.json, and the history after it): UTC ISO 8601 to the second,
+so they sort as text."""
+
+
+def utc_now_text() -> str:
+    """Now, as TIME_FORMAT writes it."""
+    return time.strftime(TIME_FORMAT, time.gmtime())
+
+
 _RUN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
 
 

@@ -30,7 +30,7 @@ from audit.kernel.context import Progress, StageContext
 from audit.kernel.kind import KindSpec, kind_spec
 from audit.kernel.staging import FindingsStaging
 from audit.kernel.state import CheckState, ErrorInfo, GateVerdict, PairState, StageStamp
-from audit.layout import RunDir, new_run_id, write_json
+from audit.layout import RunDir, new_run_id, utc_now_text, write_json
 from audit.outcome import EXIT_GATE_FAILED, EXIT_OK, exit_code_of_error
 from audit.urls import ConnResolver
 
@@ -58,7 +58,7 @@ def start_run(inventory: Inventory, out: Path, run_id: str | None = None, reopen
             run.manifest,
             {
                 "run_id": run.run_id,
-                "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "started_at": utc_now_text(),
                 "inventory_digest": inventory.digest,
                 "tool_version": tool_version(),
                 "pairs": {
@@ -224,7 +224,7 @@ def finish_run(inventory: Inventory, run: RunDir, pairs: list[Pair], history: st
     manifest: dict[str, Any] = json.loads(run.manifest.read_text()) if run.manifest.exists() else {}
     summary = build_summary(run, pairs, run_pairs=list(manifest.get("pairs") or ()))
     write_json(run.summary, summary)
-    manifest["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    manifest["ended_at"] = utc_now_text()
     manifest["servers"] = {p["pair"]: p.get("servers", {}) for p in summary["pairs"]}
     manifest["exit_code"] = summary["exit_code"]
     write_json(run.manifest, manifest)

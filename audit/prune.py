@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import stat
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.errors import ConfigError
-from audit.layout import _RUN_ID, write_json
+from audit.layout import _RUN_ID, TIME_FORMAT, utc_now_text, write_json
 from audit.retention import BULKY, GX_RESULTS, PRUNED_LOG, RESERVED, Decision, Policy, Run, decide
 
 
@@ -46,7 +45,7 @@ def _manifest(root: Path) -> dict[str, Any] | None:
 
 def _time(manifest: dict[str, Any], name: str) -> datetime | None:
     try:
-        return datetime.strptime(str(manifest[name]), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        return datetime.strptime(str(manifest[name]), TIME_FORMAT).replace(tzinfo=UTC)
     except (KeyError, ValueError):
         return None  # not recorded (or not readable): no end is "not finished", no start is "age unknown"
 
@@ -204,7 +203,7 @@ def _remove(path: Path, failed: list[tuple[Path, str]]) -> None:
 
 def _mark(out: Path, run_id: str, whole: bool) -> None:
     """A run trimmed says so in its manifest; a run deleted whole, in OUT's log of pruned runs."""
-    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    at = utc_now_text()
     if whole:
         with open(out / PRUNED_LOG, "a", encoding="utf-8") as log:
             log.write(json.dumps({"run_id": run_id, "pruned_at": at}) + "\n")

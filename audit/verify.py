@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from audit.inventory import Inventory, Pair, parse_inventory, settings_keys
 from audit.kernel.kind import kind_spec, registered_kinds
 from audit.kernel.pair import gate_fields_of, suite_parameter
 from audit.kernel.suite import suite_parameters
-from audit.layout import RunDir, write_json
+from audit.layout import RunDir, utc_now_text, write_json
 
 STRICTNESS: dict[str, tuple[frozenset[str], str]] = {
     "zero_tolerance": (
@@ -297,7 +296,7 @@ def write_certificate(
         "certificate": "replica-audit post-migration verification",
         "format": CERTIFICATE_FORMAT,
         "run_id": summary["run_id"],
-        "issued_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "issued_at": utc_now_text(),
         "started_at": manifest.get("started_at"),
         "ended_at": manifest.get("ended_at"),
         "tool_version": manifest.get("tool_version"),

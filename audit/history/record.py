@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.errors import StageInputError
-
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
-"""How times are stored: UTC ISO 8601 to the second, as in manifest.json; sorts as text."""
+from audit.layout import TIME_FORMAT  # how times are stored: as in manifest.json
 
 
 @dataclass(frozen=True)
@@ -161,7 +159,3 @@ def format_time(value: str | datetime | None) -> str | None:
     if value.tzinfo is not None:
         value = value.astimezone(UTC)
     return value.strftime(TIME_FORMAT)
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime(TIME_FORMAT)

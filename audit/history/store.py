@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from audit.errors import ConfigError
-from audit.history.record import RunRecord, format_time, now, read_run
+from audit.history.record import RunRecord, format_time, read_run
+from audit.layout import utc_now_text
 from audit.urls import redact_url
 
 if TYPE_CHECKING:
@@ -250,7 +251,7 @@ class SqlHistory(ABC):
             record.verdict,
             record.tool_version,
             record.inventory_digest,
-            now(),
+            utc_now_text(),
         )
         cur.execute(
             self._sql(f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' * len(_RUN_COLUMNS))})"),

@@ -20,7 +20,8 @@ from typing import Any
 
 from audit.errors import ConfigError
 from audit.history import ENV_VAR, HistoryStore, open_history
-from audit.history.record import TIME_FORMAT, format_time
+from audit.history.record import format_time
+from audit.layout import TIME_FORMAT
 from audit.report import charts
 from audit.report.html import data_docs_links
 from audit.report.offsets import OFFSET_METRICS, REPLICATION_UNIT, run_offsets

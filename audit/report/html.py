@@ -17,8 +17,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from audit.findings import SEVERITY_BY_CATEGORY
-from audit.history.record import TIME_FORMAT
-from audit.layout import RunDir
+from audit.layout import TIME_FORMAT, RunDir
 from audit.report import charts
 from audit.report.detail import finding_view, short_digest
 from audit.report.offsets import Offsets, run_offsets
