@@ -35,6 +35,11 @@ def utc_now_text() -> str:
 _RUN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
 
 
+def is_run_id(name: str) -> bool:
+    """Whether `name` may name a run (a directory under OUT): what RunDir accepts."""
+    return _RUN_ID.fullmatch(name) is not None
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(2)
 
@@ -45,7 +50,7 @@ class RunDir:
     run_id: str
 
     def __post_init__(self) -> None:
-        if not _RUN_ID.fullmatch(self.run_id):
+        if not is_run_id(self.run_id):
             raise ConfigError(
                 f"run id {self.run_id!r}: expected letters, digits, '_', '-' and '.', not starting with '.' "
                 "(it names a directory under the output directory)"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.errors import ConfigError
-from audit.layout import _RUN_ID, TIME_FORMAT, utc_now_text, write_json
+from audit.layout import TIME_FORMAT, is_run_id, utc_now_text, write_json
 from audit.retention import BULKY, GX_RESULTS, PRUNED_LOG, RESERVED, Decision, Policy, Run, decide
 
 
@@ -54,7 +54,7 @@ def scan_runs(out: Path) -> list[Run]:
     """The provable run directories directly under `out` (see the module's rules)."""
     runs = []
     for entry in sorted(out.iterdir()) if _real_dir(out) else []:
-        if entry.name in RESERVED or not _RUN_ID.fullmatch(entry.name) or not _real_dir(entry):
+        if entry.name in RESERVED or not is_run_id(entry.name) or not _real_dir(entry):
             continue
         manifest = _manifest(entry)
         if manifest is not None:
