@@ -81,7 +81,7 @@ def test_keys_that_vanish_or_change_type_mid_read_are_handled(server) -> None:  
         c.hdel("shrinks", *[f"f{i}" for i in range(1000)])
 
     # replies: 1 SELECT, 2 TYPE/PTTL, 3 the first pages, 4 HLEN of the long hash, 5 its re-read's first page
-    pipe = InterferingPipe(connect(server.url, role="test"), None, actions={2: change_type, 5: shrink})
+    pipe = InterferingPipe(connect(server.url, role="test"), actions={2: change_type, 5: shrink})
     pipe.execute([(b"SELECT", b"9")])
     states = {s.key: s for s in KeyReader(pipe, 10, 64).read([b"gone", b"morph", b"set-gone", b"shrinks", b"never"])}
     assert states[b"never"].status == VANISHED
@@ -144,6 +144,19 @@ def test_a_user_refused_info_stats_still_gets_the_latency_bound(server, tmp_path
         admin.acl_deluser("noinfo")
     assert meta["stats"]["keys_ok"] == 5000
     assert meta["pacing"]["batch_shrinks"] >= 1  # the probe's round trip counts without INFO stats
+
+
+def test_one_client_snapshots_more_often_than_its_pool_holds_connections(server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    server.client(9).mset({f"k{i}": i for i in range(20)})
+    client = connect(server.url, role="test")
+    try:
+        runs = client.connection_pool.max_connections + 5  # each snapshot opens (and closes) a pipe
+        for i in range(runs):
+            out, options = tmp_path / f"{i}", SnapshotOptions()
+            meta = snapshot_side(client, side="master", endpoint="test", dbs=[9], out_dir=out, options=options)
+            assert meta["stats"]["keys_ok"] == 20
+    finally:
+        client.close()
 
 
 def test_sides_in_processes_read_what_threads_read(redis_pair, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -47,16 +47,18 @@ def command_prefix(name: bytes, argc: int) -> bytes:
 class RespPipe:
     """Send batches of commands, get lists of replies (``hiredis.ReplyError`` for error replies)."""
 
-    def __init__(self, client: redis.Redis, limiter: Any = None) -> None:
-        """`limiter` is accepted for callers of the old signature; pacing is the snapshot's job now."""
-        self._conn = client.connection_pool.make_connection()
+    def __init__(self, client: redis.Redis) -> None:
+        # built from the pool's settings but not taken from it: a connection the pool made counts against
+        # its max_connections (100 in redis-py 8) until the pool itself disconnects, so a client that
+        # opened a pipe per snapshot would be refused its 101st with "Too many connections"
+        pool = client.connection_pool
+        self._conn = pool.connection_class(**pool.connection_kwargs)
         self._conn.connect()
         sock = getattr(self._conn, "_sock", None)
         if sock is None:
             raise RuntimeError("redis-py connection has no socket; pin redis<9 (see constraints.txt)")
         self._sock: socket.socket = sock
         self._reader = hiredis.Reader()
-        self._limiter = limiter
         self._next_ticket = 0
         self._in_flight: deque[tuple[int, int]] = deque()  # (ticket, reply count), in send order
         self._done: dict[int, list[Any]] = {}  # replies read past while waiting for a later ticket
@@ -95,8 +97,6 @@ class RespPipe:
         return tickets
 
     def send(self, commands: Sequence[Command]) -> int:
-        if self._limiter is not None and commands:
-            self._limiter.acquire(len(commands))
         return self.send_packed(pack(commands) if commands else b"", len(commands))
 
     def recv(self, ticket: int) -> list[Any]:
