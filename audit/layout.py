@@ -33,11 +33,14 @@ def utc_now_text() -> str:
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
+RESERVED = frozenset({"gx", "reports", "verifications"})
+"""Names under OUT that are never runs, whatever they hold: the GX context, the daily reports, and the
+verification runs' own output directory (the post_migration_verification DAG's default `out`)."""
 
 
 def is_run_id(name: str) -> bool:
     """Whether `name` may name a run (a directory under OUT): what RunDir accepts."""
-    return _RUN_ID.fullmatch(name) is not None
+    return _RUN_ID.fullmatch(name) is not None and name not in RESERVED
 
 
 def new_run_id() -> str:
@@ -50,6 +53,8 @@ class RunDir:
     run_id: str
 
     def __post_init__(self) -> None:
+        if self.run_id in RESERVED:
+            raise ConfigError(f"run id {self.run_id!r}: names a directory of the output directory's own; give another")
         if not is_run_id(self.run_id):
             raise ConfigError(
                 f"run id {self.run_id!r}: expected letters, digits, '_', '-' and '.', not starting with '.' "

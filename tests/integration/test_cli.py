@@ -169,11 +169,12 @@ def test_a_password_typed_unencoded_is_a_config_error_and_written_nowhere(tmp_pa
 
 
 @pytest.mark.parametrize("command", ["snapshot", "diff", "recheck", "gate", "report", "run"])
-@pytest.mark.parametrize("run_id", ["../escaped", "nosuch"])
+@pytest.mark.parametrize("run_id", ["../escaped", "nosuch", "gx", "verifications"])
 def test_a_run_id_names_a_run_under_out_and_a_later_stage_needs_it_to_exist(
     command, run_id, dirfiles_kind, tmp_path, monkeypatch, capsys
 ) -> None:  # type: ignore[no-untyped-def]
-    # "../escaped" once wrote a run beside --out; "nosuch" was invented (a manifest, a fake history row)
+    # "../escaped" once wrote a run beside --out; "nosuch" was invented (a manifest, a fake history row);
+    # "gx" wrote a manifest into the GX context, and a run "verifications" would hide the verification runs
     inv = two_pairs(tmp_path)
     out = tmp_path / "out"
     code = run_cli([command, "-i", str(inv), "-o", str(out), "--run-id", run_id], monkeypatch)
