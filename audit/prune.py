@@ -1,7 +1,9 @@
 """Pruning run directories: find the provable runs under OUT, delete what audit/retention.py decides.
 
-    plan = plan_prune(Path("/data/audit"), Policy(keep_days=30, keep_snapshot_days=3, keep_last=24))
-    result = apply_prune(plan)             # or only show the plan: a dry run
+    for plan in plan_prunes(Path("/data/audit"), Policy(keep_days=30, keep_snapshot_days=3, keep_last=24)):
+        result = apply_prune(plan)         # or only show the plans: a dry run
+
+One plan per output directory: OUT, then each of its own under it (`OUT/verifications`, retention.NESTED).
 
 Nothing here follows a symlink or leaves OUT (the rules: audit/retention.py, README "Retention").
 """
@@ -15,14 +17,14 @@ import shutil
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from audit.errors import ConfigError
 from audit.layout import TIME_FORMAT, is_run_id, utc_now_text, write_json
-from audit.retention import BULKY, GX_RESULTS, PRUNED_LOG, RESERVED, Decision, Policy, Run, decide
+from audit.retention import BULKY, GX_RESULTS, NESTED, PRUNED_LOG, Decision, Policy, Run, decide
 
 
 def _real_dir(path: Path) -> bool:
@@ -54,7 +56,7 @@ def scan_runs(out: Path) -> list[Run]:
     """The provable run directories directly under `out` (see the module's rules)."""
     runs = []
     for entry in sorted(out.iterdir()) if _real_dir(out) else []:
-        if entry.name in RESERVED or not is_run_id(entry.name) or not _real_dir(entry):
+        if not is_run_id(entry.name) or not _real_dir(entry):  # gx, reports, verifications: not run ids
             continue
         manifest = _manifest(entry)
         if manifest is not None:
@@ -86,6 +88,14 @@ class Plan:
     decision: Decision
     paths: dict[str, tuple[Path, ...]]
     """run id -> the paths its deletion or trim removes."""
+    under: str = ""
+    """The name of this output directory under the OUT given (`verifications`); "" for OUT itself."""
+    notes: tuple[str, ...] = ()
+    """What was not looked at, and why (an output directory of its own that is a symlink)."""
+
+    def name(self, run_id: str) -> str:
+        """The run as the OUT given sees it: `verifications/<run_id>` for a verification run."""
+        return f"{self.under}/{run_id}" if self.under else run_id
 
 
 def _gx_paths(out: Path, run_id: str) -> list[Path]:
@@ -128,14 +138,31 @@ def _except(directory: Path, kept: set[Path]) -> list[Path]:
     return found
 
 
-def plan_prune(out: Path, policy: Policy, now: datetime | None = None) -> Plan:
+def plan_prunes(out: Path, policy: Policy, now: datetime | None = None) -> list[Plan]:
+    """OUT's plan, then one for each output directory of its own under OUT (NESTED) that is a real directory:
+    its runs are judged among themselves (their own newest is kept). A symlinked one is not followed."""
+    now = now or datetime.now(UTC)
+    top = plan_prune(out, policy, now)
+    plans, notes = [top], []
+    for name in NESTED:
+        nested = top.out / name
+        if _real_dir(nested):
+            plans.append(plan_prune(nested, policy, now, under=name))
+        elif nested.is_symlink():
+            notes.append(f"{name}: a symbolic link, not followed (prune -o the directory it names)")
+    plans[0] = replace(top, notes=tuple(notes))
+    return plans
+
+
+def plan_prune(out: Path, policy: Policy, now: datetime | None = None, under: str = "") -> Plan:
+    """The plan for the runs directly under `out` alone."""
     out = Path(out).resolve()
     if not _real_dir(out):
         raise ConfigError(f"prune: --out {out}: no such directory")
     decision = decide(scan_runs(out), policy, now or datetime.now(UTC))
     paths = {r: (*_gx_paths(out, r), out / r) for r in decision.delete}  # the run last: retried if GX fails
     paths.update({r: tuple(_trim_paths(out / r)) for r in decision.trim})
-    return Plan(out, decision, paths)
+    return Plan(out, decision, paths, under)
 
 
 @dataclass

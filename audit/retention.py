@@ -2,13 +2,15 @@
 
 :func:`decide` is the pure rule over what the runs' manifests say; audit/prune.py is the I/O around it
 (finding the runs, deleting, marking).
-Safety rules: a run is a real directory directly under OUT (never a symlink, never `gx` or `reports`)
-whose own `manifest.json` (a regular file) names it; it is finished when its manifest has `ended_at`,
+Safety rules: a run is a real directory directly under OUT (never a symlink, never `gx`, `reports` or
+`verifications`) whose own `manifest.json` (a regular file) names it; it is finished when its manifest has `ended_at`,
 which only the report stage writes: a run without it is running or interrupted (`--resume` continues
 it) and is never touched, unless `keep_unfinished_days` is set and it started longer ago than that (it
 is then deleted whole). Ages come from `ended_at`, not from file times. The newest finished run (and
 the `keep_last` newest) are always kept. Deletion never follows a symlink and never leaves OUT. The
-results history store is not touched: trends survive pruning.
+results history store is not touched: trends survive pruning. `OUT/verifications` (NESTED), when a real
+directory, is an output directory of its own and is pruned by the same policy as OUT, by the same rules
+(its own newest run, GX context and log of pruned runs).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from pathlib import Path
 
 from audit.errors import ConfigError
 
-RESERVED = frozenset({"gx", "reports"})
-"""Names under OUT that are never runs, whatever they hold (the GX context, the daily reports)."""
+NESTED = ("verifications",)
+"""Output directories of their own under OUT that a prune of OUT prunes too: the verification runs, which
+the post_migration_verification DAG writes to `OUT/verifications` by default. None can name a run
+(audit/layout.py, RESERVED)."""
 BULKY = ("snapshots", "work")
 """What a trim removes: both sides' snapshots and the work files (diff intermediates, staged findings);
 each pair's `work/<pair>/state.json` and the files its state lists as artifacts stay."""

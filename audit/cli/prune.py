@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from audit.cli.options import OutOpt, err, out
 from audit.outcome import EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from audit.prune import Plan
 
 
 def _size(n: int) -> str:
@@ -48,27 +52,41 @@ def prune(
     """Delete old runs under OUT: whole runs past --keep-days, their bulky parts past --keep-snapshot-days.
 
     Only finished runs (their manifest has an end) are touched, unless --keep-unfinished-days is given,
-    never the newest, and never anything outside OUT; the results history keeps every run's rows (README
-    "Retention"). Exit 2 for a bad value, or when a path could not be deleted (it is named)."""
-    from audit.prune import apply_prune, plan_prune, size_of
+    never the newest, and never anything outside OUT; OUT/verifications (verification runs) is pruned
+    alike; the results history keeps every run's rows (README "Retention"). Exit 2 for a bad value, or
+    when a path could not be deleted (it is named)."""
+    from audit.prune import plan_prunes
     from audit.retention import Policy
 
     policy = Policy(keep_days, keep_snapshot_days, keep_last, keep_unfinished_days)
-    plan = plan_prune(out_dir, policy)
+    plans = plan_prunes(out_dir, policy)
+    total, failed = 0, []
+    for plan in plans:
+        freed, plan_failed = _prune_one(plan, dry_run)
+        total += freed
+        failed += plan_failed
+    out.print(escape(f"{'would free' if dry_run else 'freed'} {_size(total)} ({total} bytes) in {plans[0].out}"))
+    for path, why in failed:
+        err.print(f"[red]could not delete[/] {escape(str(path))}: {escape(why)}")
+    raise typer.Exit(EXIT_USAGE if failed else EXIT_OK)
+
+
+def _prune_one(plan: Plan, dry_run: bool) -> tuple[int, list[tuple[Path, str]]]:
+    """Apply (or only show) one output directory's plan and say what it did: (bytes freed, paths that failed)."""
+    from audit.prune import apply_prune, size_of
+
     verb = "would delete" if dry_run else "deleted"
     freed = {r: sum(size_of(p) for p in paths) for r, paths in plan.paths.items()}
-    failed = []
+    failed: list[tuple[Path, str]] = []
     if not dry_run:
         result = apply_prune(plan)
         freed, failed = result.freed, result.failed
     for run_id in plan.decision.delete:
-        out.print(escape(f"{verb} run {run_id} ({_size(freed[run_id])})"))
+        out.print(escape(f"{verb} run {plan.name(run_id)} ({_size(freed[run_id])})"))
     for run_id in plan.decision.trim:
-        out.print(escape(f"{verb} snapshots and work files of run {run_id} ({_size(freed[run_id])})"))
+        out.print(escape(f"{verb} snapshots and work files of run {plan.name(run_id)} ({_size(freed[run_id])})"))
     for run_id, why in plan.decision.keep.items():
-        err.print(escape(f"kept {run_id}: {why}"))
-    total = sum(freed.values())
-    out.print(escape(f"{'would free' if dry_run else 'freed'} {_size(total)} ({total} bytes) in {plan.out}"))
-    for path, why in failed:
-        err.print(f"[red]could not delete[/] {escape(str(path))}: {escape(why)}")
-    raise typer.Exit(EXIT_USAGE if failed else EXIT_OK)
+        err.print(escape(f"kept {plan.name(run_id)}: {why}"))
+    for note in plan.notes:
+        err.print(escape(f"not pruned: {note}"))
+    return sum(freed.values()), failed

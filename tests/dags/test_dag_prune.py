@@ -56,6 +56,10 @@ def test_the_dag_prunes_beside_the_report_with_its_params(dirfiles_kind, tmp_pat
     for run_id, days in (("old", 40), ("mid", 10), ("new", 0)):
         assert run_cli(["run", "-i", str(inv), "-o", str(out), "--run-id", run_id, "-q"], monkeypatch) == 0
         _age(out, run_id, days)
+    for run_id, days in (("v-old", 40), ("v-new", 35)):  # where post_migration_verification writes by default
+        verifications = out / "verifications"
+        assert run_cli(["run", "-i", str(inv), "-o", str(verifications), "--run-id", run_id, "-q"], monkeypatch) == 0
+        _age(verifications, run_id, days)
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow")}
     said = script_said(SCRIPT, str(out), cwd=tmp_path, env=env, timeout=300)
     assert said["unset"] == {"keep_days": None, "keep_snapshot_days": None, "keep_last": 1}  # off by default
@@ -64,11 +68,12 @@ def test_the_dag_prunes_beside_the_report_with_its_params(dirfiles_kind, tmp_pat
     assert said["report_downstream"] == [] and said["trigger_rule"] == "all_done"
     assert said["off"] == {"deleted": [], "trimmed": [], "freed_bytes": 0}
     assert "keep_days rendered as 'a month'" in said["bad"] and "--keep-days -1.0" in said["negative"]
-    assert said["pruned"]["deleted"] == ["old"] and said["pruned"]["trimmed"] == ["mid"]
+    assert said["pruned"]["deleted"] == ["old", "verifications/v-old"] and said["pruned"]["trimmed"] == ["mid"]
     assert said["pruned"]["freed_bytes"] > 0
     assert (
         not (out / "old").exists() and not (out / "mid" / "snapshots").exists() and (out / "new" / "snapshots").is_dir()
     )
+    assert not (out / "verifications" / "v-old").exists() and (out / "verifications" / "v-new" / "snapshots").is_dir()
 
 
 @pytest.mark.airflow

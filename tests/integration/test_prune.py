@@ -1,5 +1,6 @@
-"""`replica-audit prune` on real runs: the tests' own kind audited by the real CLI, then aged by rewriting
-the end time their manifests record (the age prune reads), then pruned by the real CLI."""
+"""`replica-audit prune` on real runs: the tests' own kind audited by the real CLI (and verifications of two
+real redis-servers by `verify`), then aged by rewriting the end time their manifests record (the age prune
+reads), then pruned by the real CLI."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from tests.integration.test_own_kind import inventory, make_dirs
 
 # run id -> days since it ended (None: never ended); `newest` really is the newest
 AGES = {"old": 40.0, "mid": 10.0, "recent": 2.0, "newest": 0.0}
+# verification runs under OUT/verifications, likewise; the newest of them is older than any audit run
+VERIFICATION_AGES = {"v-old": 50.0, "v-mid": 20.0, "v-last": 15.0}
 SUITE = "dirfiles_audit"
 
 
@@ -66,6 +69,37 @@ def out(template: tuple[Path, Path], tmp_path: Path, dirfiles_kind: None, monkey
     return copy
 
 
+@pytest.fixture(scope="module")
+def verifications(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """OUT/verifications holding three finished verification runs of two real redis-servers, made once."""
+    from audit.local.redis_server import RedisServer, free_port
+
+    root = tmp_path_factory.mktemp("verifications")
+    source = RedisServer(free_port(), root / "source").start()
+    target = RedisServer(free_port(), root / "target").start()
+    try:
+        for server in (source, target):
+            server.client().mset({f"k:{i}": i for i in range(20)})
+        with pytest.MonkeyPatch.context() as mp:
+            mp.delenv("REPLICA_AUDIT_HISTORY", raising=False)
+            for run_id in VERIFICATION_AGES:
+                args = ["verify", "--source", source.url, "--target", target.url, "--run-id", run_id, "-q"]
+                assert run_cli([*args, "-o", str(root / "out" / "verifications")], mp) == 0
+    finally:
+        source.stop()
+        target.stop()
+    yield root / "out" / "verifications"
+
+
+@pytest.fixture
+def out_with_verifications(out: Path, verifications: Path) -> Path:
+    """`out` with a copy of the verification runs in OUT/verifications, aged."""
+    shutil.copytree(verifications, out / "verifications", symlinks=True)
+    for run_id, days in VERIFICATION_AGES.items():
+        _age(out / "verifications", run_id, days)
+    return out
+
+
 def tree(out: Path) -> dict[str, int]:
     """Every path under OUT (symlinks as links, never followed) -> its size."""
     found = {}
@@ -76,11 +110,11 @@ def tree(out: Path) -> dict[str, int]:
     return found
 
 
-def _gx(out: Path, run_id: str) -> list[str]:
+def _gx(out: Path, run_id: str, suite: str = SUITE) -> list[str]:
     return sorted(
         p.relative_to(out).as_posix()
         for base in ("gx/uncommitted/validations", "gx/data_docs/validations")
-        for p in (out / base / SUITE).glob(f"{run_id}@*")
+        for p in (out / base / suite).glob(f"{run_id}@*")
     )
 
 
@@ -226,6 +260,50 @@ def test_a_trimmed_run_cannot_be_resumed_and_a_resumed_run_is_unfinished_meanwhi
     before = tree(out / "recent")
     assert run_cli(["prune", "-o", str(out), "--keep-days", "0"], monkeypatch) == 0
     assert tree(out / "recent") == before
+
+
+def test_one_prune_of_out_keeps_the_verification_runs_within_the_same_ages(
+    out_with_verifications, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    out, verifications = out_with_verifications, out_with_verifications / "verifications"
+    v_old_gx = _gx(verifications, "v-old", "redis_audit")
+    assert len(v_old_gx) == 2 and len(_gx(verifications, "v-mid", "redis_audit")) == 2
+    last = _files(verifications, "v-last")
+
+    code = run_cli(["prune", "-o", str(out), "--keep-days", "30", "--keep-snapshot-days", "7"], monkeypatch)
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "deleted run old" in printed.out and "deleted run verifications/v-old" in printed.out
+    assert "deleted snapshots and work files of run verifications/v-mid" in printed.out
+    # v-old: gone whole, with its GX result and page in the verifications' own context, and logged there
+    assert not (verifications / "v-old").exists() and _gx(verifications, "v-old", "redis_audit") == []
+    logged = (verifications / "pruned-runs.jsonl").read_text().splitlines()
+    assert [json.loads(line)["run_id"] for line in logged] == ["v-old"]
+    # v-mid: its bulky parts are gone; its certificate, report and results stay
+    kept = _files(verifications, "v-mid")
+    assert not any(f.startswith(("snapshots/", "work/")) and not f.endswith("state.json") for f in kept)
+    assert {"certificate.json", "certificate.html", "report.html", "summary.json"} <= kept
+    assert json.loads((verifications / "v-mid" / "manifest.json").read_text())["pruned"]
+    # v-last is older than both ages but the newest verification: kept whole (audit runs are newer)
+    assert _files(verifications, "v-last") == last
+    assert "kept verifications/v-last: the newest finished run" in printed.err.replace("\n", " ")
+
+    # and OUT/verifications pruned on its own, as an OUT: the newest is kept however old
+    assert run_cli(["prune", "-o", str(verifications), "--keep-days", "0"], monkeypatch) == 0
+    assert sorted(p.name for p in verifications.iterdir() if (p / "manifest.json").is_file()) == ["v-last"]
+    assert "deleted run v-mid" in capsys.readouterr().out
+
+
+def test_a_verifications_directory_that_is_a_symlink_is_not_followed(
+    out_with_verifications, tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    out, elsewhere = out_with_verifications, tmp_path / "elsewhere"
+    (out / "verifications").rename(elsewhere)
+    (out / "verifications").symlink_to(elsewhere, target_is_directory=True)
+    before = tree(elsewhere)
+    assert run_cli(["prune", "-o", str(out), "--keep-days", "0", "--keep-snapshot-days", "0"], monkeypatch) == 0
+    assert tree(elsewhere) == before and (out / "verifications").is_symlink()
+    assert "not pruned: verifications: a symbolic link, not followed" in capsys.readouterr().err.replace("\n", " ")
 
 
 def test_a_path_that_cannot_be_deleted_is_named_and_exits_2(out, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]

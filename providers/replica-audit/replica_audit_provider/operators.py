@@ -355,7 +355,8 @@ def _setting(value: Any, name: str, whole: bool = False) -> Any:
 class PruneOperator(_AuditOperator):
     """Deletes old runs under `out_dir` by a retention policy (`replica-audit prune`, audit/retention.py):
     whole runs past `keep_days`, the snapshots and work files of runs past `keep_snapshot_days`, never the
-    `keep_last` newest finished runs nor an unfinished one. With neither age set it deletes nothing."""
+    `keep_last` newest finished runs nor an unfinished one; `out_dir/verifications` (verification runs) alike.
+    With neither age set it deletes nothing."""
 
     template_fields: Sequence[str] = ("out_dir", "keep_days", "keep_snapshot_days", "keep_last")
 
@@ -378,7 +379,7 @@ class PruneOperator(_AuditOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from audit import AuditError
-        from audit.prune import apply_prune, plan_prune
+        from audit.prune import apply_prune, plan_prunes
         from audit.retention import Policy
 
         keep_days = _setting(self.keep_days, "keep_days")
@@ -389,19 +390,22 @@ class PruneOperator(_AuditOperator):
             return {"deleted": [], "trimmed": [], "freed_bytes": 0}
         try:
             policy = Policy(keep_days=keep_days, keep_snapshot_days=keep_snapshot_days, keep_last=keep_last or 0)
-            plan = plan_prune(out_path(self.out_dir), policy)
+            plans = plan_prunes(out_path(self.out_dir), policy)
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
-        result = apply_prune(plan)
-        for run_id, freed in result.freed.items():
-            what = "run" if run_id in plan.decision.delete else "snapshots and work files of run"
-            self.log.info("deleted %s %s (%d bytes)", what, run_id, freed)
-        if result.failed:
-            raise AirflowFailException(
-                "could not delete: " + "; ".join(f"{path}: {why}" for path, why in result.failed)
-            )
-        return {
-            "deleted": list(plan.decision.delete),
-            "trimmed": list(plan.decision.trim),
-            "freed_bytes": sum(result.freed.values()),
-        }
+        done: dict[str, Any] = {"deleted": [], "trimmed": [], "freed_bytes": 0}
+        failed = []
+        for plan in plans:
+            for note in plan.notes:
+                self.log.warning("not pruned: %s", note)
+            result = apply_prune(plan)
+            for run_id, freed in result.freed.items():
+                whole = run_id in plan.decision.delete
+                what = "run" if whole else "snapshots and work files of run"
+                self.log.info("deleted %s %s (%d bytes)", what, plan.name(run_id), freed)
+                done["deleted" if whole else "trimmed"].append(plan.name(run_id))
+                done["freed_bytes"] += freed
+            failed += result.failed
+        if failed:
+            raise AirflowFailException("could not delete: " + "; ".join(f"{path}: {why}" for path, why in failed))
+        return done

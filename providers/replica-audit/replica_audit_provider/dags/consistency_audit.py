@@ -10,10 +10,11 @@ Audits every master/replica pair of the inventory: **snapshot → diff → reche
 - Each pair's asset `replica-audit://<pair>` gets an event per run whose extra is the pair's verdict
   (`status`, `divergences`, `counts`, `failed_checks`), whatever the verdict was.
 
-- **prune** (retention, off by default): once the pairs are audited, deletes old runs under `out` as
-  `replica-audit prune` does: whole runs that ended more than `keep_days` ago, the snapshots and work
-  files of runs that ended more than `keep_snapshot_days` ago, never the `keep_last` newest finished runs
-  nor an unfinished one (this run is unfinished until its report). It runs beside `report`, not after it,
+- **prune** (retention, off by default): once the pairs are audited, deletes old runs under `out` (and
+  the verification runs under `out/verifications`) as `replica-audit prune` does: whole runs that ended
+  more than `keep_days` ago, the snapshots and work files of runs that ended more than `keep_snapshot_days`
+  ago, never the `keep_last` newest finished runs nor an unfinished one (this run is unfinished until its
+  report). It runs beside `report`, not after it,
   so `report` stays the task whose failure fails the DAG run; a path it cannot delete fails `prune`.
 
 Params: `inventory` (YAML path), `out` (output directory; each run writes `out/<run_id>/`),
