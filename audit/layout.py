@@ -7,11 +7,13 @@ its own file inside, so mapped Airflow tasks never write the same file.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +43,26 @@ verification runs' own output directory (the post_migration_verification DAG's d
 def is_run_id(name: str) -> bool:
     """Whether `name` may name a run (a directory under OUT): what RunDir accepts."""
     return _RUN_ID.fullmatch(name) is not None and name not in RESERVED
+
+
+RUNS_LOCK = ".runs.lock"
+"""A lock file directly under OUT (flock): a stage reopening a run (audit/pipeline.py) and a prune deleting
+or trimming one (audit/prune.py, which reads the run again under it) take turns, so a prune never deletes
+a run a stage has just started on."""
+
+
+@contextlib.contextmanager
+def runs_lock(out: Path) -> Iterator[None]:
+    try:
+        lock = open(Path(out) / RUNS_LOCK, "a+b")  # closed by the `with` below: only the open is an operator matter
+    except OSError as e:  # an output directory made read-only: the operator's to fix
+        raise ConfigError(f"output {out}: cannot open {RUNS_LOCK}: {e.strerror or e}") from None
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def new_run_id() -> str:

@@ -30,7 +30,7 @@ from audit.kernel.context import Progress, StageContext
 from audit.kernel.kind import KindSpec, kind_spec
 from audit.kernel.staging import FindingsStaging
 from audit.kernel.state import CheckState, ErrorInfo, GateVerdict, PairState, StageStamp
-from audit.layout import RunDir, new_run_id, utc_now_text, write_json
+from audit.layout import RunDir, new_run_id, runs_lock, utc_now_text, write_json
 from audit.outcome import EXIT_GATE_FAILED, EXIT_OK, exit_code_of_error
 from audit.urls import ConnResolver
 
@@ -47,7 +47,7 @@ def tool_version() -> str:
 
 def start_run(inventory: Inventory, out: Path, run_id: str | None = None, reopen: bool = False) -> RunDir:
     """The run's directory and manifest. `reopen` (a --resume) marks a finished run unfinished again until its
-    report, so a prune meanwhile keeps it (audit/retention.py); a run a prune trimmed cannot be resumed."""
+    report (:func:`reopen_run`); a run a prune trimmed cannot be resumed."""
     run = RunDir(Path(out), run_id or new_run_id())
     try:
         run.root.mkdir(parents=True, exist_ok=True)
@@ -72,18 +72,31 @@ def start_run(inventory: Inventory, out: Path, run_id: str | None = None, reopen
             },
         )
     elif reopen:
-        _reopen(run)
+        reopen_run(run)
     return run
 
 
-def _reopen(run: RunDir) -> None:
-    manifest = json.loads(run.manifest.read_text())
-    if manifest.get("pruned"):
-        raise ConfigError(
-            f"--resume {run.run_id}: its snapshots and work files were pruned ({manifest['pruned'].get('at')}); "
-            "start a new run"
-        )
-    if manifest.pop("ended_at", None) is not None:
+def reopen_run(run: RunDir, stage: str | None = None) -> None:
+    """Mark the run unfinished from now until its next report, so a prune keeps it meanwhile, and after a
+    crash (audit/retention.py): a --resume (`stage` None) or a stage starting on it, by hand or an Airflow
+    task cleared after the report. `stage_started_at` restarts the age --keep-unfinished-days reads. Done
+    under OUT's runs lock: a prune that planned to delete the run reads it again under that lock first.
+
+    A run a prune trimmed cannot be resumed, nor a stage but `gate` re-run on it: the others read or
+    rewrite the snapshots and work files the trim removed."""
+    with runs_lock(run.out):
+        try:
+            manifest = json.loads(run.manifest.read_text())
+        except (FileNotFoundError, ValueError):
+            return  # no manifest a prune can read: a prune never touches the run
+        if not isinstance(manifest, dict):
+            return
+        if (pruned := manifest.get("pruned")) and stage != "gate":
+            what = f"--resume {run.run_id}" if stage is None else f"{stage} of run {run.run_id}"
+            at = pruned.get("at") if isinstance(pruned, dict) else pruned
+            raise ConfigError(f"{what}: its snapshots and work files were pruned ({at}); start a new run")
+        manifest.pop("ended_at", None)
+        manifest["stage_started_at"] = utc_now_text()
         write_json(run.manifest, manifest)
 
 
@@ -135,6 +148,7 @@ def run_stage(
         raise ValueError(f"unknown stage {stage}")
     spec = kind_spec(pair.kind)
     state = _state_for(stage, pair, run)
+    reopen_run(run, stage)  # the run is unfinished from here until its report, whatever this stage does
     started = time.time()
     verdict = None
     try:

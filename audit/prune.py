@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.errors import ConfigError
-from audit.layout import TIME_FORMAT, is_run_id, utc_now_text, write_json
+from audit.layout import TIME_FORMAT, is_run_id, runs_lock, utc_now_text, write_json
 from audit.retention import BULKY, GX_RESULTS, NESTED, PRUNED_LOG, Decision, Policy, Run, decide
 
 
@@ -54,15 +54,20 @@ def _time(manifest: dict[str, Any], name: str) -> datetime | None:
 
 def scan_runs(out: Path) -> list[Run]:
     """The provable run directories directly under `out` (see the module's rules)."""
-    runs = []
-    for entry in sorted(out.iterdir()) if _real_dir(out) else []:
-        if not is_run_id(entry.name) or not _real_dir(entry):  # gx, reports, verifications: not run ids
-            continue
-        manifest = _manifest(entry)
-        if manifest is not None:
-            ended, started = _time(manifest, "ended_at"), _time(manifest, "started_at")
-            runs.append(Run(entry.name, ended, trimmed=bool(manifest.get("pruned")), started_at=started))
-    return runs
+    found = (_run_of(entry) for entry in (sorted(out.iterdir()) if _real_dir(out) else []))
+    return [run for run in found if run is not None]
+
+
+def _run_of(entry: Path) -> Run | None:
+    """The run at `entry` as its manifest says it is now; None when `entry` is not a provable run."""
+    if not is_run_id(entry.name) or not _real_dir(entry):  # gx, reports, verifications: not run ids
+        return None
+    manifest = _manifest(entry)
+    if manifest is None:
+        return None
+    # an unfinished run's age: from its start, or from the latest stage started on it (a resume, a re-run)
+    starts = [t for t in (_time(manifest, "started_at"), _time(manifest, "stage_started_at")) if t is not None]
+    return Run(entry.name, _time(manifest, "ended_at"), bool(manifest.get("pruned")), max(starts, default=None))
 
 
 def size_of(path: Path) -> int:
@@ -88,6 +93,8 @@ class Plan:
     decision: Decision
     paths: dict[str, tuple[Path, ...]]
     """run id -> the paths its deletion or trim removes."""
+    runs: dict[str, Run] = field(default_factory=dict)
+    """run id -> the run as planned: one that changed before its turn (a stage started on it) is left."""
     under: str = ""
     """The name of this output directory under the OUT given (`verifications`); "" for OUT itself."""
     notes: tuple[str, ...] = ()
@@ -159,10 +166,11 @@ def plan_prune(out: Path, policy: Policy, now: datetime | None = None, under: st
     out = Path(out).resolve()
     if not _real_dir(out):
         raise ConfigError(f"prune: --out {out}: no such directory")
-    decision = decide(scan_runs(out), policy, now or datetime.now(UTC))
+    runs = {r.run_id: r for r in scan_runs(out)}
+    decision = decide(runs.values(), policy, now or datetime.now(UTC))
     paths = {r: (*_gx_paths(out, r), out / r) for r in decision.delete}  # the run last: retried if GX fails
     paths.update({r: tuple(_trim_paths(out / r)) for r in decision.trim})
-    return Plan(out, decision, paths, under)
+    return Plan(out, decision, paths, {r: runs[r] for r in paths}, under)
 
 
 @dataclass
@@ -170,15 +178,29 @@ class Result:
     freed: dict[str, int] = field(default_factory=dict)
     """run id -> bytes freed."""
     failed: list[tuple[Path, str]] = field(default_factory=list)
+    left: dict[str, str] = field(default_factory=dict)
+    """run id -> why a run of the plan was left as it is after all."""
+
+
+CHANGED = "changed since the plan (a stage started on it, so it is unfinished again): left for the next prune"
 
 
 def apply_prune(plan: Plan) -> Result:
     """Delete what the plan says; a path that cannot be deleted is recorded and the others still go. The GX
-    context's lock is held meanwhile, so a gate running at the same time never sees half a result deleted."""
+    context's lock is held meanwhile, so a gate running at the same time never sees half a result deleted.
+    Each run is read again under OUT's runs lock before it is touched, and left if it changed since the plan:
+    a stage that started on it meanwhile reopened it (audit/pipeline.py, reopen_run, which takes that lock)."""
     result = Result()
     with _gx_lock(plan.out):
         for run_id, paths in plan.paths.items():
-            _apply(plan, run_id, paths, result)
+            try:
+                with runs_lock(plan.out):
+                    if _run_of(plan.out / run_id) != plan.runs.get(run_id):
+                        result.left[run_id] = CHANGED
+                        continue
+                    _apply(plan, run_id, paths, result)
+            except ConfigError as e:  # the lock could not be opened, or the mark written (a read-only OUT)
+                result.failed.append((plan.out / run_id, str(e)))
     return result
 
 

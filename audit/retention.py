@@ -3,10 +3,11 @@
 :func:`decide` is the pure rule over what the runs' manifests say; audit/prune.py is the I/O around it
 (finding the runs, deleting, marking).
 Safety rules: a run is a real directory directly under OUT (never a symlink, never `gx`, `reports` or
-`verifications`) whose own `manifest.json` (a regular file) names it; it is finished when its manifest has `ended_at`,
-which only the report stage writes: a run without it is running or interrupted (`--resume` continues
-it) and is never touched, unless `keep_unfinished_days` is set and it started longer ago than that (it
-is then deleted whole). Ages come from `ended_at`, not from file times. The newest finished run (and
+`verifications`) whose own `manifest.json` (a regular file) names it; it is finished when its manifest has
+`ended_at`, which only the report stage writes and every stage (and `--resume`) removes as it starts: a run
+without it is running, interrupted, or had a stage re-run since its report, and is never touched, unless
+`keep_unfinished_days` is set and both the run and its latest stage started longer ago than that (it is
+then deleted whole). Ages come from `ended_at`, not from file times. The newest finished run (and
 the `keep_last` newest) are always kept. Deletion never follows a symlink and never leaves OUT. The
 results history store is not touched: trends survive pruning. `OUT/verifications` (NESTED), when a real
 directory, is an output directory of its own and is pruned by the same policy as OUT, by the same rules
@@ -67,7 +68,8 @@ class Run:
     """None: not finished (no `ended_at` in its manifest)."""
     trimmed: bool = False
     started_at: datetime | None = None
-    """From its manifest: the age of an unfinished run (None: unknown, and such a run is kept)."""
+    """From its manifest, when the run or its latest stage started (`started_at`, `stage_started_at`): the
+    age of an unfinished run (None: unknown, and such a run is kept)."""
 
 
 @dataclass(frozen=True)

@@ -73,20 +73,19 @@ def prune(
 
 def _prune_one(plan: Plan, dry_run: bool) -> tuple[int, list[tuple[Path, str]]]:
     """Apply (or only show) one output directory's plan and say what it did: (bytes freed, paths that failed)."""
-    from audit.prune import apply_prune, size_of
+    from audit.prune import Result, apply_prune, size_of
 
-    verb = "would delete" if dry_run else "deleted"
-    freed = {r: sum(size_of(p) for p in paths) for r, paths in plan.paths.items()}
-    failed: list[tuple[Path, str]] = []
-    if not dry_run:
-        result = apply_prune(plan)
-        freed, failed = result.freed, result.failed
-    for run_id in plan.decision.delete:
+    if dry_run:
+        verb, result = "would delete", Result({r: sum(size_of(p) for p in paths) for r, paths in plan.paths.items()})
+    else:
+        verb, result = "deleted", apply_prune(plan)
+    freed = result.freed
+    for run_id in (r for r in plan.decision.delete if r in freed):
         out.print(escape(f"{verb} run {plan.name(run_id)} ({_size(freed[run_id])})"))
-    for run_id in plan.decision.trim:
+    for run_id in (r for r in plan.decision.trim if r in freed):
         out.print(escape(f"{verb} snapshots and work files of run {plan.name(run_id)} ({_size(freed[run_id])})"))
-    for run_id, why in plan.decision.keep.items():
+    for run_id, why in {**plan.decision.keep, **result.left}.items():
         err.print(escape(f"kept {plan.name(run_id)}: {why}"))
     for note in plan.notes:
         err.print(escape(f"not pruned: {note}"))
-    return sum(freed.values()), failed
+    return sum(freed.values()), result.failed

@@ -1,13 +1,18 @@
 """`replica-audit prune` on real runs: the tests' own kind audited by the real CLI (and verifications of two
 real redis-servers by `verify`), then aged by rewriting the end time their manifests record (the age prune
-reads), then pruned by the real CLI."""
+reads), then pruned by the real CLI. A stage started on a finished run (the CLI, one in another process held
+mid-snapshot on a named pipe) reopens it: prune keeps it while the stage runs, after it crashed, and until
+the run's next report."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +27,7 @@ AGES = {"old": 40.0, "mid": 10.0, "recent": 2.0, "newest": 0.0}
 # verification runs under OUT/verifications, likewise; the newest of them is older than any audit run
 VERIFICATION_AGES = {"v-old": 50.0, "v-mid": 20.0, "v-last": 15.0}
 SUITE = "dirfiles_audit"
+REPO = Path(__file__).parents[2]
 
 
 def _age(out: Path, run_id: str, days: float | None, started_days: float | None = None) -> None:
@@ -30,8 +36,10 @@ def _age(out: Path, run_id: str, days: float | None, started_days: float | None 
     now = datetime.now(UTC)
     if days is not None:
         manifest["ended_at"] = (now - timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    if started_days is not None:
+    if started_days is not None:  # the run, and any stage on it
         manifest["started_at"] = (now - timedelta(days=started_days)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if "stage_started_at" in manifest:
+            manifest["stage_started_at"] = manifest["started_at"]
     path.write_text(json.dumps(manifest))
 
 
@@ -339,3 +347,119 @@ def test_bad_values_are_usage_errors(args: list[str], said: str, tmp_path, monke
     assert said in printed and "Traceback" not in printed and "internal error" not in printed
     assert run_cli(["prune", "-o", str(tmp_path / "nowhere"), "--keep-days", "1"], monkeypatch) == 2
     assert "no such directory" in capsys.readouterr().err
+
+
+# --- a stage started on a finished run reopens it ------------------------------------------------------
+def _cli_apart(args: list[str]) -> subprocess.Popen[str]:
+    """The real CLI in a process of its own (so the test can prune while it runs)."""
+    env = {**os.environ, "REPLICA_AUDIT_KINDS": "dirfiles=tests.kinds.dirfiles", "PYTHONPATH": str(REPO)}
+    env.pop("REPLICA_AUDIT_HISTORY", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "audit", *args],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _writer_once_read(fifo: Path, reader: subprocess.Popen[str], timeout: float = 120) -> int:
+    """A descriptor writing into `fifo`, opened once `reader` has opened it to read (it then waits there)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as e:  # ENXIO: nobody reads it yet
+            if e.errno != errno.ENXIO or reader.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the stage never read {fifo} (exit {reader.poll()})") from e
+            time.sleep(0.05)
+
+
+def _manifest(out: Path, run_id: str) -> dict[str, str]:
+    loaded: dict[str, str] = json.loads((out / run_id / "manifest.json").read_text())
+    return loaded
+
+
+def test_a_stage_rerun_on_a_finished_run_keeps_it_from_prune_while_it_runs_and_until_its_report(  # type: ignore[no-untyped-def]
+    out, tmp_path, monkeypatch, capsys
+) -> None:
+    master, replica = make_dirs(tmp_path / "live")
+    os.mkfifo(master / "slow.fifo")  # the snapshot waits reading it until the test writes into it
+    inv = inventory(tmp_path / "live.yaml", master, replica)
+    stage = _cli_apart(["snapshot", "-i", str(inv), "-o", str(out), "--run-id", "mid"])  # mid ended 10 days ago
+    try:
+        pipe = _writer_once_read(master / "slow.fifo", stage)
+        try:  # the stage is mid-snapshot
+            assert run_cli(["prune", "-o", str(out), "--keep-days", "0", "--keep-snapshot-days", "0"], monkeypatch) == 0
+            assert "kept mid: not finished" in capsys.readouterr().err.replace("\n", " ")
+            assert (out / "mid" / "manifest.json").is_file() and (out / "mid" / "snapshots").is_dir()
+        finally:
+            os.write(pipe, b"late")
+            os.close(pipe)
+        assert stage.wait(timeout=120) == 0, stage.communicate()[1][-3000:]
+    finally:
+        if stage.poll() is None:
+            stage.kill()
+            stage.wait()
+    assert not (out / "old").exists()  # what was not running went
+
+    # the stage ended, the run stays unfinished until its report: its summary no longer says what it holds
+    assert "ended_at" not in _manifest(out, "mid") and _manifest(out, "mid")["stage_started_at"]
+    assert run_cli(["prune", "-o", str(out), "--keep-days", "0"], monkeypatch) == 0
+    assert (out / "mid" / "snapshots").is_dir()
+    # its report ends it again (exit 3: the pair's audit stops at the snapshot re-run, the later stages were
+    # not); then its age alone decides
+    assert run_cli(["report", "-i", str(inv), "-o", str(out), "--run-id", "mid", "-q"], monkeypatch) == 3
+    assert _manifest(out, "mid")["ended_at"]
+    _age(out, "mid", 10)
+    capsys.readouterr()
+    assert run_cli(["prune", "-o", str(out), "--keep-days", "5"], monkeypatch) == 0
+    assert not (out / "mid").exists() and "deleted run mid" in capsys.readouterr().out
+
+
+def test_a_stage_that_crashed_on_a_finished_run_leaves_it_unfinished_and_young(
+    out, tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    master, _ = make_dirs(tmp_path / "live")
+    gone = inventory(tmp_path / "gone.yaml", master, tmp_path / "nowhere")  # the replica's directory is gone
+    _age(out, "mid", 10, started_days=100)
+    assert run_cli(["snapshot", "-i", str(gone), "-o", str(out), "--run-id", "mid"], monkeypatch) == 3
+    capsys.readouterr()
+    # finished 10 days ago, started 100 days ago: only the stage that started on it now keeps it
+    args = ["prune", "-o", str(out), "--keep-days", "0", "--keep-unfinished-days", "30"]
+    assert run_cli(args, monkeypatch) == 0
+    assert (out / "mid" / "manifest.json").is_file() and not (out / "old").exists()
+    assert "kept mid: not finished" in capsys.readouterr().err.replace("\n", " ")
+    # once that stage is as old as the age given, the run is an unfinished one like any other
+    manifest = _manifest(out, "mid")
+    manifest["stage_started_at"] = (datetime.now(UTC) - timedelta(days=31)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    (out / "mid" / "manifest.json").write_text(json.dumps(manifest))
+    assert run_cli(args, monkeypatch) == 0
+    assert not (out / "mid").exists()
+
+
+def test_a_stage_that_starts_between_the_plan_and_the_deletion_keeps_its_run(out, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from audit import prune
+    from audit.retention import Policy
+
+    [plan] = prune.plan_prunes(out, Policy(keep_days=30, keep_snapshot_days=7))
+    assert plan.decision.delete == ("old",) and plan.decision.trim == ("mid",)
+    # the gate of `old` re-run by hand once prune had decided, before it deleted
+    assert run_cli(["gate", "-i", str(out.parent / "inv.yaml"), "-o", str(out), "--run-id", "old"], monkeypatch) == 1
+    result = prune.apply_prune(plan)
+    assert (out / "old" / "snapshots").is_dir() and not (out / "mid" / "snapshots").exists()
+    assert result.left == {"old": prune.CHANGED} and not result.failed and set(result.freed) == {"mid"}
+
+
+def test_on_a_trimmed_run_only_the_gate_may_run_again(out, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    inv = str(out.parent / "inv.yaml")
+    assert run_cli(["prune", "-o", str(out), "--keep-snapshot-days", "7"], monkeypatch) == 0
+    for stage in ("snapshot", "diff", "recheck"):
+        capsys.readouterr()
+        assert run_cli([stage, "-i", inv, "-o", str(out), "--run-id", "mid"], monkeypatch) == 2, stage
+        said = capsys.readouterr().err.replace("\n", " ")
+        assert f"{stage} of run mid: its snapshots and work files were pruned" in said and "Traceback" not in said
+    assert not (out / "mid" / "snapshots").exists()
+    assert run_cli(["gate", "-i", inv, "-o", str(out), "--run-id", "mid"], monkeypatch) == 1  # the finding fails it
+    assert "ended_at" not in _manifest(out, "mid")

@@ -399,6 +399,8 @@ class PruneOperator(_AuditOperator):
             for note in plan.notes:
                 self.log.warning("not pruned: %s", note)
             result = apply_prune(plan)
+            for run_id, why in result.left.items():
+                self.log.info("kept %s: %s", plan.name(run_id), why)
             for run_id, freed in result.freed.items():
                 whole = run_id in plan.decision.delete
                 what = "run" if whole else "snapshots and work files of run"
