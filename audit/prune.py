@@ -180,6 +180,10 @@ class Result:
     failed: list[tuple[Path, str]] = field(default_factory=list)
     left: dict[str, str] = field(default_factory=dict)
     """run id -> why a run of the plan was left as it is after all."""
+    index_dropped: int = 0
+    """Rows of deleted results dropped from the Data Docs index."""
+    index_left: str = ""
+    """Why the Data Docs index was left listing deleted results ("" when it was not)."""
 
 
 CHANGED = "changed since the plan (a stage started on it, so it is unfinished again): left for the next prune"
@@ -201,7 +205,31 @@ def apply_prune(plan: Plan) -> Result:
                     _apply(plan, run_id, paths, result)
             except ConfigError as e:  # the lock could not be opened, or the mark written (a read-only OUT)
                 result.failed.append((plan.out / run_id, str(e)))
+        if any(r in result.freed for r in plan.decision.delete):
+            _trim_index(plan.out, result)
     return result
+
+
+def _trim_index(out: Path, result: Result) -> None:
+    """Drop the deleted results' rows from the Data Docs index (under the GX lock, which the caller holds),
+    so it links no page that is gone; the next gate rebuilds it in full (audit/gate/docs_index.py)."""
+    from audit.gate.docs_index import INDEX, drop_dead_rows
+
+    site = out / "gx" / "data_docs"
+    try:
+        if not (_real_dir(out / "gx") and _real_dir(site) and stat.S_ISREG((site / INDEX).lstat().st_mode)):
+            return  # no index, or one reached through a symlink: not this prune's to rewrite
+    except OSError:
+        return
+    try:
+        dropped = drop_dead_rows(site)
+    except (OSError, ConfigError) as e:  # unreadable, or not writable
+        result.index_left = f"not rewritten ({e})"
+        return
+    if dropped is None:
+        result.index_left = "not in the form prune knows, so left as it is"
+    else:
+        result.index_dropped = dropped
 
 
 @contextmanager

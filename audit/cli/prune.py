@@ -88,4 +88,10 @@ def _prune_one(plan: Plan, dry_run: bool) -> tuple[int, list[tuple[Path, str]]]:
         err.print(escape(f"kept {plan.name(run_id)}: {why}"))
     for note in plan.notes:
         err.print(escape(f"not pruned: {note}"))
+    index = plan.out / "gx" / "data_docs" / "index.html"
+    if result.index_dropped:
+        rows = f"{result.index_dropped} row{'s' if result.index_dropped > 1 else ''}"
+        out.print(escape(f"dropped {rows} of deleted results from the Data Docs index {index}"))
+    if result.index_left:
+        err.print(escape(f"Data Docs index {index}: {result.index_left}; the next gate rebuilds it"))
     return sum(freed.values()), result.failed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -232,9 +233,8 @@ def test_runs_and_gates_go_on_after_a_prune_and_the_history_keeps_the_pruned_run
 
     inv = out.parent / "inv.yaml"
     assert run_cli(["prune", "-o", str(out), "--keep-days", "30", "--keep-snapshot-days", "7"], monkeypatch) == 0
-    # the index still names the deleted run until the next gate rebuilds it from the results that are left
     index = out / "gx" / "data_docs" / "index.html"
-    assert "old@assets" in index.read_text()
+    assert "old@assets" not in index.read_text() and "mid@assets" in index.read_text()  # (test below)
     assert run_cli(["run", "-i", str(inv), "-o", str(out), "--run-id", "after", "-q"], monkeypatch) == 1
     text = index.read_text()
     assert "after@assets" in text and "mid@assets" in text and "old@assets" not in text
@@ -251,6 +251,54 @@ def test_runs_and_gates_go_on_after_a_prune_and_the_history_keeps_the_pruned_run
     assert "run directory pruned" in row and "href" not in row
     mid = html.split('data-run="mid"', 1)[1].split("</tr>", 1)[0]
     assert 'href="../mid/report.html"' in mid and "pruned" not in mid
+
+
+BUILT_AT = re.compile(r"\?d=\d{8}T\d{6}\.\d+Z")
+"""When GX built a Data Docs page, in the URL of its logo: the only part of a rebuilt index that differs."""
+GX_FREE_PRUNE = """
+import json, sys
+from audit.cli.main import main
+sys.argv = ["replica-audit", "prune", "-o", sys.argv[1], "--keep-days", "30"]
+try:
+    main()
+except SystemExit as e:
+    print(json.dumps({"code": e.code, "gx_imported": "great_expectations" in sys.modules}))
+"""
+
+
+def test_prune_drops_the_deleted_runs_rows_from_the_data_docs_index_as_gx_would_rebuild_it(out, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from audit.gate.gx import SITE, _locked, open_context
+
+    index = out / "gx" / "data_docs" / "index.html"
+    before = index.read_text()
+    assert "old@assets" in before and "mid@assets" in before
+    env = {**os.environ, "REPLICA_AUDIT_KINDS": "dirfiles=tests.kinds.dirfiles", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", GX_FREE_PRUNE, str(out)], env=env, capture_output=True, text=True)
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said == {"code": 0, "gx_imported": False}, done.stderr[-3000:]
+    assert "dropped 1 row of deleted results from the Data Docs index" in done.stdout
+    pruned = index.read_text()
+    # the deleted run's row is gone (its page is), and no other byte of the page changed
+    assert not (out / "old").exists() and "old@assets" not in pruned and "mid@assets" in pruned
+    changed = [(a, b) for a, b in zip(before.split("\n"), pruned.split("\n"), strict=True) if a != b]
+    assert len(changed) == 1 and changed[0][1].lstrip().startswith("data: [{")
+    # it is the index GX itself builds from the results that are left, but for the time it was built
+    with _locked(out / "gx"):
+        open_context(out / "gx").build_data_docs(site_names=[SITE])
+    assert BUILT_AT.sub("", index.read_text()) == BUILT_AT.sub("", pruned)
+
+
+def test_an_index_in_a_form_prune_does_not_know_is_left_as_it_is(out, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    index = out / "gx" / "data_docs" / "index.html"
+    lines = index.read_text().split("\n")
+    [n] = [i for i, line in enumerate(lines) if "old@assets" in line]
+    lines[n] = lines[n].replace("'", '"')  # as JSON would write it (a GX that renders its index otherwise)
+    index.write_text("\n".join(lines))
+    before = index.read_bytes()
+    assert run_cli(["prune", "-o", str(out), "--keep-days", "30"], monkeypatch) == 0
+    assert not (out / "old").exists() and index.read_bytes() == before
+    said = " ".join(capsys.readouterr().err.split())
+    assert "index.html: not in the form prune knows, so left as it is; the next gate rebuilds it" in said
 
 
 def test_a_trimmed_run_cannot_be_resumed_and_a_resumed_run_is_unfinished_meanwhile(out, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -285,6 +333,8 @@ def test_one_prune_of_out_keeps_the_verification_runs_within_the_same_ages(
     assert "deleted snapshots and work files of run verifications/v-mid" in printed.out
     # v-old: gone whole, with its GX result and page in the verifications' own context, and logged there
     assert not (verifications / "v-old").exists() and _gx(verifications, "v-old", "redis_audit") == []
+    index = (verifications / "gx" / "data_docs" / "index.html").read_text()
+    assert "v-old@migration" not in index and "v-mid@migration" in index
     logged = (verifications / "pruned-runs.jsonl").read_text().splitlines()
     assert [json.loads(line)["run_id"] for line in logged] == ["v-old"]
     # v-mid: its bulky parts are gone; its certificate, report and results stay

@@ -401,6 +401,10 @@ class PruneOperator(_AuditOperator):
             result = apply_prune(plan)
             for run_id, why in result.left.items():
                 self.log.info("kept %s: %s", plan.name(run_id), why)
+            if result.index_dropped:
+                self.log.info("dropped %d rows of deleted results from the Data Docs index", result.index_dropped)
+            if result.index_left:
+                self.log.warning("Data Docs index: %s; the next gate rebuilds it", result.index_left)
             for run_id, freed in result.freed.items():
                 whole = run_id in plan.decision.delete
                 what = "run" if whole else "snapshots and work files of run"
