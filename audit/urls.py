@@ -54,16 +54,19 @@ def checked_url(raw: str) -> str:
             "percent-encode them (%2F, %3F, %23)"
         )
     if not port_ok:
-        raise ConfigError(f"{redact_url(raw)}: the port must be a number from 0 to 65535")
+        raise ConfigError(
+            f"{redact_url(raw)}: the port must be a number from 1 to 65535 (leave it out for the default)"
+        )
     return raw
 
 
 def _port_parses(parts: SplitResult) -> bool:
+    """Port 0 parses too, but no server listens there: the clients took it as "no port" and audited
+    the kind's default port instead, a server nobody named."""
     try:
-        parts.port  # noqa: B018  (a property that raises ValueError unless the port is a number in 0-65535)
+        return parts.port != 0  # a property that raises ValueError unless the port is a number in 0-65535
     except ValueError:
         return False
-    return True
 
 
 _PASSWORD_RE = re.compile(r"(?<=[:/])[^:/@]*:[^@]*@")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from audit.urls import redact_url, url_secrets
+from audit.errors import ConfigError
+from audit.urls import checked_url, redact_url, url_secrets
 
 
 @pytest.mark.parametrize(
@@ -34,3 +35,16 @@ def test_a_short_password_is_masked_with_its_user_info() -> None:
     # a masker ignores secrets under 5 characters (Airflow's min_length_masked_secret): the whole
     # `://user:pw@` is long enough
     assert "://:pw@" in url_secrets("redis://:pw@10.0.0.5:6379")
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://127.0.0.1:0", "mysql://auditor:pw@db:0/shop", "redis://h:65536", "redis://h:x"]
+)
+def test_a_port_that_is_no_server_port_is_refused(url: str) -> None:
+    # redis://h:0 was audited as redis://h:6379 (the client reads port 0 as "none"): another server
+    with pytest.raises(ConfigError, match="the port must be a number from 1 to 65535"):
+        checked_url(url)
+
+
+def test_a_url_without_a_port_keeps_the_default() -> None:
+    assert checked_url("redis://127.0.0.1") == "redis://127.0.0.1"
