@@ -209,12 +209,23 @@ def _problems(e: ValidationError, raw: list[Any], kind_tags: set[str]) -> str:
     return "; ".join(shown) + more
 
 
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """One line: where and what. PyYAML's own text spans lines (the source line and a caret under it)
+    and says "<unicode string>" for the file the operator named."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None)
+    if mark is None or not problem:
+        return " ".join(str(e).split())
+    context = getattr(e, "context", None)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" + (f" ({context})" if context else "")
+
+
 def parse_inventory(text: str, source: str = "inventory") -> Inventory:
     """Validate inventory YAML text; raise ConfigError naming the first bad field."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: not valid YAML: {e}") from None
+        raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(e)}") from None
     if not isinstance(raw, dict) or "pairs" not in raw:
         raise ConfigError(f"{source}: expected a mapping with a `pairs:` list")
     unknown_top = set(raw) - {"defaults", "pairs"}

@@ -132,6 +132,22 @@ def test_malformed_inventory_names_the_field(text: str, names: str) -> None:
     assert names in str(e.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("pairs:\n  - name: p1\n    kind: redis\n   master: [x\n", "line 4, column 4: expected <block end>"),
+        ('pairs: [{name: "p1}]', "line 1, column 21: found unexpected end of stream (while scanning a quoted scalar)"),
+        ("pairs: [\t", "line 1"),
+    ],
+)
+def test_yaml_that_does_not_parse_is_one_line_naming_where(text: str, said: str) -> None:
+    # PyYAML's message is five lines (the source line, a caret) naming "<unicode string>"
+    with pytest.raises(ConfigError) as e:
+        parse_inventory(text, source="inv.yaml")
+    assert str(e.value).startswith("inv.yaml: not valid YAML: ") and said in str(e.value)
+    assert "\n" not in str(e.value) and "<unicode string>" not in str(e.value)
+
+
 def test_passwords_never_shown() -> None:
     inv = parse_inventory(GOOD)
     assert "s3cret" not in repr(inv) and "s3cret" not in str(inv.model_dump())
