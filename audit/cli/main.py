@@ -2,7 +2,7 @@
 
 Exit status (audit/outcome.py, README "Exit status"): 0 every gate passed; 1 a gate failed; 2 usage or
 configuration error; 3 a source could not be audited; 4 an internal error (a bug: its traceback is
-printed). Output: a summary table on stdout, or with `--json` the summary as JSON and nothing else;
+printed); 130/143 interrupted by SIGINT/SIGTERM (audit/cli/interrupt.py). Output: a summary table on stdout, or with `--json` the summary as JSON and nothing else;
 progress and per-stage lines on stderr, silenced by `--quiet`.
 """
 
@@ -22,6 +22,7 @@ import typer
 from rich.markup import escape
 from typer.exceptions import TyperException
 
+from audit.cli import interrupt
 from audit.cli.options import (
     HistoryOpt,
     InventoryOpt,
@@ -157,35 +158,46 @@ def _audit(
 ) -> None:
     run_dir = start_run(inv, out_dir, run_id, reopen=resume)
     _say(f"run [bold]{run_dir.run_id}[/] → {run_dir.root}")
-    _warm_up(any(kind_spec(p.kind).uses_spark for p in pairs))
-    bar, advance = _progress()
-    if bar is not None:
-        bar.start()
     try:
-        for p in pairs:
-            outcome = audit_pair(
-                p,
-                run_dir,
-                progress=advance,
-                resume=resume,
-                on_stage=lambda name, stage: _say(f"[dim]{name}: {stage}[/]"),
-            )
-            if outcome.exit_code == EXIT_INTERNAL:
-                state = run_dir.load_state(p.name)
-                if state is not None and state.error is not None and state.error.traceback:
-                    err.print(state.error.traceback, markup=False, highlight=False)
-                err.print(
-                    f"[red]{p.name}: internal error[/] (a bug in replica-audit; please report it): "
-                    f"{escape(outcome.message)}"
-                )
-            elif outcome.status == "error":
-                err.print(f"[red]{p.name}: could not be audited:[/] {escape(outcome.message)}")
-    finally:
+        _warm_up(any(kind_spec(p.kind).uses_spark for p in pairs))
+        bar, advance = _progress()
         if bar is not None:
-            bar.stop()
-    summary = finish_run(inv, run_dir, pairs, history)
+            bar.start()
+        try:
+            _audit_pairs(pairs, run_dir, advance, resume)
+        finally:
+            if bar is not None:
+                bar.stop()
+        summary = finish_run(inv, run_dir, pairs, history)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (audit/cli/interrupt.py)
+        interrupt.say(
+            f"run {escape(run_dir.run_id)} is kept as far as it got; "
+            f"`replica-audit run --resume {escape(run_dir.run_id)}` (same --inventory and --out) goes on with it"
+        )
+        raise
     _print_summary(summary, run_dir.root)
     raise typer.Exit(summary["exit_code"])
+
+
+def _audit_pairs(pairs: list[Pair], run_dir: RunDir, advance: Any, resume: bool) -> None:
+    for p in pairs:
+        outcome = audit_pair(
+            p,
+            run_dir,
+            progress=advance,
+            resume=resume,
+            on_stage=lambda name, stage: _say(f"[dim]{name}: {stage}[/]"),
+        )
+        if outcome.exit_code == EXIT_INTERNAL:
+            state = run_dir.load_state(p.name)
+            if state is not None and state.error is not None and state.error.traceback:
+                err.print(state.error.traceback, markup=False, highlight=False)
+            err.print(
+                f"[red]{p.name}: internal error[/] (a bug in replica-audit; please report it): "
+                f"{escape(outcome.message)}"
+            )
+        elif outcome.status == "error":
+            err.print(f"[red]{p.name}: could not be audited:[/] {escape(outcome.message)}")
 
 
 @app.command()
@@ -442,28 +454,31 @@ app.command("spark-server")(spark_server)
 def main() -> None:
     """Entry point: maps the AuditError tree to exit codes; an operator's mistake never shows a traceback."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        code = app(standalone_mode=False)  # returns, rather than raises, the Exit code here
-        sys.exit(code if isinstance(code, int) else 0)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except AuditError as e:
-        code = exit_code_of_error(e)
-        err.print(f"[red]{'error' if code == EXIT_USAGE else 'could not audit'}:[/] {escape(str(e))}")
-        sys.exit(code)
-    except typer.Abort:
-        sys.exit(130)
-    except TyperException as e:  # typer's own click: usage errors (a missing or unknown option)
-        show = getattr(e, "show", None)
-        if callable(show):
-            show()
-        else:
-            err.print(f"[red]error:[/] {escape(str(e))}")
-        sys.exit(int(getattr(e, "exit_code", EXIT_USAGE)))
-    except Exception as e:
-        traceback.print_exc()
-        err.print(f"[red]internal error[/] (a bug in replica-audit; please report it): {escape(str(e))}")
-        sys.exit(EXIT_INTERNAL)
+    with interrupt.armed():
+        try:
+            code = app(standalone_mode=False)  # returns, rather than raises, the Exit code here
+            if interrupt.interrupted():  # typer returned 130 for it
+                code = interrupt.exit_code()
+            sys.exit(code if isinstance(code, int) else 0)
+        except typer.Exit as e:
+            sys.exit(e.exit_code)
+        except AuditError as e:
+            code = exit_code_of_error(e)
+            err.print(f"[red]{'error' if code == EXIT_USAGE else 'could not audit'}:[/] {escape(str(e))}")
+            sys.exit(code)
+        except (typer.Abort, KeyboardInterrupt):  # click turns KeyboardInterrupt into Abort
+            sys.exit(interrupt.exit_code())
+        except TyperException as e:  # typer's own click: usage errors (a missing or unknown option)
+            show = getattr(e, "show", None)
+            if callable(show):
+                show()
+            else:
+                err.print(f"[red]error:[/] {escape(str(e))}")
+            sys.exit(int(getattr(e, "exit_code", EXIT_USAGE)))
+        except Exception as e:
+            traceback.print_exc()
+            err.print(f"[red]internal error[/] (a bug in replica-audit; please report it): {escape(str(e))}")
+            sys.exit(EXIT_INTERNAL)
 
 
 def console() -> None:

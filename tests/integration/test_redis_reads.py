@@ -236,3 +236,64 @@ def test_snapshot_processes_do_not_import_the_callers_main_module(redis_pair, tm
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["40", "True"]  # the snapshot read every key; the main module has its file back
     assert marker.read_text().split() == ["__main__"]  # the child did not import the script as __mp_main__
+
+
+SLOW_SCRIPT = """
+import pathlib, sys
+from audit.sources.redis.sides import SideJob, snapshot_sides
+from audit.sources.redis.snapshot import SnapshotOptions
+
+jobs = [SideJob(side, sys.argv[1], side, [6], pathlib.Path(sys.argv[2]) / side) for side in ("master", "replica")]
+try:
+    snapshot_sides(jobs, SnapshotOptions(max_keys_per_s=1000, max_latency_ms=None), processes=True)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("how", ["parent killed", "ctrl-c"])
+def test_snapshot_processes_end_with_their_parent(redis_pair, tmp_path, how) -> None:  # type: ignore[no-untyped-def]
+    # a parent killed outright runs no `finally`: its children read the servers to the end, orphaned; a
+    # Ctrl-C reached the children too, and one still importing printed a KeyboardInterrupt traceback
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    master, _ = redis_pair
+    c = master.client(6)
+    c.flushdb()
+    c.mset({f"k{i:05d}": i for i in range(20_000)})  # twenty seconds per side at the cap
+    script = tmp_path / "caller.py"
+    script.write_text(SLOW_SCRIPT)
+    err_file = tmp_path / "stderr"
+    with err_file.open("wb") as err:  # a file, not a pipe: the children hold it too, so its end waits for theirs
+        proc = subprocess.Popen(
+            [sys.executable, str(script), master.url, str(tmp_path / "out")],
+            stderr=err,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(
+                signal.SIGINT, signal.SIG_DFL
+            ),  # as in a terminal, whatever the runner ignores
+        )
+    try:
+        deadline = time.time() + 60
+        while not all((tmp_path / "out" / s / "keys.parquet").is_dir() for s in ("master", "replica")):
+            assert time.time() < deadline and proc.poll() is None, "the snapshot did not start"
+            time.sleep(0.05)
+        children = [p for p in psutil.Process(proc.pid).children() if "multiprocessing.spawn" in " ".join(p.cmdline())]
+        assert len(children) == 2
+        if how == "parent killed":
+            os.kill(proc.pid, signal.SIGKILL)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it: to the whole group
+        proc.wait(timeout=30)
+        _, alive = psutil.wait_procs(children, timeout=5)
+        assert alive == [], "a snapshot process went on reading the server"
+        assert "Traceback" not in err_file.read_text(), err_file.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        c.flushdb()

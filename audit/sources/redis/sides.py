@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -58,11 +60,14 @@ def snapshot_sides(
     ctx = mp.get_context("spawn")
     events: Any = ctx.Queue()
     procs = {j.side: ctx.Process(target=_side_process, args=(j, options, events), daemon=True) for j in jobs}
-    with _main_script_hidden():
+    with _main_script_hidden(), _interrupts_ignored():
         for p in procs.values():
             p.start()
     metas: dict[str, dict[str, Any]] = {}
     failure: BaseException | None = None
+    stopped = (
+        True  # until the loop ends by itself: an interrupt (Ctrl-C, SIGTERM as the CLI raises it) stops the children
+    )
     try:
         while len(metas) < len(jobs) and failure is None:
             try:
@@ -78,10 +83,11 @@ def snapshot_sides(
                 metas[side] = payload
             elif kind == "error":
                 failure = _rebuild_error(payload)
+        stopped = False
     finally:
         for p in procs.values():
-            if failure is not None and p.is_alive():
-                p.terminate()
+            if (failure is not None or stopped) and p.is_alive():
+                p.terminate()  # what it wrote stays: parts and checkpoints are replaced whole
             p.join()
         events.close()
     if failure is not None:
@@ -113,10 +119,45 @@ def _main_script_hidden() -> Iterator[None]:
             setattr(main, name, value)
 
 
+@contextlib.contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    """While children start, SIGINT is ignored, and they inherit that: a terminal's Ctrl-C reaches the
+    whole process group, and a child it met while still importing printed a KeyboardInterrupt traceback.
+    The parent stops them instead (:func:`snapshot_sides`). Only the main thread may set a handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _exit_with_parent() -> None:
+    """In a child: end the process when its parent is gone. A parent killed outright (SIGKILL, or SIGTERM
+    without a handler) runs no `finally`, and its children went on reading the servers to the end."""
+    import multiprocessing as mp
+    import os
+    from multiprocessing.connection import wait
+
+    parent = mp.parent_process()
+    if parent is None or parent.sentinel is None:
+        return
+    sentinel = parent.sentinel
+
+    def watch() -> None:
+        wait([sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def _side_process(job: SideJob, options: SnapshotOptions, events: Any) -> None:
     """Child process: connect, snapshot, report progress (at most every 0.2 s) and the result."""
     from audit.errors import AuditError
 
+    _exit_with_parent()
     pending = [0, time.monotonic()]
 
     def progress(n: int) -> None:
