@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from audit.errors import ConfigError
+from audit.errors import ConfigError, StageInputError
 
 if TYPE_CHECKING:
     from audit.kernel.state import PairState
@@ -123,15 +123,40 @@ class RunDir:
 
     def load_state(self, pair: str) -> PairState | None:
         """The pair's state in this run, or None before its first stage."""
+        from pydantic import ValidationError
+
         from audit.kernel.state import PairState
 
         path = self.state_file(pair)
         if not path.exists():
             return None
-        return PairState.model_validate_json(path.read_text())
+        try:
+            return PairState.model_validate_json(path.read_text())
+        except (ValidationError, UnicodeDecodeError) as e:
+            raise _damaged(path, str(e).splitlines()[0]) from None
+
+    def load_manifest(self) -> dict[str, Any]:
+        """manifest.json, or {} before the run starts."""
+        return read_json_object(self.manifest) if self.manifest.exists() else {}
 
     def save_state(self, state: PairState) -> None:
         write_text(self.state_file(state.pair), state.model_dump_json(indent=1))
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object the pipeline wrote (manifest.json, summary.json). One that is cut short or not JSON
+    (a full disk, a hand edit, a copy stopped half way) is named, instead of a JSONDecodeError's traceback."""
+    try:
+        loaded = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise _damaged(path, str(e)) from None
+    if not isinstance(loaded, dict):
+        raise _damaged(path, f"a JSON {type(loaded).__name__}, not an object")
+    return loaded
+
+
+def _damaged(path: Path, why: str) -> StageInputError:
+    return StageInputError(f"{path}: damaged ({why}); restore it, or start a new run")
 
 
 def write_text(path: Path, text: str) -> None:

@@ -13,7 +13,6 @@ bug the traceback) and the other pairs are audited; the run's exit status says w
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import traceback
@@ -85,12 +84,9 @@ def reopen_run(run: RunDir, stage: str | None = None) -> None:
     A run a prune trimmed cannot be resumed, nor a stage but `gate` re-run on it: the others read or
     rewrite the snapshots and work files the trim removed."""
     with runs_lock(run.out):
-        try:
-            manifest = json.loads(run.manifest.read_text())
-        except (FileNotFoundError, ValueError):
-            return  # no manifest a prune can read: a prune never touches the run
-        if not isinstance(manifest, dict):
-            return
+        manifest = run.load_manifest()  # a damaged one is exit 2 naming it
+        if not manifest:
+            return  # no manifest: a prune never touches the run
         if (pruned := manifest.get("pruned")) and stage != "gate":
             what = f"--resume {run.run_id}" if stage is None else f"{stage} of run {run.run_id}"
             at = pruned.get("at") if isinstance(pruned, dict) else pruned
@@ -235,7 +231,7 @@ def finish_run(inventory: Inventory, run: RunDir, pairs: list[Pair], history: st
     from audit.report.html import render_report
     from audit.report.summary import build_summary
 
-    manifest: dict[str, Any] = json.loads(run.manifest.read_text()) if run.manifest.exists() else {}
+    manifest = run.load_manifest()
     summary = build_summary(run, pairs, run_pairs=list(manifest.get("pairs") or ()))
     write_json(run.summary, summary)
     manifest["ended_at"] = utc_now_text()

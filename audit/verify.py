@@ -32,7 +32,7 @@ from audit.inventory import Inventory, Pair, parse_inventory, settings_keys
 from audit.kernel.kind import kind_spec, registered_kinds
 from audit.kernel.pair import gate_fields_of, suite_parameter
 from audit.kernel.suite import suite_parameters
-from audit.layout import RunDir, utc_now_text, write_json
+from audit.layout import RunDir, read_json_object, utc_now_text, write_json
 
 STRICTNESS: dict[str, tuple[frozenset[str], str]] = {
     "zero_tolerance": (
@@ -170,8 +170,7 @@ def _endpoint(value: str | dict[str, Any], label: str) -> Any:
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise StageInputError(f"{path.parent}: no {path.name}; finish the run (`replica-audit report`) first")
-    loaded: dict[str, Any] = json.loads(path.read_text())
-    return loaded
+    return read_json_object(path)
 
 
 def _side(run: RunDir, inventory_pair: Pair, pair: dict[str, Any], side: str, given: str | None) -> dict[str, Any]:

@@ -9,7 +9,6 @@ was measured before the failure.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.errors import StageInputError
-from audit.layout import TIME_FORMAT  # how times are stored: as in manifest.json
+from audit.layout import TIME_FORMAT, read_json_object  # how times are stored: as in manifest.json
 
 
 @dataclass(frozen=True)
@@ -69,8 +68,7 @@ class RunRecord:
 def _load_json(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise StageInputError(f"{path.parent}: no {path.name}; finish the run (`replica-audit report`) first")
-    loaded: dict[str, Any] = json.loads(path.read_text())
-    return loaded
+    return read_json_object(path)
 
 
 def _number(value: Any) -> float | None:

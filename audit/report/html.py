@@ -9,7 +9,6 @@ each category with the category's total, their details as labelled fields.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -141,10 +140,7 @@ def findings_views(p: dict[str, Any]) -> dict[str, list[Any]]:
 
 
 def _manifest(run: RunDir) -> dict[str, Any]:
-    if not run.manifest.exists():
-        return {}
-    loaded: dict[str, Any] = json.loads(run.manifest.read_text())
-    return loaded
+    return run.load_manifest()
 
 
 def pair_view(run: RunDir, p: dict[str, Any], previous: list[dict[str, Any]] | None = None) -> dict[str, Any]:
