@@ -2,8 +2,9 @@
 
 Exit status (audit/outcome.py, README "Exit status"): 0 every gate passed; 1 a gate failed; 2 usage or
 configuration error; 3 a source could not be audited; 4 an internal error (a bug: its traceback is
-printed); 130/143 interrupted by SIGINT/SIGTERM (audit/cli/interrupt.py). Output: a summary table on stdout, or with `--json` the summary as JSON and nothing else;
-progress and per-stage lines on stderr, silenced by `--quiet`.
+printed); 130/143 interrupted by SIGINT/SIGTERM (audit/cli/interrupt.py). Output: a summary table on
+stdout, or with `--json` the summary as JSON and nothing else; progress and per-stage lines on stderr,
+silenced by `--quiet`.
 """
 
 from __future__ import annotations
