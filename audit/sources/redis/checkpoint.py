@@ -66,9 +66,8 @@ class Checkpoint:
     @classmethod
     def load(cls, out_dir: Path, dbs: list[int], parts_dir: Path) -> Checkpoint:
         """The side's checkpoint, or a fresh start (a leftover of other dbs, or none: `parts_dir` emptied)."""
-        path = out_dir / CHECKPOINT_FILE
-        if path.is_file():
-            raw = json.loads(path.read_text())
+        raw = _readable(out_dir / CHECKPOINT_FILE)
+        if raw is not None:
             if raw.get("dbs") == dbs:
                 return cls(
                     dbs,
@@ -78,6 +77,11 @@ class Checkpoint:
                     raw.get("counts") or {},
                     bool(raw.get("complete")),
                 )
+        return cls.start_over(dbs, parts_dir)
+
+    @classmethod
+    def start_over(cls, dbs: list[int], parts_dir: Path) -> Checkpoint:
+        """A fresh start: the parts written so far are removed, so no key is written twice."""
         if parts_dir.is_dir():
             for part in parts_dir.iterdir():
                 part.unlink()
@@ -112,6 +116,17 @@ class Checkpoint:
     @staticmethod
     def mark_complete(out_dir: Path, dbs: list[int], parts: int, stats: SnapshotStats) -> None:
         _write_checkpoint(out_dir, Checkpoint(dbs, None, b"0", parts, asdict(stats), complete=True))
+
+
+def _readable(path: Path) -> dict[str, Any] | None:
+    """The checkpoint's content, or None when there is none or it is damaged (cut short, not JSON, a hand
+    edit): a checkpoint only saves reading again, so a damaged one means starting the side over, not an
+    error; the parts it described are removed with it."""
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) else None
 
 
 def _write_checkpoint(out_dir: Path, point: Checkpoint) -> None:

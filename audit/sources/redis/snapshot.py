@@ -32,6 +32,7 @@ import redis
 
 from audit import defaults
 from audit.errors import ConfigError, SnapshotError
+from audit.layout import write_text
 from audit.pacing import Pacer, PaceSettings, keys_per_s_from_qps, qps_warning
 from audit.sources.redis.checkpoint import Checkpoint, SnapshotStats
 from audit.sources.redis.client import client_list_text, info_text
@@ -197,9 +198,11 @@ def snapshot_side(
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = Checkpoint.load(out_dir, dbs, out_dir / KEYS_FILE)
-    if checkpoint.complete and (out_dir / META_FILE).is_file():
-        meta: dict[str, Any] = json.loads((out_dir / META_FILE).read_text())
-        return {**meta, "reused": True}
+    if checkpoint.complete:
+        if (kept := _kept_meta(out_dir / META_FILE)) is not None:
+            return {**kept, "reused": True}
+        # complete, but its snapshot.json (the server's state around the read) is lost: read it all again
+        checkpoint = Checkpoint.start_over(dbs, out_dir / KEYS_FILE)
     started = time.time()
     start_state = capture_state(client, with_clients=True)
     pacer = Pacer(options.pace_settings())
@@ -260,9 +263,18 @@ def snapshot_side(
         "start": start_state,
         "end": end_state,
     }
-    (out_dir / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    write_text(out_dir / META_FILE, json.dumps(meta, indent=1, sort_keys=True))  # whole or not at all
     Checkpoint.mark_complete(out_dir, dbs, sink.parts, stats)
     return meta
+
+
+def _kept_meta(path: Path) -> dict[str, Any] | None:
+    """A complete side's snapshot.json, or None when it is missing or damaged (the side is then read again)."""
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 class _Sampler:
