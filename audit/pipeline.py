@@ -26,6 +26,7 @@ from audit.connections import env_conn_resolver
 from audit.errors import AuditError, ConfigError, SourceError, StageInputError
 from audit.inventory import Inventory, Pair
 from audit.kernel.context import Progress, StageContext
+from audit.kernel.damaged_files import as_input_error
 from audit.kernel.kind import KindSpec, kind_spec
 from audit.kernel.staging import FindingsStaging
 from audit.kernel.state import CheckState, ErrorInfo, GateVerdict, PairState, StageStamp
@@ -155,11 +156,19 @@ def run_stage(
         else:
             _run_checks(stage, spec, pair, run, state, resolver, progress)
     except Exception as e:
-        _record_error(run, state, stage, e)
+        damaged = None if isinstance(e, AuditError) else as_input_error(stage, _files_of(run, pair.name))
+        _record_error(run, state, stage, damaged or e)
+        if damaged is not None:
+            raise damaged from None
         raise
     state.stages[stage] = StageStamp(at_ms=int(time.time() * 1000), took_s=round(time.time() - started, 3))
     run.save_state(state)
     return verdict
+
+
+def _files_of(run: RunDir, pair: str) -> list[Path]:
+    """What the stages of one pair read: its snapshots, its work files and its findings."""
+    return [run.root / "snapshots" / pair, run.work(pair), run.findings_file(pair), run.metrics_file(pair)]
 
 
 def _record_error(run: RunDir, state: PairState, stage: str, error: BaseException) -> None:
