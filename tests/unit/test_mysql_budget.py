@@ -7,9 +7,8 @@ import pytest
 from audit.errors import ConfigError
 from audit.inventory import parse_inventory
 from audit.sources.mysql.budget import KEYS_PER_FETCH, VALUE_OVERHEAD, held_row_bytes, held_value_bytes, keys_per_fetch
-from audit.sources.mysql.chunks import TableSql
 from audit.sources.mysql.endpoint import MySQLSettings
-from audit.sources.mysql.sql import DIGESTED_BYTES, held_digest
+from audit.sources.mysql.sql import DIGESTED_BYTES, TableSql, held_digest
 from audit.sources.mysql.values import Column, SideSql, TablePlan
 
 ID = Column("id", "int", "int(11)", nullable=False)

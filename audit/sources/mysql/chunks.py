@@ -34,21 +34,7 @@ from audit.pacing import Pacer, PaceSettings
 from audit.sources.mysql.budget import held_row_bytes, keys_per_fetch
 from audit.sources.mysql.client import Row, Server, TableGone
 from audit.sources.mysql.endpoint import MySQLSettings
-from audit.sources.mysql.sql import (
-    INT_TYPES,
-    Bound,
-    KeyValue,
-    decode_value,
-    force_index,
-    hashed_expr,
-    held_expr,
-    key_in,
-    may_hold_separator,
-    quote_ident,
-    range_where,
-    row_hash,
-    table_ref,
-)
+from audit.sources.mysql.sql import INT_TYPES, Bound, KeyValue, TableSql, decode_value
 from audit.sources.mysql.values import Side, TablePlan
 
 T = TypeVar("T")
@@ -153,50 +139,6 @@ class Sides:
         self._pool.shutdown(wait=True)
         self.master.close()
         self.replica.close()
-
-
-# --- SQL over one table -----------------------------------------------------------------------------------
-
-
-class TableSql:
-    """The statements for one table on one side."""
-
-    def __init__(self, plan: TablePlan, side: Side, hash_function: str) -> None:
-        sql = plan.side(side)
-        separable = [may_hold_separator(c) for c in plan.columns]
-        nullable = [c.nullable for c in plan.columns]
-        self.plan, self.exprs = plan, sql.exprs
-        hashed = [hashed_expr(c, e) for c, e in zip(plan.columns, sql.exprs, strict=True)]
-        self.hash = row_hash(hashed, nullable, separable, "md5" if hash_function == "md5" else "crc32")
-        self.source = table_ref(plan.schema, plan.name) + force_index(sql.index)
-        self.plain_source = table_ref(plan.schema, plan.name)
-        self.key_exprs = [sql.exprs[i] for i in plan.key_positions]
-        self.held = [held_expr(c, e) for c, e in zip(plan.columns, sql.exprs, strict=True)]
-        self.order = ", ".join(quote_ident(k) for k in plan.key)
-
-    def checksum(self, lower: Bound, upper: Bound) -> str:
-        where = range_where(self.plan.key, lower, upper) if self.plan.key else "1=1"
-        return f"SELECT COUNT(*), COALESCE(SUM({self.hash}), 0) FROM {self.source} WHERE {where}"
-
-    def boundary(self, lower: Bound, upper: Bound, offset: int) -> str:
-        keys = ", ".join(quote_ident(k) for k in self.plan.key)
-        where = range_where(self.plan.key, lower, upper)
-        return f"SELECT {keys} FROM {self.source} WHERE {where} ORDER BY {self.order} LIMIT 1 OFFSET {offset}"
-
-    def key_hashes(self, lower: Bound, upper: Bound) -> str:
-        where = range_where(self.plan.key, lower, upper)
-        return f"SELECT {', '.join(self.key_exprs)}, {self.hash} FROM {self.source} WHERE {where}"
-
-    def rows_by_key(self, keys: Sequence[Key], *, whole: bool = False) -> str:
-        """Rows in their held form (long values as digests), or `whole` (the repair plan's re-read)."""
-        exprs = self.exprs if whole else self.held
-        return f"SELECT {', '.join(exprs)}, {self.hash} FROM {self.plain_source} WHERE {key_in(self.plan.key, keys)}"
-
-    def hash_counts(self) -> str:
-        return f"SELECT {self.hash} AS h, COUNT(*) FROM {self.plain_source} GROUP BY h ORDER BY h"
-
-    def all_rows(self) -> str:
-        return f"SELECT {', '.join(self.held)}, {self.hash} FROM {self.plain_source}"
 
 
 def decode_key(plan: TablePlan, raw: Sequence[bytes | None]) -> Key:

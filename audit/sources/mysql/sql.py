@@ -1,4 +1,5 @@
-"""SQL text the engine sends: identifier quoting, literals, per-row hashes and per-chunk aggregates.
+"""SQL text the engine sends: identifier quoting, literals, per-row hashes, per-chunk aggregates, and
+TableSql, the statements over one table on one side.
 
 Everything is rendered to a complete statement string here (no driver-side `%s` formatting, so a `%`
 in a name is just a character) with literals that mean the same under every `sql_mode`: strings are
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Literal
 
-from audit.sources.mysql.values import Column
+from audit.sources.mysql.values import Column, Side, TablePlan
 
 HashFunction = Literal["crc32", "md5"]
 KeyValue = int | Decimal | float | str | bytes
@@ -265,3 +266,47 @@ def key_in(key: Sequence[str], keys: Sequence[Sequence[KeyValue]]) -> str:
 
 def force_index(index: str | None) -> str:
     return f" FORCE INDEX ({quote_ident(index)})" if index else ""
+
+
+# --- SQL over one table -----------------------------------------------------------------------------------
+
+
+class TableSql:
+    """The statements for one table on one side."""
+
+    def __init__(self, plan: TablePlan, side: Side, hash_function: str) -> None:
+        sql = plan.side(side)
+        separable = [may_hold_separator(c) for c in plan.columns]
+        nullable = [c.nullable for c in plan.columns]
+        self.plan, self.exprs = plan, sql.exprs
+        hashed = [hashed_expr(c, e) for c, e in zip(plan.columns, sql.exprs, strict=True)]
+        self.hash = row_hash(hashed, nullable, separable, "md5" if hash_function == "md5" else "crc32")
+        self.source = table_ref(plan.schema, plan.name) + force_index(sql.index)
+        self.plain_source = table_ref(plan.schema, plan.name)
+        self.key_exprs = [sql.exprs[i] for i in plan.key_positions]
+        self.held = [held_expr(c, e) for c, e in zip(plan.columns, sql.exprs, strict=True)]
+        self.order = ", ".join(quote_ident(k) for k in plan.key)
+
+    def checksum(self, lower: Bound, upper: Bound) -> str:
+        where = range_where(self.plan.key, lower, upper) if self.plan.key else "1=1"
+        return f"SELECT COUNT(*), COALESCE(SUM({self.hash}), 0) FROM {self.source} WHERE {where}"
+
+    def boundary(self, lower: Bound, upper: Bound, offset: int) -> str:
+        keys = ", ".join(quote_ident(k) for k in self.plan.key)
+        where = range_where(self.plan.key, lower, upper)
+        return f"SELECT {keys} FROM {self.source} WHERE {where} ORDER BY {self.order} LIMIT 1 OFFSET {offset}"
+
+    def key_hashes(self, lower: Bound, upper: Bound) -> str:
+        where = range_where(self.plan.key, lower, upper)
+        return f"SELECT {', '.join(self.key_exprs)}, {self.hash} FROM {self.source} WHERE {where}"
+
+    def rows_by_key(self, keys: Sequence[Sequence[KeyValue]], *, whole: bool = False) -> str:
+        """Rows in their held form (long values as digests), or `whole` (the repair plan's re-read)."""
+        exprs = self.exprs if whole else self.held
+        return f"SELECT {', '.join(exprs)}, {self.hash} FROM {self.plain_source} WHERE {key_in(self.plan.key, keys)}"
+
+    def hash_counts(self) -> str:
+        return f"SELECT {self.hash} AS h, COUNT(*) FROM {self.plain_source} GROUP BY h ORDER BY h"
+
+    def all_rows(self) -> str:
+        return f"SELECT {', '.join(self.held)}, {self.hash} FROM {self.plain_source}"
