@@ -77,6 +77,50 @@ def test_repair_plan_keeps_rows_whose_keys_differ_only_in_case_or_trailing_space
     assert pair.audit([f"{schema}.ci"]).findings == []
 
 
+@pytest.mark.parametrize(
+    ("master", "replica"), [("utf8mb4_general_ci", "utf8mb4_bin"), ("utf8mb4_bin", "utf8mb4_general_ci")]
+)
+def test_a_key_whose_collation_differs_between_the_sides_is_compared_once_per_row(
+    pair: Pair, schema: str, tmp_path: Path, master: str, replica: str
+) -> None:
+    """The master's chunk bounds, in its collation, cut the replica's rows in another order: replica rows
+    fell into several chunks (733 counted for 600) and a changed row was reported three times. The
+    sides agree on no collation, so rows are matched byte for byte: the replica's 'kx0010' is not the
+    master's 'KX0010'. The plan deletes it before writing 'KX0010' (a general_ci replica would take
+    the REPLACE for its row, then delete that)."""
+    keys = "CONCAT(IF(seq % 3, 'K', 'k'), IF(seq % 5, 'x', 'X'), LPAD(seq, 4, '0'))"  # the two orders differ
+    pair.on_master(
+        f"CREATE TABLE {schema}.t (k VARCHAR(20) PRIMARY KEY, v INT) COLLATE {master}",
+        f"INSERT INTO {schema}.t SELECT {keys}, seq FROM {schema}.seq_1_to_600",
+    )
+    pair.on_replica_only(
+        f"ALTER TABLE {schema}.t MODIFY k VARCHAR(20) COLLATE {replica} NOT NULL",
+        f"UPDATE {schema}.t SET v = -1 WHERE v = 300",
+        f"DELETE FROM {schema}.t WHERE v = 7",
+        f"INSERT INTO {schema}.t VALUES ('kx9999', 9999)",
+        f"UPDATE {schema}.t SET k = LOWER(k) WHERE v = 10",
+    )
+
+    result = pair.audit([f"{schema}.t"], repair_path=tmp_path / "fix.sql")
+
+    table = result.tables[0]
+    assert (table["master_rows"], table["replica_rows"], table["chunks"]) == (600, 600, 1)
+    assert sorted((f.category, f.key or b"") for f in result.findings) == [
+        ("extra_row", b'["kx0010"]'),
+        ("extra_row", b'["kx9999"]'),
+        ("missing_row", b'["KX0010"]'),
+        ("missing_row", b'["Kx0007"]'),
+        ("row_mismatch", b'["kX0300"]'),
+        ("schema_mismatch", b""),
+    ]
+    mismatch = next(f for f in result.findings if f.category == "schema_mismatch")
+    assert mismatch.evidence["compared"].startswith("by key digests")
+
+    pair.replica.execute("SET SESSION sql_log_bin = 0", *statements(tmp_path / "fix.sql"))
+    again = pair.audit([f"{schema}.t"])
+    assert [f.category for f in again.findings] == ["schema_mismatch"] and again.tables[0]["equal"]
+
+
 def test_repair_plan_of_a_keyless_table_deletes_the_surplus_copy_not_its_case_or_space_twin(
     pair: Pair, schema: str, tmp_path: Path
 ) -> None:

@@ -1,4 +1,5 @@
-"""Kind mysql's engine parts that need no server: recheck verdicts, keyless count merging, task spreading."""
+"""Kind mysql's engine parts that need no server: recheck verdicts, keyless count merging, task spreading,
+key-order planning, merging streams sorted by key digest."""
 
 from __future__ import annotations
 
@@ -49,3 +50,32 @@ def test_segments_are_spread_over_the_tasks_heaviest_first() -> None:
     assert assign([100, 10, 60, 50, 5], 2) == [[0, 1, 4], [2, 3]]  # loads 115 and 110
     assert assign([1, 1, 1], 8) == [[0], [1], [2]]
     assert assign([], 4) == []
+
+
+def test_runs_of_two_sorted_streams_are_paired_by_key() -> None:
+    from audit.sources.mysql.unordered import merge_runs
+
+    a = iter([(b"a", b"1"), (b"c", b"2"), (b"c", b"3")])  # two keys with one digest: one run
+    b = iter([(b"b", b"4"), (b"c", b"5")])
+    assert list(merge_runs(a, b, lambda row: bytes(row[0] or b""))) == [
+        ([(b"a", b"1")], []),
+        ([], [(b"b", b"4")]),
+        ([(b"c", b"2"), (b"c", b"3")], [(b"c", b"5")]),
+    ]
+    assert list(merge_runs(iter([]), iter([]), lambda row: 0)) == []
+
+
+def test_a_key_whose_collation_differs_is_planned_without_ranges() -> None:
+    from audit.sources.mysql.catalog import plan_table
+    from audit.sources.mysql.values import TableDef, UniqueKey
+
+    def table(collation: str, key_type: str = "varchar") -> TableDef:
+        key = Column("k", key_type, key_type, nullable=False, charset="utf8mb4", collation=collation)
+        return TableDef("s", "t", (key, Column("v", "int", "int(11)")), (UniqueKey("PRIMARY", ("k",), True),))
+
+    same = plan_table(table("utf8mb4_general_ci"), table("utf8mb4_general_ci"))
+    assert same.ranges and (same.master.index, same.replica.index) == ("PRIMARY", "PRIMARY")
+    other = plan_table(table("utf8mb4_general_ci"), table("utf8mb4_bin"))
+    assert other.key == ("k",) and not other.ranges
+    assert (other.master.index, other.replica.index) == (None, None)  # whole-table scans: no index to force
+    assert plan_table(table("utf8mb4_general_ci"), table("utf8mb4_general_ci", "char")).ranges

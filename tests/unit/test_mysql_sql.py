@@ -13,6 +13,7 @@ from audit.sources.mysql.sql import (
     hashed_expr,
     json_value,
     key_in,
+    key_order,
     literal,
     may_hold_separator,
     quote_ident,
@@ -105,3 +106,16 @@ def test_key_ranges_are_spelt_out_for_the_optimiser() -> None:
     assert range_where(["a", "b"], None, ("y", 1)) == "((`a` < 'y') OR (`a` = 'y' AND `b` < 1))"
     assert key_in(["id"], [(1,), (2,)]) == "`id` IN (1, 2)"
     assert key_in(["a", "b"], [("x", b"\x01")]) == "(`a`, `b`) IN (('x', X'01'))"
+
+
+def test_a_key_sorts_alike_on_both_sides_only_in_the_same_collation() -> None:
+    def text(data_type: str, collation: str = "utf8mb4_general_ci") -> Column:
+        return col("k", data_type, data_type, charset=collation.split("_")[0], collation=collation)
+
+    assert key_order(text("varchar")) == key_order(text("char"))
+    assert key_order(text("varchar")) != key_order(text("varchar", "utf8mb4_bin"))
+    assert key_order(text("varchar")) != key_order(text("varchar", "latin1_swedish_ci"))
+    assert key_order(col("k", "enum", "enum('b','a')")) == key_order(col("k", "enum", "enum('a','b')"))
+    assert key_order(col("n", "int")) == key_order(col("n", "bigint")) == key_order(col("n", "decimal"))
+    assert key_order(col("n", "int")) != key_order(text("varchar"))
+    assert key_order(col("b", "binary", "binary(4)")) == key_order(col("b", "varbinary", "varbinary(4)"))

@@ -2,7 +2,8 @@
 
 A table's chunking key is its PRIMARY KEY, else its first UNIQUE key whose columns are all NOT NULL
 and unprefixed (fewest columns first); without one, or when no index of the replica starts with the
-key's first column (each chunk would scan the replica's table), the table is compared as a multiset.
+key's first column (each chunk would scan the replica's table), the table is compared as a multiset;
+when a key column sorts differently on the replica (another collation), by key digests (unordered.py).
 Definitions are compared column by column (type, nullability, character set, collation, generated):
 a difference is a `schema_mismatch` and the rows are still compared over the columns both sides have,
 each normalised to a form both definitions share (sql.column_expr).
@@ -17,7 +18,7 @@ from audit.errors import ConfigError
 from audit.findings import Finding
 from audit.sources.mysql.client import Server, TableGone, decode_texts
 from audit.sources.mysql.endpoint import SYSTEM_SCHEMAS, TablePattern
-from audit.sources.mysql.sql import column_expr, literal, table_ref
+from audit.sources.mysql.sql import column_expr, key_order, literal, table_ref
 from audit.sources.mysql.values import Column, SideSql, TableDef, TablePlan, UniqueKey
 
 TableName = tuple[str, str]
@@ -230,6 +231,10 @@ def plan_table(master: TableDef, replica: TableDef) -> TablePlan:
     # 200k-row table: 80M rows read): such a table is compared as a multiset, in one pass per side
     if master.keys and all(k in common_names for k in master.keys[0].columns) and _indexed(replica, master.keys[0]):
         key, m_index = master.keys[0].columns, master.keys[0].index
+    # the master's chunk bounds cut the replica's rows elsewhere when a key column sorts differently
+    # there: compared by key digests instead, in whole-table scans, where forcing an index would not help
+    m_cols = {c.name: c for c in master.columns}
+    ranges = all(key_order(m_cols[k]) == key_order(r_cols[k]) for k in key)
     m_exprs = tuple(column_expr(c, r_cols[c.name]) for c in common)
     r_exprs = tuple(column_expr(r_cols[c.name], c) for c in common)
     return TablePlan(
@@ -237,10 +242,11 @@ def plan_table(master: TableDef, replica: TableDef) -> TablePlan:
         name=master.name,
         columns=common,
         key=key,
-        master=SideSql(m_exprs, m_index),
-        replica=SideSql(r_exprs, _replica_index(replica, key) if key else None),
+        master=SideSql(m_exprs, m_index if ranges else None),
+        replica=SideSql(r_exprs, _replica_index(replica, key) if key and ranges else None),
         rows_estimate=max(master.rows_estimate, replica.rows_estimate),
         signatures=(master.signature(), replica.signature()),
+        ranges=ranges,
     )
 
 
@@ -264,10 +270,13 @@ def compare_catalogs(
         if m is None:
             findings.append(Finding("rows", "extra_table", evidence={"table": shown, "rows_estimate": r.rows_estimate}))
             continue
+        plan = plan_table(m, r)
         mismatch = _schema_mismatch(m, r)
         if mismatch is not None:
+            if plan.key and not plan.ranges:
+                mismatch.evidence["compared"] = "by key digests, without key ranges: the key sorts differently"
             findings.append(mismatch)
-        plans.append(plan_table(m, r))
+        plans.append(plan)
     return plans, findings
 
 

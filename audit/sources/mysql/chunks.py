@@ -19,6 +19,8 @@ again, down to ranges of at most `fetch_rows` rows, whose keys and row hashes ar
 rows whose hashes differ are then fetched, held (long values as digests: sql.held_expr), in batches the
 byte budget sizes (budget.py). A replica that had not reached the master's position makes a differing
 chunk `uncovered`, never a finding.
+A table whose key sorts differently on each side (another collation) is walked as one chunk and
+compared by key digests instead (unordered.py).
 """
 
 from __future__ import annotations
@@ -265,12 +267,21 @@ class TableWork:
                 yield Uncovered(self.index, lower, upper, reason, max(m.count, r.count))
             else:
                 yield ChunkDone(self.index, lower, upper, m, r, "different", seconds)
-                yield from (self.narrow(lower, upper, m, r) if self.plan.key else self.multiset())
+                yield from self._differing_rows(lower, upper, m, r)
         except BaseException:
             self.close_snapshots()
             raise
         if self.pacer is not None:
             self.pacer.before_batch(max(m.count, r.count))
+
+    def _differing_rows(self, lower: Bound, upper: Bound, m: Digest, r: Digest) -> Iterator[RowDiff]:
+        if not self.plan.key:
+            return self.multiset()
+        if not self.plan.ranges:
+            from audit.sources.mysql.unordered import compare  # it builds on this module
+
+            return compare(self, max(m.count, r.count))
+        return self.narrow(lower, upper, m, r)
 
     # --- narrowing ---------------------------------------------------------------------------------------
     def narrow(self, lower: Bound, upper: Bound, m: Digest, r: Digest) -> Iterator[RowDiff]:
@@ -390,7 +401,7 @@ class TableWork:
         """Every chunk of `segment`; a table altered under us ends the walk with an Uncovered event."""
         lower = segment.lower
         try:
-            if not self.plan.key:
+            if not self.plan.key or not self.plan.ranges:
                 yield from self.chunk(None, None)
                 return
             target = float(self.settings.min_chunk_rows)

@@ -5,9 +5,10 @@ there is `REPLACE INTO` with the master's values (as last re-read); a row only t
 `DELETE ... WHERE <key> LIMIT 1`. A keyless table gets `INSERT`s for missing copies and
 `DELETE ... WHERE <every column> <=> <value> LIMIT n` for surplus ones (text matched byte for byte:
 `delete_copies`). A table's DELETEs come before
-its REPLACEs and INSERTs: under a case-insensitive or PAD SPACE collation the replica's extra key `'A'`
-or `'b '` equals the master's `'a'` or `'b'`, so a DELETE run after the REPLACE would remove the row
-just written. Identifiers are backquoted,
+its REPLACEs and INSERTs: when the key's collation differs between the sides, keys are compared byte
+for byte (unordered.py), and under the replica's case-insensitive or PAD SPACE collation its extra key
+`'A'` or `'b '` equals the master's missing `'a'` or `'b'`, so a DELETE run after the REPLACE would
+remove the row just written. Identifiers are backquoted,
 values are literals that read the same under any sql_mode (sql.literal); TIMESTAMP values are UTC,
 which the plan's own `SET time_zone` makes explicit.
 

@@ -158,7 +158,7 @@ def plan_segments(
     for i, plan in enumerate(plans):
         n = max(1, min(parallelism, plan.rows_estimate // settings.min_segment_rows))
         try:
-            if not plan.key:
+            if not plan.key or not plan.ranges:
                 out.append(Segment(i, None, None))
             elif len(plan.key) == 1 and plan.key_columns[0].data_type in INT_TYPES:
                 out.extend(_int_segments(master, replica, plan, i, n))

@@ -135,6 +135,22 @@ def from_json_value(column: Column, value: object) -> KeyValue | None:
     raise ValueError(f"not a key value: {value!r}")
 
 
+def key_order(column: Column) -> tuple[object, ...]:
+    """What decides which rows a key range holds: text by its character set and collation
+    (utf8mb4_general_ci sorts 'B' between 'a' and 'c', utf8mb4_bin before both; an ENUM too, compared
+    with a string), binary strings by their bytes, numbers by value."""
+    t = column.data_type
+    if t in TEXT_TYPES:
+        return ("text", column.charset, column.collation)
+    if t in BINARY_TYPES:
+        return ("bytes",)
+    if t in EXACT_TYPES or t in FLOAT_TYPES or t == "bit":
+        return ("number",)
+    if t in ("datetime", "timestamp"):
+        return ("datetime",)
+    return (t,)
+
+
 # --- expressions ----------------------------------------------------------------------------------------
 
 
@@ -304,6 +320,23 @@ class TableSql:
         """Rows in their held form (long values as digests), or `whole` (the repair plan's re-read)."""
         exprs = self.exprs if whole else self.held
         return f"SELECT {', '.join(exprs)}, {self.hash} FROM {self.plain_source} WHERE {key_in(self.plan.key, keys)}"
+
+    def key_text(self) -> str:
+        """The key's values as one text, equal on both sides exactly when the key's bytes are."""
+        columns = self.plan.key_columns
+        return row_string(self.key_exprs, [False] * len(columns), [may_hold_separator(c) for c in columns])
+
+    def bucket_digests(self, buckets: int) -> str:
+        """COUNT(*) and SUM(row hash) of each bucket of rows, by CRC32 of the key's text: in bucket order."""
+        bucket = f"CRC32({self.key_text()}) % {buckets}"
+        return f"SELECT {bucket} AS b, COUNT(*), SUM({self.hash}) FROM {self.plain_source} GROUP BY b ORDER BY b"
+
+    def bucket_rows(self, buckets: int, only: Sequence[int] | None) -> str:
+        """The held rows of buckets `only` (None: every row), with their hash, by MD5 of the key's text."""
+        text = self.key_text()
+        where = f" WHERE CRC32({text}) % {buckets} IN ({', '.join(map(str, only))})" if only is not None else ""
+        digest = f"UNHEX(MD5({text}))"
+        return f"SELECT {', '.join(self.held)}, {self.hash}, {digest} AS d FROM {self.plain_source}{where} ORDER BY d"
 
     def hash_counts(self) -> str:
         return f"SELECT {self.hash} AS h, COUNT(*) FROM {self.plain_source} GROUP BY h ORDER BY h"

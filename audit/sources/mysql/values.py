@@ -89,6 +89,9 @@ class TablePlan:
     replica: SideSql
     rows_estimate: int = 0
     signatures: tuple[tuple[object, ...], tuple[object, ...]] = ((), ())
+    ranges: bool = True
+    """Whether a key range holds the same rows on both sides: not when a key column sorts differently
+    there (another collation): the table is then compared by key digests, without ranges (unordered.py)."""
 
     @property
     def display(self) -> str:
