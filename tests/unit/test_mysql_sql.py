@@ -14,6 +14,7 @@ from audit.sources.mysql.sql import (
     json_value,
     key_in,
     key_order,
+    key_tag,
     literal,
     may_hold_separator,
     quote_ident,
@@ -106,6 +107,11 @@ def test_key_ranges_are_spelt_out_for_the_optimiser() -> None:
     assert range_where(["a", "b"], None, ("y", 1)) == "((`a` < 'y') OR (`a` = 'y' AND `b` < 1))"
     assert key_in(["id"], [(1,), (2,)]) == "`id` IN (1, 2)"
     assert key_in(["a", "b"], [("x", b"\x01")]) == "(`a`, `b`) IN (('x', X'01'))"
+
+
+def test_rows_read_by_key_are_tagged_with_the_key_they_matched() -> None:
+    assert key_tag(["k"], [("a",), ("b ",)]) == "CASE WHEN `k` = 'a' THEN 0 WHEN `k` = 'b ' THEN 1 END"
+    assert key_tag(["a", "b"], [("x", 1)]) == "CASE WHEN `a` = 'x' AND `b` = 1 THEN 0 END"
 
 
 def test_a_key_sorts_alike_on_both_sides_only_in_the_same_collation() -> None:

@@ -19,8 +19,10 @@ again, down to ranges of at most `fetch_rows` rows, whose keys and row hashes ar
 rows whose hashes differ are then fetched, held (long values as digests: sql.held_expr), in batches the
 byte budget sizes (budget.py). A replica that had not reached the master's position makes a differing
 chunk `uncovered`, never a finding.
-A table whose key sorts differently on each side (another collation) is walked as one chunk and
-compared by key digests instead (unordered.py).
+Rows are matched by key as the key's collation compares it: under utf8mb4_general_ci the replica's 'A'
+(or 'a ') is the master's row 'a', its key column spelt differently (a row_mismatch), as the
+replica's unique key and every statement by key take it. A table whose key sorts differently on each
+side (another collation) is walked as one chunk and compared by key digests instead (unordered.py).
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from audit.pacing import Pacer, PaceSettings
 from audit.sources.mysql.budget import held_row_bytes, keys_per_fetch
 from audit.sources.mysql.client import Row, Server, TableGone
 from audit.sources.mysql.endpoint import MySQLSettings
-from audit.sources.mysql.sql import INT_TYPES, Bound, KeyValue, TableSql, decode_value
-from audit.sources.mysql.values import Side, TablePlan
+from audit.sources.mysql.sql import INT_TYPES, TEXT_TYPES, Bound, KeyValue, TableSql, decode_value
+from audit.sources.mysql.values import SIDES, Side, TablePlan
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -192,6 +194,9 @@ class TableWork:
         self.pacer = Pacer(PaceSettings(max_keys_per_s=settings.max_rows_per_s)) if settings.max_rows_per_s else None
         self._behind = False
         self.row_bytes = held_row_bytes(plan)
+        # a row read by a text key may be spelt otherwise ('A' read for 'a'): matched to the key asked for
+        # by the server's own equality; without ranges the sides' collations differ, and only bytes match
+        self.collated = plan.ranges and any(c.data_type in TEXT_TYPES for c in plan.key_columns)
 
     def keys_per_fetch(self, reads: int) -> int:
         """Keys per fetch, `reads` fetches held at once, within settings.max_fetch_bytes (budget.py)."""
@@ -325,8 +330,19 @@ class TableWork:
         return out
 
     def rows_by_key(self, side: Side, keys: Sequence[Key], _: Server | None = None) -> dict[Key, tuple[Row, int]]:
-        rows = self.sides.server(side).query(self.sql[side].rows_by_key(keys), "reading differing rows")
-        return {row_key(self.plan, r[:-1]): (r[:-1], int(r[-1] or 0)) for r in rows}
+        """The rows of `keys` on one side, by the key each matched: its own, or (`collated`) one it equals
+        under the key's collation, told by the server in a second read of the keys left unmatched (the
+        replica's 'A' for the master's 'a': the same row there, and also read for 'A' when asked)."""
+        server, doing = self.sides.server(side), "reading differing rows"
+        rows = server.query(self.sql[side].rows_by_key(keys), doing)
+        out = {row_key(self.plan, r[:-1]): (r[:-1], int(r[-1] or 0)) for r in rows}
+        if not self.collated:
+            return out
+        matched = {k: out[k] for k in keys if k in out}
+        unmatched = [k for k in keys if k not in out]  # missing here, or spelt otherwise
+        for r in server.query(self.sql[side].rows_by_key(unmatched, tagged=True), doing) if unmatched else ():
+            matched[unmatched[int(r[-1] or 0)]] = (r[:-2], int(r[-2] or 0))
+        return matched
 
     def compare_rows(self, lower: Bound, upper: Bound) -> Iterator[RowDiff]:
         mh, rh = self.sides.both(
@@ -336,8 +352,12 @@ class TableWork:
         yield from self.fetch_rows(differ)
 
     def fetch_rows(self, keys: Sequence[Key]) -> Iterator[RowDiff]:
-        """The rows of `keys` on both sides (in the current snapshots), as RowDiffs when they differ."""
+        """The rows of `keys` on both sides (in the current snapshots), as RowDiffs when they differ.
+
+        Each row once: under the key's collation the master's 'a' and the replica's 'A' are both
+        differing keys of a range, and whichever comes first (the master's) was matched to both rows."""
         step = self.keys_per_fetch(2)
+        seen: set[tuple[Side, Key]] = set()
         for i in range(0, len(keys), step):
             batch = keys[i : i + step]
             m, r = self.sides.both(
@@ -347,6 +367,10 @@ class TableWork:
                 mrow, rrow = m.get(k), r.get(k)
                 if (mrow is None and rrow is None) or (mrow and rrow and mrow[0] == rrow[0]):
                     continue  # equal now: possible only when read outside one snapshot
+                rows = {(s, row_key(self.plan, read[0])) for s, read in zip(SIDES, (mrow, rrow), strict=True) if read}
+                if rows & seen:
+                    continue
+                seen |= rows
                 yield RowDiff(
                     self.index,
                     k,

@@ -280,6 +280,16 @@ def key_in(key: Sequence[str], keys: Sequence[Sequence[KeyValue]]) -> str:
     return f"{cols} IN ({rows})"
 
 
+def key_tag(key: Sequence[str], keys: Sequence[Sequence[KeyValue]]) -> str:
+    """`CASE WHEN k = <keys[0]> THEN 0 ... END`: the first of `keys` a row read by key_in(key, keys)
+    equals, under the key's collation ('A' = 'a' = 'a ' under utf8mb4_general_ci), as key_in matched it."""
+    whens = " ".join(
+        "WHEN " + " AND ".join(f"{quote_ident(c)} = {literal(v)}" for c, v in zip(key, k, strict=True)) + f" THEN {i}"
+        for i, k in enumerate(keys)
+    )
+    return f"CASE {whens} END"
+
+
 def force_index(index: str | None) -> str:
     return f" FORCE INDEX ({quote_ident(index)})" if index else ""
 
@@ -316,10 +326,13 @@ class TableSql:
         where = range_where(self.plan.key, lower, upper)
         return f"SELECT {', '.join(self.key_exprs)}, {self.hash} FROM {self.source} WHERE {where}"
 
-    def rows_by_key(self, keys: Sequence[Sequence[KeyValue]], *, whole: bool = False) -> str:
-        """Rows in their held form (long values as digests), or `whole` (the repair plan's re-read)."""
-        exprs = self.exprs if whole else self.held
-        return f"SELECT {', '.join(exprs)}, {self.hash} FROM {self.plain_source} WHERE {key_in(self.plan.key, keys)}"
+    def rows_by_key(self, keys: Sequence[Sequence[KeyValue]], *, whole: bool = False, tagged: bool = False) -> str:
+        """Rows in their held form (long values as digests), or `whole` (the repair plan's re-read);
+        `tagged`: each followed by the position in `keys` of the key it matched (key_tag)."""
+        exprs = [*(self.exprs if whole else self.held), self.hash]
+        if tagged:
+            exprs.append(key_tag(self.plan.key, keys))
+        return f"SELECT {', '.join(exprs)} FROM {self.plain_source} WHERE {key_in(self.plan.key, keys)}"
 
     def key_text(self) -> str:
         """The key's values as one text, equal on both sides exactly when the key's bytes are."""
