@@ -1,4 +1,4 @@
-"""`replica-audit run|snapshot|diff|recheck|gate|report|verify|daily-report|prune|spark-server`.
+"""`replica-audit` run|snapshot|diff|recheck|gate|report|verify here; daily-report, prune, spark-server beside.
 
 Exit status (audit/outcome.py, README "Exit status"): 0 every gate passed; 1 a gate failed; 2 usage or
 configuration error; 3 a source could not be audited; 4 an internal error (a bug: its traceback is
@@ -24,6 +24,7 @@ from rich.markup import escape
 from typer.exceptions import TyperException
 
 from audit.cli import interrupt
+from audit.cli.daily_report import daily_report
 from audit.cli.options import (
     HistoryOpt,
     InventoryOpt,
@@ -249,17 +250,22 @@ def _stage(
         _existing_run(stage, out_dir, run_id)
     run_dir = start_run(inv, out_dir, run_id)
     codes = []
+    done, failed = [], []
     for p in selected:
         try:
             verdict = run_stage(stage, p, run_dir)
             codes.append(0 if verdict is None or verdict.success else 1)
+            done.append(p.name)
         except Exception as e:
             code = exit_code_of_error(e)
             if code == EXIT_INTERNAL:
                 traceback.print_exc()
             err.print(f"[red]{p.name}: {stage} failed:[/] {escape(str(e))}")
             codes.append(code)
-    out.print(escape(f"{stage}: done for {', '.join(p.name for p in selected)}; run_id {run_dir.run_id}"))
+            failed.append(p.name)
+    said = [f"done for {', '.join(done)}"] if done else []
+    said += [f"failed for {', '.join(failed)}"] if failed else []
+    out.print(escape(f"{stage}: {'; '.join(said)}; run_id {run_dir.run_id}"))
     raise typer.Exit(run_exit_code(codes))
 
 
@@ -427,27 +433,7 @@ def verify(
     raise typer.Exit(code)
 
 
-@app.command("daily-report")
-def daily_report(
-    out_dir: OutOpt,
-    history: HistoryOpt = None,
-    days: Annotated[int, typer.Option("--days", help="how many days back")] = 7,
-    as_of: Annotated[
-        str | None,
-        typer.Option("--as-of", help="end of the window: an ISO time, or a date for that whole day (default now)"),
-    ] = None,
-) -> None:
-    """Render OUT/reports/daily-<date>.html from the results history: trends per pair over the last days."""
-    from audit.history import ENV_VAR
-    from audit.report.daily import render_daily_report
-
-    new_out = not Path(out_dir).exists() and not (history or os.environ.get(ENV_VAR))
-    path = render_daily_report(out_dir, history, days, as_of)
-    out.print(escape(f"daily report: {path}"))
-    if new_out:  # a mistyped OUT: no history there, so the report is empty (not an error: a first day)
-        err.print(escape(f"warning: {out_dir} did not exist: the report holds no runs (--history names a store)"))
-
-
+app.command("daily-report")(daily_report)
 app.command("prune")(prune)
 app.command("spark-server")(spark_server)
 

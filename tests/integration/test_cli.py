@@ -62,6 +62,20 @@ def test_a_bug_in_one_pair_ends_that_pair_only(dirfiles_kind, tmp_path, monkeypa
     assert "ZeroDivisionError" in capsys.readouterr().err  # and the log has it too
 
 
+def test_a_stage_says_which_pairs_it_did_and_which_failed(dirfiles_kind, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    real = FilesCheck.snapshot
+
+    def snapshot(self, ctx):  # type: ignore[no-untyped-def]
+        if ctx.pair.name == "bad":
+            raise ZeroDivisionError("a bug met in one pair")
+        return real(self, ctx)
+
+    monkeypatch.setattr(FilesCheck, "snapshot", snapshot)
+    assert run_cli(["snapshot", "-i", str(two_pairs(tmp_path)), "-o", str(tmp_path / "out")], monkeypatch) == 4
+    said = capsys.readouterr().out
+    assert "snapshot: done for good; failed for bad; run_id " in said, said
+
+
 def test_json_and_quiet(dirfiles_kind, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     inv = two_pairs(tmp_path)
     assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "a"), "--json"], monkeypatch) == 0

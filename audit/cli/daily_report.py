@@ -1,0 +1,32 @@
+"""`replica-audit daily-report`: the results history's trends per pair, as one HTML page (audit/report/daily.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from audit.cli.options import HistoryOpt, OutOpt, err, out
+
+
+def daily_report(
+    out_dir: OutOpt,
+    history: HistoryOpt = None,
+    days: Annotated[int, typer.Option("--days", help="how many days back")] = 7,
+    as_of: Annotated[
+        str | None,
+        typer.Option("--as-of", help="end of the window: an ISO time, or a date for that whole day (default now)"),
+    ] = None,
+) -> None:
+    """Render OUT/reports/daily-<date>.html from the results history: trends per pair over the last days."""
+    from audit.history import ENV_VAR
+    from audit.report.daily import render_daily_report
+
+    new_out = not Path(out_dir).exists() and not (history or os.environ.get(ENV_VAR))
+    path = render_daily_report(out_dir, history, days, as_of)
+    out.print(escape(f"daily report: {path}"))
+    if new_out:  # a mistyped OUT: no history there, so the report is empty (not an error: a first day)
+        err.print(escape(f"warning: {out_dir} did not exist: the report holds no runs (--history names a store)"))
