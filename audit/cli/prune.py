@@ -10,18 +10,10 @@ from rich.markup import escape
 
 from audit.cli.options import OutOpt, err, out
 from audit.outcome import EXIT_OK, EXIT_USAGE
+from audit.report.charts import format_bytes  # matplotlib loads only when a chart is drawn
 
 if TYPE_CHECKING:
     from audit.prune import Plan
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
 
 
 def prune(
@@ -65,7 +57,7 @@ def prune(
         freed, plan_failed = _prune_one(plan, dry_run)
         total += freed
         failed += plan_failed
-    out.print(escape(f"{'would free' if dry_run else 'freed'} {_size(total)} ({total} bytes) in {plans[0].out}"))
+    out.print(escape(f"{'would free' if dry_run else 'freed'} {format_bytes(total)} ({total} bytes) in {plans[0].out}"))
     for path, why in failed:
         err.print(f"[red]could not delete[/] {escape(str(path))}: {escape(why)}")
     raise typer.Exit(EXIT_USAGE if failed else EXIT_OK)
@@ -81,9 +73,9 @@ def _prune_one(plan: Plan, dry_run: bool) -> tuple[int, list[tuple[Path, str]]]:
         verb, result = "deleted", apply_prune(plan)
     freed = result.freed
     for run_id in (r for r in plan.decision.delete if r in freed):
-        out.print(escape(f"{verb} run {plan.name(run_id)} ({_size(freed[run_id])})"))
+        out.print(escape(f"{verb} run {plan.name(run_id)} ({format_bytes(freed[run_id])})"))
     for run_id in (r for r in plan.decision.trim if r in freed):
-        out.print(escape(f"{verb} snapshots and work files of run {plan.name(run_id)} ({_size(freed[run_id])})"))
+        out.print(escape(f"{verb} snapshots and work files of run {plan.name(run_id)} ({format_bytes(freed[run_id])})"))
     for run_id, why in {**plan.decision.keep, **result.left}.items():
         err.print(escape(f"kept {plan.name(run_id)}: {why}"))
     for note in plan.notes:

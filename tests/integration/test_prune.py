@@ -160,7 +160,7 @@ def test_prune_deletes_old_runs_trims_older_than_snapshot_age_and_keeps_the_rest
     # what it printed is what it freed
     after = tree(out)
     freed = sum(size for path, size in before.items() if path not in after)
-    assert f"freed {freed / 1024:.1f} KB ({freed} bytes)" in printed.out
+    assert f"freed {freed / 1024:.3g} KiB ({freed} bytes)" in printed.out  # as the reports write sizes
     assert "deleted run old" in printed.out and "deleted snapshots and work files of run mid" in printed.out
     assert "kept unfinished: not finished" in printed.err.replace("\n", " ")
 
