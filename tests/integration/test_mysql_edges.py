@@ -164,9 +164,10 @@ def test_recheck_judges_no_row_the_replica_has_not_applied(pair: Pair, schema: s
     extra_row whose repair DELETE would later break replication), though its wait had timed out."""
     from audit.local.mariadb_server import wait_link_up
     from audit.sources.mysql import catalog
-    from audit.sources.mysql.chunks import RowDiff, Sides, TableWork
+    from audit.sources.mysql.chunks import Sides, TableWork
     from audit.sources.mysql.client import connect_pair
     from audit.sources.mysql.endpoint import MySQLEndpoint
+    from audit.sources.mysql.row_diff import RowDiff
     from audit.sources.mysql.rows import recheck
 
     pair.on_master(

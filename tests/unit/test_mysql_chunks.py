@@ -3,7 +3,7 @@ key-order planning, merging streams sorted by key digest."""
 
 from __future__ import annotations
 
-from audit.sources.mysql.chunks import RowDiff
+from audit.sources.mysql.row_diff import RowDiff
 from audit.sources.mysql.values import Column, SideSql, TablePlan
 
 COLUMNS = (

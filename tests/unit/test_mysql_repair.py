@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from audit.sources.mysql.chunks import RowDiff
 from audit.sources.mysql.repair import RepairPlan, statements
+from audit.sources.mysql.row_diff import RowDiff
 from audit.sources.mysql.values import Column, SideSql, TablePlan
 
 COLUMNS = (

@@ -38,12 +38,13 @@ from audit.pacing import Pacer, PaceSettings
 from audit.sources.mysql.budget import held_row_bytes, keys_per_fetch
 from audit.sources.mysql.client import Row, Server, TableGone
 from audit.sources.mysql.endpoint import MySQLSettings
-from audit.sources.mysql.sql import INT_TYPES, TEXT_TYPES, Bound, KeyValue, TableSql, decode_value
+from audit.sources.mysql.row_diff import Key, RowDiff, decode_key, row_key
+from audit.sources.mysql.sql import INT_TYPES, TEXT_TYPES, Bound, TableSql
+from audit.sources.mysql.unordered import compare
 from audit.sources.mysql.values import SIDES, Side, TablePlan
 
 T = TypeVar("T")
 U = TypeVar("U")
-Key = tuple[KeyValue, ...]
 
 
 @dataclass(frozen=True)
@@ -90,23 +91,6 @@ class ChunkDone:
 
 
 @dataclass(frozen=True)
-class RowDiff:
-    """A row whose two sides differ; `key` None for a keyless table, where `copies` is the surplus."""
-
-    table: int
-    key: Key | None
-    master_row: Row | None
-    replica_row: Row | None
-    master_hash: int | None
-    replica_hash: int | None
-    copies: int = 1
-    in_flight: bool = False
-    """Set by the recheck: the master changed this row while it was re-read."""
-    behind: bool = False
-    """Set by the recheck: the replica had not applied the master's position when it was re-read."""
-
-
-@dataclass(frozen=True)
 class Uncovered:
     table: int
     lower: Bound
@@ -143,16 +127,6 @@ class Sides:
         self._pool.shutdown(wait=True)
         self.master.close()
         self.replica.close()
-
-
-def decode_key(plan: TablePlan, raw: Sequence[bytes | None]) -> Key:
-    values = [decode_value(c, v) for c, v in zip(plan.key_columns, raw, strict=True)]
-    assert all(v is not None for v in values), "key columns are NOT NULL"
-    return tuple(v for v in values if v is not None)
-
-
-def row_key(plan: TablePlan, row: Row) -> Key:
-    return decode_key(plan, [row[i] for i in plan.key_positions])
 
 
 def merge_counts(a: Iterator[Row], b: Iterator[Row]) -> Iterator[tuple[int, int, int]]:
@@ -283,8 +257,6 @@ class TableWork:
         if not self.plan.key:
             return self.multiset()
         if not self.plan.ranges:
-            from audit.sources.mysql.unordered import compare  # it builds on this module
-
             return compare(self, max(m.count, r.count))
         return self.narrow(lower, upper, m, r)
 

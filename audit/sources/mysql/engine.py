@@ -20,10 +20,11 @@ from typing import IO, TYPE_CHECKING, Any
 from audit.errors import AuditError, ConfigError, SnapshotError, SourceConnectError, SourceError
 from audit.findings import Finding
 from audit.sources.mysql import catalog
-from audit.sources.mysql.chunks import ZERO, ChunkDone, Digest, RowDiff, Sides, Uncovered
+from audit.sources.mysql.chunks import ZERO, ChunkDone, Digest, Sides, Uncovered
 from audit.sources.mysql.client import Server, connect_pair
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings, parse_tables
 from audit.sources.mysql.repair import RepairPlan, WholeRows
+from audit.sources.mysql.row_diff import RowDiff
 from audit.sources.mysql.rows import RecheckResult, recheck, to_finding
 from audit.sources.mysql.spark_job import Job, TaskError, TaskStats, events, plan_segments
 from audit.sources.mysql.sql import KeyValue

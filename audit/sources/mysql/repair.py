@@ -30,9 +30,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
-from audit.sources.mysql.chunks import RowDiff
 from audit.sources.mysql.client import Row, Server, connect
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings
+from audit.sources.mysql.row_diff import RowDiff
 from audit.sources.mysql.sql import (
     BINARY_TYPES,
     DIGESTED_BYTES,

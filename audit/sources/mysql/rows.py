@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from audit.findings import Finding
-from audit.sources.mysql.chunks import Key, RowDiff, Sides, TableWork
+from audit.sources.mysql.chunks import Sides, TableWork
 from audit.sources.mysql.client import Row, TableGone
 from audit.sources.mysql.endpoint import MySQLSettings
+from audit.sources.mysql.row_diff import Key, RowDiff
 from audit.sources.mysql.sql import decode_value, held_digest, json_value
 from audit.sources.mysql.values import Column, TablePlan
 

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from audit.errors import AuditError
-from audit.sources.mysql.chunks import Event, Key, Segment, Sides, TableWork, decode_key
+from audit.sources.mysql.chunks import Event, Segment, Sides, TableWork
 from audit.sources.mysql.client import Server, TableGone, connect
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings
+from audit.sources.mysql.row_diff import Key, decode_key
 from audit.sources.mysql.sql import INT_TYPES, TableSql, quote_ident, table_ref
 from audit.sources.mysql.values import TablePlan
 

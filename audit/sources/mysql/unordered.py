@@ -21,17 +21,42 @@ finding names both collations). Rows are re-read by key as any others (rows.py, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from itertools import groupby
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
-from audit.sources.mysql.chunks import RowDiff, row_key
-from audit.sources.mysql.client import Row
-
-if TYPE_CHECKING:
-    from audit.sources.mysql.chunks import TableWork
+from audit.sources.mysql.client import Row, Server
+from audit.sources.mysql.endpoint import MySQLSettings
+from audit.sources.mysql.row_diff import RowDiff, row_key
+from audit.sources.mysql.sql import TableSql
+from audit.sources.mysql.values import TablePlan
 
 K = TypeVar("K", int, bytes)
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+class BothSides(Protocol):
+    def both(self, on_master: Callable[[Server], T], on_replica: Callable[[Server], U]) -> tuple[T, U]: ...
+
+
+class TableWork(Protocol):
+    """What comparing by key digests needs of the walk over one table (chunks.TableWork, which calls
+    :func:`compare`): a protocol, so that this module does not import the one that imports it."""
+
+    @property
+    def sides(self) -> BothSides: ...
+    @property
+    def plan(self) -> TablePlan: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def settings(self) -> MySQLSettings: ...
+    @property
+    def sql(self) -> Mapping[str, TableSql]: ...
+    def keys_per_fetch(self, reads: int) -> int: ...
+
+
 LISTED_BUCKETS = 20_000
 """At most this many differing buckets are named in the rows' query (`IN (...)`); beyond, every row is
 read (a statement of 20000 numbers is ~140 KB, well within max_allowed_packet)."""
