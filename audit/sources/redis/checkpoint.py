@@ -67,16 +67,15 @@ class Checkpoint:
     def load(cls, out_dir: Path, dbs: list[int], parts_dir: Path) -> Checkpoint:
         """The side's checkpoint, or a fresh start (a leftover of other dbs, or none: `parts_dir` emptied)."""
         raw = _readable(out_dir / CHECKPOINT_FILE)
-        if raw is not None:
-            if raw.get("dbs") == dbs:
-                return cls(
-                    dbs,
-                    raw.get("db"),
-                    bytes.fromhex(raw.get("cursor", "30")),
-                    raw.get("parts", 0),
-                    raw.get("counts") or {},
-                    bool(raw.get("complete")),
-                )
+        if raw is not None and raw.get("dbs") == dbs and _parts_intact(parts_dir, raw.get("parts", 0)):
+            return cls(
+                dbs,
+                raw.get("db"),
+                bytes.fromhex(raw.get("cursor", "30")),
+                raw.get("parts", 0),
+                raw.get("counts") or {},
+                bool(raw.get("complete")),
+            )
         return cls.start_over(dbs, parts_dir)
 
     @classmethod
@@ -116,6 +115,27 @@ class Checkpoint:
     @staticmethod
     def mark_complete(out_dir: Path, dbs: list[int], parts: int, stats: SnapshotStats) -> None:
         _write_checkpoint(out_dir, Checkpoint(dbs, None, b"0", parts, asdict(stats), complete=True))
+
+
+def part_path(parts_dir: Path, index: int) -> Path:
+    """The `index`-th part file of a side's snapshot (numbered from 0, as the checkpoint counts them)."""
+    return parts_dir / f"part-{index:05d}.parquet"
+
+
+def _parts_intact(parts_dir: Path, parts: object) -> bool:
+    """Every part the checkpoint counts is there and readable (its footer): one deleted or cut short since
+    (a full disk, a copy stopped half way) means the side is read again, not reused with keys missing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not isinstance(parts, int) or parts < 0:
+        return False
+    try:
+        for i in range(parts):
+            pq.read_metadata(part_path(parts_dir, i))
+    except (pa.ArrowException, OSError):
+        return False
+    return True
 
 
 def _readable(path: Path) -> dict[str, Any] | None:

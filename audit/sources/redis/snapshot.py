@@ -34,7 +34,7 @@ from audit import defaults
 from audit.errors import ConfigError, SnapshotError
 from audit.layout import write_text
 from audit.pacing import Pacer, PaceSettings, keys_per_s_from_qps, qps_warning
-from audit.sources.redis.checkpoint import Checkpoint, SnapshotStats
+from audit.sources.redis.checkpoint import Checkpoint, SnapshotStats, part_path
 from audit.sources.redis.client import client_list_text, info_text
 from audit.sources.redis.info import parse_info
 from audit.sources.redis.keys import ERROR, VANISHED, BatchPlan, KeyReader, Rows, head_request
@@ -145,7 +145,7 @@ class _ParquetSink:
     def flush(self) -> None:
         self._flushed_at = time.monotonic()
         if self._batches:
-            path = self._dir / f"part-{self.parts:05d}.parquet"
+            path = part_path(self._dir, self.parts)
             tmp = path.with_name(f".{path.name}.tmp")  # readers skip dot files: a crash leaves nothing half-read
             table = pa.Table.from_batches(self._batches).combine_chunks()
             pq.write_table(table, tmp, compression="zstd", compression_level=1, use_dictionary=_DICTIONARY_COLUMNS)
