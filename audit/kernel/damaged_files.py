@@ -16,16 +16,23 @@ from pathlib import Path
 from audit.errors import StageInputError
 
 
-def first_damaged(roots: Iterable[Path]) -> tuple[Path, str] | None:
-    """The first Parquet file under `roots` (files or directories) whose footer cannot be read, and why."""
+def unreadable(path: Path) -> str | None:
+    """Why the Parquet file at `path` cannot be read (missing, or its footer cut short), or None."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    try:
+        pq.read_metadata(path)
+    except (pa.ArrowException, OSError) as e:
+        return str(e).splitlines()[0] if str(e) else type(e).__name__
+    return None
+
+
+def first_damaged(roots: Iterable[Path]) -> tuple[Path, str] | None:
+    """The first Parquet file under `roots` (files or directories) whose footer cannot be read, and why."""
     for path in _parquet_files(roots):
-        try:
-            pq.read_metadata(path)
-        except (pa.ArrowException, OSError) as e:
-            return path, str(e).splitlines()[0] if str(e) else type(e).__name__
+        if (why := unreadable(path)) is not None:
+            return path, why
     return None
 
 

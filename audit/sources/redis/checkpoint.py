@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from audit.kernel.damaged_files import unreadable
 from audit.sources.redis.keys import ERROR, OK, UNSTABLE, Rows
 
 
@@ -66,7 +67,7 @@ class Checkpoint:
     @classmethod
     def load(cls, out_dir: Path, dbs: list[int], parts_dir: Path) -> Checkpoint:
         """The side's checkpoint, or a fresh start (a leftover of other dbs, or none: `parts_dir` emptied)."""
-        raw = _readable(out_dir / CHECKPOINT_FILE)
+        raw = read_json_or_none(out_dir / CHECKPOINT_FILE)
         if raw is not None and raw.get("dbs") == dbs and _parts_intact(parts_dir, raw.get("parts", 0)):
             return cls(
                 dbs,
@@ -125,23 +126,15 @@ def part_path(parts_dir: Path, index: int) -> Path:
 def _parts_intact(parts_dir: Path, parts: object) -> bool:
     """Every part the checkpoint counts is there and readable (its footer): one deleted or cut short since
     (a full disk, a copy stopped half way) means the side is read again, not reused with keys missing."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     if not isinstance(parts, int) or parts < 0:
         return False
-    try:
-        for i in range(parts):
-            pq.read_metadata(part_path(parts_dir, i))
-    except (pa.ArrowException, OSError):
-        return False
-    return True
+    return all(unreadable(part_path(parts_dir, i)) is None for i in range(parts))
 
 
-def _readable(path: Path) -> dict[str, Any] | None:
-    """The checkpoint's content, or None when there is none or it is damaged (cut short, not JSON, a hand
-    edit): a checkpoint only saves reading again, so a damaged one means starting the side over, not an
-    error; the parts it described are removed with it."""
+def read_json_or_none(path: Path) -> dict[str, Any] | None:
+    """A side's own JSON file (checkpoint.json, snapshot.json), or None when there is none or it is damaged
+    (cut short, not JSON, a hand edit): both only save reading again, so a damaged one means reading the
+    side again, not an error; the parts a damaged checkpoint described are removed with it."""
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError):

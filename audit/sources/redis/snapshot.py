@@ -34,7 +34,7 @@ from audit import defaults
 from audit.errors import ConfigError, SnapshotError
 from audit.layout import write_text
 from audit.pacing import Pacer, PaceSettings, keys_per_s_from_qps, qps_warning
-from audit.sources.redis.checkpoint import Checkpoint, SnapshotStats, part_path
+from audit.sources.redis.checkpoint import Checkpoint, SnapshotStats, part_path, read_json_or_none
 from audit.sources.redis.client import client_list_text, info_text
 from audit.sources.redis.info import parse_info
 from audit.sources.redis.keys import ERROR, VANISHED, BatchPlan, KeyReader, Rows, head_request
@@ -199,7 +199,7 @@ def snapshot_side(
     out_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = Checkpoint.load(out_dir, dbs, out_dir / KEYS_FILE)
     if checkpoint.complete:
-        if (kept := _kept_meta(out_dir / META_FILE)) is not None:
+        if (kept := read_json_or_none(out_dir / META_FILE)) is not None:
             return {**kept, "reused": True}
         # complete, but its snapshot.json (the server's state around the read) is lost: read it all again
         checkpoint = Checkpoint.start_over(dbs, out_dir / KEYS_FILE)
@@ -266,15 +266,6 @@ def snapshot_side(
     write_text(out_dir / META_FILE, json.dumps(meta, indent=1, sort_keys=True))  # whole or not at all
     Checkpoint.mark_complete(out_dir, dbs, sink.parts, stats)
     return meta
-
-
-def _kept_meta(path: Path) -> dict[str, Any] | None:
-    """A complete side's snapshot.json, or None when it is missing or damaged (the side is then read again)."""
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) else None
 
 
 class _Sampler:
