@@ -43,15 +43,20 @@ def test_version(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     assert capsys.readouterr().out.strip() == f"replica-audit {tool_version()}"
 
 
-def test_a_bug_in_one_pair_ends_that_pair_only(dirfiles_kind, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
-    real = FilesCheck.diff
+def _bug_in_pair_bad(stage: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests' kind meets a bug in `stage` of the pair named bad, and works for every other pair."""
+    real = getattr(FilesCheck, stage)
 
-    def diff(self, ctx):  # type: ignore[no-untyped-def]
+    def failing(self, ctx):  # type: ignore[no-untyped-def]
         if ctx.pair.name == "bad":
             raise ZeroDivisionError("a bug met in one pair")
         return real(self, ctx)
 
-    monkeypatch.setattr(FilesCheck, "diff", diff)
+    monkeypatch.setattr(FilesCheck, stage, failing)
+
+
+def test_a_bug_in_one_pair_ends_that_pair_only(dirfiles_kind, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    _bug_in_pair_bad("diff", monkeypatch)
     assert run_cli(["run", "-i", str(two_pairs(tmp_path)), "-o", str(tmp_path / "out")], monkeypatch) == 4
     root = latest_run(tmp_path / "out")
     pairs = {p["pair"]: p for p in summary(root)["pairs"]}
@@ -63,14 +68,7 @@ def test_a_bug_in_one_pair_ends_that_pair_only(dirfiles_kind, tmp_path, monkeypa
 
 
 def test_a_stage_says_which_pairs_it_did_and_which_failed(dirfiles_kind, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
-    real = FilesCheck.snapshot
-
-    def snapshot(self, ctx):  # type: ignore[no-untyped-def]
-        if ctx.pair.name == "bad":
-            raise ZeroDivisionError("a bug met in one pair")
-        return real(self, ctx)
-
-    monkeypatch.setattr(FilesCheck, "snapshot", snapshot)
+    _bug_in_pair_bad("snapshot", monkeypatch)
     assert run_cli(["snapshot", "-i", str(two_pairs(tmp_path)), "-o", str(tmp_path / "out")], monkeypatch) == 4
     said = capsys.readouterr().out
     assert "snapshot: done for good; failed for bad; run_id " in said, said
