@@ -65,9 +65,8 @@ def snapshot_sides(
             p.start()
     metas: dict[str, dict[str, Any]] = {}
     failure: BaseException | None = None
-    stopped = (
-        True  # until the loop ends by itself: an interrupt (Ctrl-C, SIGTERM as the CLI raises it) stops the children
-    )
+    # True until the loop ends by itself: an interrupt (Ctrl-C, SIGTERM as the CLI raises it) stops the children
+    stopped = True
     try:
         while len(metas) < len(jobs) and failure is None:
             try:
