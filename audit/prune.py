@@ -210,14 +210,22 @@ def apply_prune(plan: Plan) -> Result:
     return result
 
 
+def docs_index(out: Path) -> Path:
+    """The Data Docs index of the GX context under `out` (audit/gate/gx.py builds it), as prune reaches it."""
+    from audit.gate.docs_index import INDEX
+
+    return out / "gx" / "data_docs" / INDEX
+
+
 def _trim_index(out: Path, result: Result) -> None:
     """Drop the deleted results' rows from the Data Docs index (under the GX lock, which the caller holds),
     so it links no page that is gone; the next gate rebuilds it in full (audit/gate/docs_index.py)."""
-    from audit.gate.docs_index import INDEX, drop_dead_rows
+    from audit.gate.docs_index import drop_dead_rows
 
-    site = out / "gx" / "data_docs"
+    index = docs_index(out)
+    site = index.parent
     try:
-        if not (_real_dir(out / "gx") and _real_dir(site) and stat.S_ISREG((site / INDEX).lstat().st_mode)):
+        if not (_real_dir(out / "gx") and _real_dir(site) and stat.S_ISREG(index.lstat().st_mode)):
             return  # no index, or one reached through a symlink: not this prune's to rewrite
     except OSError:
         return

@@ -65,7 +65,7 @@ def prune(
 
 def _prune_one(plan: Plan, dry_run: bool) -> tuple[int, list[tuple[Path, str]]]:
     """Apply (or only show) one output directory's plan and say what it did: (bytes freed, paths that failed)."""
-    from audit.prune import Result, apply_prune, size_of
+    from audit.prune import Result, apply_prune, docs_index, size_of
 
     if dry_run:
         verb, result = "would delete", Result({r: sum(size_of(p) for p in paths) for r, paths in plan.paths.items()})
@@ -80,7 +80,7 @@ def _prune_one(plan: Plan, dry_run: bool) -> tuple[int, list[tuple[Path, str]]]:
         err.print(escape(f"kept {plan.name(run_id)}: {why}"))
     for note in plan.notes:
         err.print(escape(f"not pruned: {note}"))
-    index = plan.out / "gx" / "data_docs" / "index.html"
+    index = docs_index(plan.out)
     if result.index_dropped:
         rows = f"{result.index_dropped} row{'s' if result.index_dropped > 1 else ''}"
         out.print(escape(f"dropped {rows} of deleted results from the Data Docs index {index}"))
