@@ -297,3 +297,25 @@ def test_snapshot_processes_end_with_their_parent(redis_pair, tmp_path, how) -> 
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         c.flushdb()
+
+
+def test_a_failed_side_stops_the_other_in_threads_mode(redis_pair, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # a thread cannot be terminated as a side's process is: the other side used to read its whole keyspace
+    # (twenty seconds here) before the first side's error came out
+    from audit.errors import ConfigError
+    from audit.sources.redis.sides import SideJob, snapshot_sides
+
+    master, _ = redis_pair
+    c = master.client(6)
+    c.flushdb()
+    c.mset({f"k{i:05d}": i for i in range(20_000)})  # twenty seconds at the cap
+    jobs = [
+        SideJob("master", master.url, "m", [6], tmp_path / "master"),
+        SideJob("replica", master.url, "r", [99_999], tmp_path / "replica"),  # no such db: refused at once
+    ]
+    try:
+        with pytest.raises(ConfigError, match="no such db"):
+            snapshot_sides(jobs, SnapshotOptions(max_keys_per_s=1000, max_latency_ms=None), processes=False)
+        assert not (tmp_path / "master" / "snapshot.json").exists(), "the master side read its whole keyspace"
+    finally:
+        c.flushdb()

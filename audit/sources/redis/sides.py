@@ -207,13 +207,39 @@ def _rebuild_error(payload: tuple[str, str, str]) -> BaseException:
     return SnapshotError(message, where=where)
 
 
+class _SideStopped(Exception):
+    """Raised in a side's thread at its next batch once the command stops or the other side failed."""
+
+
 def _sides_in_threads(
     jobs: Sequence[SideJob], options: SnapshotOptions, on_keys: Callable[[str, int], None] | None
 ) -> dict[str, dict[str, Any]]:
-    from concurrent.futures import ThreadPoolExecutor
+    """A thread per side. An interrupt or a side's failure stops the other threads at their next batch
+    (what they wrote is kept, as a terminated process's is): a thread cannot be killed, and the pool's
+    exit waited for every side to read its whole keyspace before the command could stop."""
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    stop = threading.Event()
 
     def one(job: SideJob) -> dict[str, Any]:
-        return snapshot_job(job, options, (lambda n: on_keys(job.side, n)) if on_keys is not None else None)
+        def batch_done(n: int) -> None:
+            if stop.is_set():
+                raise _SideStopped(job.side)
+            if on_keys is not None:
+                on_keys(job.side, n)
 
-    with ThreadPoolExecutor(len(jobs)) as pool:
-        return dict(zip([j.side for j in jobs], pool.map(one, jobs), strict=True))
+        return snapshot_job(job, options, batch_done)
+
+    pool = ThreadPoolExecutor(len(jobs))
+    try:
+        futures = [pool.submit(one, j) for j in jobs]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in done:  # the first failure stops the other side, as a failed process does
+            if (error := future.exception()) is not None:
+                raise error
+        return {j.side: f.result() for j, f in zip(jobs, futures, strict=True)}
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
