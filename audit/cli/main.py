@@ -362,7 +362,8 @@ def verify(
     ] = None,
     name: Annotated[str, typer.Option("--name", help="the pair's name in the outputs")] = "migration",
     setting: Annotated[
-        list[str] | None, typer.Option("--setting", help="inventory setting key=value, e.g. qps=5000 (repeatable)")
+        list[str] | None,
+        typer.Option("--setting", help="inventory setting key=value, e.g. max_keys_per_s=20000 (repeatable)"),
     ] = None,
     option: Annotated[
         list[str] | None,
