@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from audit.errors import SourceError
-from tests.integration.helpers import latest_run, run_cli, summary
+from tests.integration.helpers import latest_run, run_cli, summary, write_inventory
 from tests.integration.test_own_kind import make_dirs
 from tests.kinds.dirfiles import FilesCheck
 
@@ -374,3 +374,27 @@ def test_the_command_list_shows_each_command_in_one_unbroken_line_of_help(monkey
     for name, command in commands.items():
         first = (command.help or "").strip().split("\n\n")[0]
         assert first and "\n" not in first, f"{name}: {first!r}"
+
+
+def test_one_redis_server_given_as_both_sides_is_refused_before_it_is_read(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # compared with itself a server agrees on every key: a verification certified it, exit 0
+    from audit.local.redis_server import RedisServer, free_port
+
+    server = RedisServer(free_port(), tmp_path / "server").start()
+    try:
+        server.client().mset({f"k{i}": i for i in range(50)})
+        other_name = server.url.replace("127.0.0.1", "localhost")  # another URL, the same server
+        args = ["verify", "--source", server.url, "--target", other_name, "-o", str(tmp_path / "v")]
+        assert run_cli(args, monkeypatch) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "both endpoints reach one server (run_id" in err, err
+        (certificate,) = (tmp_path / "v").glob("*/certificate.json")
+        cert = json.loads(certificate.read_text())
+        assert cert["verdict"] == "error" and "one server" in " ".join(cert["reasons"]), cert["reasons"]
+        pair = {"name": "p", "kind": "redis", "master": server.url, "replica": other_name, "check_replication": False}
+        inv = write_inventory(tmp_path / "inv.yaml", [pair])
+        assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 2
+        assert "both endpoints reach one server" in " ".join(capsys.readouterr().err.split())
+        assert not list((tmp_path / "out").glob("*/snapshots/p/master/keys.parquet"))  # nothing was read
+    finally:
+        server.stop()

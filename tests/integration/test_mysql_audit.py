@@ -149,3 +149,18 @@ def test_bad_input_names_the_table_or_the_host(servers, tmp_path, monkeypatch, c
     assert run_cli(["run", "-i", str(down), "-o", str(tmp_path / "b")], monkeypatch) == 3
     err = capsys.readouterr().err
     assert "127.0.0.1" in err and "Traceback" not in err and "pw@" not in err
+
+
+def test_one_server_given_as_both_sides_is_refused(servers, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # compared with itself a server agrees on every row: a verification certified it, exit 0
+    master, _ = servers
+    load_once = "CREATE DATABASE IF NOT EXISTS selfie", "CREATE TABLE IF NOT EXISTS selfie.t (id INT PRIMARY KEY)"
+    master.execute(*load_once)
+    source = master.create_auditor()
+    target = source.replace("127.0.0.1", "localhost")  # another URL, the same server
+    args = ["verify", "--kind", "mysql", "--source", source, "--target", target, "--table", "selfie.*"]
+    assert run_cli([*args, "-o", str(tmp_path / "v")], monkeypatch) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "both endpoints reach one server (server id" in err, err
+    (certificate,) = (tmp_path / "v").glob("*/certificate.json")
+    assert json.loads(certificate.read_text())["verdict"] == "error"

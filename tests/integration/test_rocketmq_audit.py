@@ -269,3 +269,13 @@ def test_what_a_damaged_slave_could_not_read_is_not_compared_and_no_lag_is_claim
     assert s["coverage"]["bytes_compared"] == damage_at - m["common_start"]
     html = (root / "report.html").read_text()
     assert "master − replica at the last sample" not in html
+
+
+def test_one_store_given_as_both_sides_is_refused(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # a store compared with itself agrees on every byte; a symlink is the same store under another name
+    (tmp_path / "m" / "commitlog").mkdir(parents=True)
+    shutil.copy(FIXTURE, tmp_path / "m" / "commitlog" / FIXTURE.name)
+    (tmp_path / "alias").symlink_to(tmp_path / "m")
+    code, _ = audit(tmp_path, monkeypatch, {"store_dir": str(tmp_path / "m")}, {"store_dir": str(tmp_path / "alias")})
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and f"both endpoints reach one server (store directory {tmp_path / 'm'})" in err, err

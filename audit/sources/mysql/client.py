@@ -134,6 +134,14 @@ class Server:
         value = row[0] if row else None
         return value.decode() if value is not None else ""
 
+    def identity(self) -> str | None:
+        """What the server says identifies it: MySQL's `server_uuid`, MariaDB's `server_uid` (a hash of the
+        host's hardware address and the server's port); None where neither is shown."""
+        row = self.one(
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('server_uuid', 'server_uid')", "reading the server's id"
+        )
+        return row[1].decode() if row and row[1] else None
+
     def dicts(self, sql: str, doing: str) -> list[dict[str, str | None]]:
         """Rows as {column: text}, for status commands."""
         try:

@@ -11,6 +11,7 @@ import json
 
 from audit.kernel.check import Check
 from audit.kernel.context import StageContext
+from audit.kernel.identity import refuse_one_server
 from audit.sources.mysql.model import MySQLPair
 from audit.urls import redact_url
 
@@ -28,6 +29,7 @@ class GtidCheck(Check):
 
         for side in SIDES:
             ctx.state.servers[side] = {"endpoint": redact_url(ctx.url(side)), "version": None}
+        _refuse_one_server(ctx)
         if not self.pair.check_replication:
             ctx.skip("check_replication: false")
             return
@@ -46,3 +48,16 @@ class GtidCheck(Check):
             ctx.skip(why)
             return
         ctx.done(f"GTID sets of both sides ({audit.state.get('flavor')})")
+
+
+def _refuse_one_server(ctx: StageContext) -> None:
+    """Both endpoints leading to one server are an inventory mistake, found before any table is read."""
+    from audit.sources.mysql.client import connect_pair
+    from audit.sources.mysql.endpoint import MySQLEndpoint
+
+    master, replica = connect_pair(*(MySQLEndpoint.from_url(str(ctx.url(s)), s) for s in SIDES), read_timeout_s=60)
+    try:
+        refuse_one_server(ctx.pair.name, {"master": master.identity(), "replica": replica.identity()}, "server id")
+    finally:
+        master.close()
+        replica.close()

@@ -12,6 +12,7 @@ import redis
 from audit import defaults
 from audit.errors import ConfigError, SourceConnectError
 from audit.sources.redis.endpoints import unreadable_tls_file
+from audit.sources.redis.info import parse_info
 from audit.sources.redis.resp import RespPipe
 from audit.urls import redact_url
 
@@ -124,6 +125,15 @@ def info_text(client: redis.Redis, section: str) -> bytes:
     finally:
         client.connection_pool.release(conn)
     return bytes(reply) if reply is not None else b""
+
+
+def server_run_id(client: redis.Redis) -> str | None:
+    """The id a Redis or Pika server draws at its start (INFO server's `run_id`); None if INFO is refused."""
+    try:
+        run_id = parse_info(info_text(client, "server")).get("run_id")
+    except redis.ResponseError:  # an ACL without INFO: no proof either way
+        return None
+    return str(run_id) if run_id else None
 
 
 def client_list_text(client: redis.Redis) -> bytes | None:

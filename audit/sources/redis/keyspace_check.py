@@ -24,10 +24,11 @@ if TYPE_CHECKING:
 from audit.errors import SourceConnectError, SourceError
 from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
+from audit.kernel.identity import refuse_one_server
 from audit.kernel.state import MetricValue, PairState
 from audit.layout import RunDir
 from audit.sources.redis.ack import ReplicaAck
-from audit.sources.redis.client import connect, connected_sides
+from audit.sources.redis.client import connect, connected_sides, server_run_id
 from audit.sources.redis.divergence import (
     COMPARE_MEANING,
     compare_limit,
@@ -135,6 +136,7 @@ class KeyspaceCheck(Check):
     def snapshot(self, ctx: StageContext) -> None:
         listed: dict[str, dict[int, int]] = {}
         with self._clients(ctx) as clients:  # both sides answer before any snapshot process starts
+            refuse_one_server(ctx.pair.name, {s: server_run_id(c) for s, c in clients.items()}, "run_id")
             if self.dbs_from_info:
                 listed = {
                     s: keyspace_dbs(capture_state(c, with_clients=False)["info_keyspace"]) for s, c in clients.items()

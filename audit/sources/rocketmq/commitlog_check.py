@@ -15,6 +15,7 @@ from typing import Any
 from audit.errors import SnapshotError, SourceError
 from audit.kernel.check import Check
 from audit.kernel.context import StageContext
+from audit.kernel.identity import refuse_one_server
 from audit.layout import write_json
 from audit.sources.rocketmq.model import RocketMQPair, StoreEndpoint
 
@@ -32,6 +33,15 @@ def _readable_size(path: Path) -> int:
     """The file's size, once it is known to open for reading (a task would fail on it later)."""
     with path.open("rb") as fh:
         return os.fstat(fh.fileno()).st_size
+
+
+def _store_identities(stores: dict[str, StoreEndpoint]) -> dict[str, str | None]:
+    """One store directory given twice (by another path, a symlink or a bind mount) gives one identity."""
+    paths = {side: Path(store.store_dir) for side, store in stores.items()}
+    if not all(p.is_dir() for p in paths.values()):
+        return dict.fromkeys(paths)  # read_side names what is missing
+    first = next(iter(paths.values()))
+    return {side: str(first.resolve() if p.samefile(first) else p.resolve()) for side, p in paths.items()}
 
 
 def read_side(pair: str, side: str, store_dir: str) -> dict[str, Any]:
@@ -101,8 +111,10 @@ class CommitLogCheck(Check):
 
     def snapshot(self, ctx: StageContext) -> None:
         files_count = {}
+        stores: dict[str, StoreEndpoint] = {side: self.pair.store(side, ctx.resolver) for side in SIDES}
+        refuse_one_server(self.pair.name, _store_identities(stores), "store directory")
         for side in ("replica", "master"):
-            endpoint: StoreEndpoint = self.pair.store(side, ctx.resolver)
+            endpoint = stores[side]
             meta = read_side(self.pair.name, side, endpoint.store_dir)
             write_json(ctx.snapshot_dir(side) / STORE_META, meta)
             ctx.state.servers[side] = {"endpoint": meta["store_dir"], "version": None}
