@@ -94,3 +94,21 @@ def test_the_environment_s_spark_settings_are_checked_as_the_options_are(
         session.configure()
     monkeypatch.delenv(variable)
     session.configure()
+
+
+def test_a_driver_jvm_starts_without_log_lines_on_stderr() -> None:
+    # pyspark's driver counts as a shell: Spark printed "Setting default log level" and a hint at every
+    # session's start, on the stderr of a quiet (-q) run too
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REPLICA_AUDIT_SPARK", "PYSPARK_GATEWAY"))}
+    code = "from audit.diff import spark; print(spark.get_spark().range(3).count())"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env={**env, "PYTHONPATH": str(REPO)}
+    )
+    assert done.stdout.strip() == "3", done.stderr
+    assert "log level" not in done.stderr and "setLogLevel" not in done.stderr, done.stderr
