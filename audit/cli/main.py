@@ -42,6 +42,7 @@ from audit.cli.options import (
 from audit.cli.prune import prune
 from audit.cli.spark_server import spark_server
 from audit.errors import AuditError, ConfigError
+from audit.history import check_history_url
 from audit.inventory import Inventory, Pair, load_inventory
 from audit.kernel.kind import kind_spec
 from audit.layout import RunDir
@@ -220,6 +221,7 @@ def run(
 ) -> None:
     """Run the whole pipeline for every pair (or the --pair ones) and print a summary."""
     _output(as_json, quiet)
+    check_history_url(history)
     if resume and run_id and resume != run_id:
         raise ConfigError("--resume RUN_ID and --run-id name different runs; give one")
     if resume and not RunDir(out_dir, resume).manifest.is_file():
@@ -339,6 +341,7 @@ def report(
 ) -> None:
     """Stage 5: write summary.json and report.html, print the summary; exit status as for `run`."""
     _output(as_json, quiet)
+    check_history_url(history)
     inv, pairs = _setup(inventory, pair, None, None)
     _existing_run("report", out_dir, run_id)
     run_dir = start_run(inv, out_dir, run_id)
@@ -385,6 +388,7 @@ def verify(
     from audit.verify import finish_verification, in_verification_prose, in_verification_terms, verification_inventory
 
     _output(as_json, quiet)
+    check_history_url(history)
     given: dict[str, dict[str, Any]] = {"--setting": {}, "--option": {}}
     for flag, items in (("--setting", setting), ("--option", option)):
         for item in items or []:

@@ -12,6 +12,7 @@ driver's errors into :mod:`audit.errors` at its boundary.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from audit.errors import ConfigError
@@ -45,6 +46,25 @@ def open_history(url: str | None, *, out: Path | None = None, resolver: ConnReso
         if out is None:
             raise ConfigError(f"history: no URL and no output directory to put the default {DEFAULT_FILE_NAME} in")
         return SqliteHistory.in_dir(Path(out))
+    backend, url = _backend(url, resolver)
+    return backend.from_url(url)
+
+
+def check_history_url(url: str | None, resolver: ConnResolver | None = None) -> None:
+    """ConfigError for a URL :func:`open_history` would refuse, without opening the store: a command
+    checks it (None: $REPLICA_AUDIT_HISTORY's) before it audits anything, not once the run is done."""
+    given = url if url is not None else os.environ.get(ENV_VAR)
+    if given is None or not given.strip():
+        return
+    try:
+        backend, given = _backend(given, resolver)
+        backend.check_url(given)
+    except ConfigError as e:
+        raise ConfigError(f"{ENV_VAR}: {e}" if url is None else str(e)) from None
+
+
+def _backend(url: str, resolver: ConnResolver | None) -> tuple[type[SqlHistory], str]:
+    """The backend of a URL (a `conn:<id>` resolved first) and the URL it opens."""
     if url.startswith("conn:"):
         from audit.connections import endpoint_url
 
@@ -57,7 +77,7 @@ def open_history(url: str | None, *, out: Path | None = None, resolver: ConnReso
     if backend is None:
         examples = "; ".join(b.URL_HELP for b in HISTORY_BY_SCHEME.values())
         raise ConfigError(f"history: unsupported URL {shown_url(url)!r} (expected one of: {examples})")
-    return backend.from_url(url)
+    return backend, url
 
 
 __all__ = [
@@ -70,6 +90,7 @@ __all__ = [
     "RunRecord",
     "SqlHistory",
     "SqliteHistory",
+    "check_history_url",
     "open_history",
     "read_run",
     "to_frame",

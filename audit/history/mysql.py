@@ -149,6 +149,10 @@ class MySQLHistory(SqlHistory):
     def from_url(cls, url: str) -> MySQLHistory:
         return cls(parse_mysql_url(url))
 
+    @classmethod
+    def check_url(cls, url: str) -> None:
+        parse_mysql_url(url)
+
     @property
     def where(self) -> str:
         return f"{self.target.where}/{self.target.database}"

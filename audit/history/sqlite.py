@@ -81,6 +81,10 @@ class SqliteHistory(SqlHistory):
         return cls(sqlite_path(url))
 
     @classmethod
+    def check_url(cls, url: str) -> None:
+        sqlite_path(url)
+
+    @classmethod
     def in_dir(cls, out: Path) -> SqliteHistory:
         """The default store of an output directory."""
         return cls(Path(out) / DEFAULT_FILE_NAME)

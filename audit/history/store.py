@@ -143,6 +143,11 @@ class SqlHistory(ABC):
 
     @classmethod
     @abstractmethod
+    def check_url(cls, url: str) -> None:
+        """ConfigError for a URL of this scheme the backend could not open, without opening it."""
+
+    @classmethod
+    @abstractmethod
     def from_url(cls, url: str) -> SqlHistory:
         """Parse the URL (ConfigError naming the bad part) and connect (SourceConnectError)."""
 

@@ -398,3 +398,28 @@ def test_one_redis_server_given_as_both_sides_is_refused_before_it_is_read(tmp_p
         assert not list((tmp_path / "out").glob("*/snapshots/p/master/keys.parquet"))  # nothing was read
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("command", ["run", "verify"])
+@pytest.mark.parametrize("given", ["option", "environment"])
+def test_a_history_url_no_store_takes_is_exit_2_before_anything_is_audited(  # type: ignore[no-untyped-def]
+    command, given, tmp_path, monkeypatch, capsys
+) -> None:
+    # it was found once the audit was done: the run exited 0 and its results never reached the history
+    url = "postgres://u:secret@127.0.0.1:1/db"
+    pair = {"name": "p", "kind": "redis", "master": "redis://127.0.0.1:1", "replica": "redis://127.0.0.1:2"}
+    args = (
+        ["run", "-i", str(write_inventory(tmp_path / "inv.yaml", [pair]))]
+        if command == "run"
+        else ["verify", "--source", "redis://127.0.0.1:1", "--target", "redis://127.0.0.1:2"]
+    )
+    args += ["-o", str(tmp_path / "out")]
+    if given == "option":
+        args += ["--history", url]
+    else:
+        monkeypatch.setenv("REPLICA_AUDIT_HISTORY", url)
+    assert run_cli(args, monkeypatch) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "unsupported URL 'postgres://u:***@127.0.0.1:1/db'" in err and "secret" not in err, err
+    assert ("REPLICA_AUDIT_HISTORY" in err) == (given == "environment")
+    assert not (tmp_path / "out").exists()  # no run was started
