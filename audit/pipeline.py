@@ -94,7 +94,28 @@ def reopen_run(run: RunDir, stage: str | None = None) -> None:
             raise ConfigError(f"{what}: its snapshots and work files were pruned ({at}); start a new run")
         manifest.pop("ended_at", None)
         manifest["stage_started_at"] = utc_now_text()
+        counted = manifest.get("stages_started")  # to the second, stage_started_at may not tell two starts apart
+        manifest["stages_started"] = (counted if isinstance(counted, int) else 0) + 1
         write_json(run.manifest, manifest)
+
+
+def _opening(manifest: dict[str, Any]) -> tuple[Any, Any]:
+    """The latest stage start the manifest records (:func:`reopen_run`)."""
+    return manifest.get("stage_started_at"), manifest.get("stages_started")
+
+
+def _write_end(run: RunDir, opened: tuple[Any, Any], changes: dict[str, Any]) -> bool:
+    """Write the report's `changes` (the run's end, what it found) into the manifest as it is now, under OUT's
+    runs lock, unless a stage started on the run since the report read it (`opened`): that stage reopened
+    the run, which must stay unfinished (so no prune deletes it under the stage) until its own report.
+    Whether written."""
+    with runs_lock(run.out):
+        manifest = run.load_manifest()
+        if _opening(manifest) != opened:
+            return False
+        manifest.update(changes)
+        write_json(run.manifest, manifest)
+        return True
 
 
 # --- one stage of one pair ------------------------------------------------------------------------------
@@ -234,6 +255,9 @@ def audit_pair(
 def finish_run(inventory: Inventory, run: RunDir, pairs: list[Pair], history: str | None = None) -> dict[str, Any]:
     """summary.json, report.html, the manifest's end, and the run appended to the results history.
 
+    The manifest is written under OUT's runs lock, and not at all if a stage started on the run since it
+    was read here (:func:`_write_end`): that stage's own report ends the run.
+
     `history` is the store's URL; None means $REPLICA_AUDIT_HISTORY, else `<out>/history.sqlite`. A
     history store that cannot be written is recorded in the manifest; it never changes the verdict.
     """
@@ -241,16 +265,19 @@ def finish_run(inventory: Inventory, run: RunDir, pairs: list[Pair], history: st
     from audit.report.summary import build_summary
 
     manifest = run.load_manifest()
+    opened = _opening(manifest)
     summary = build_summary(run, pairs, run_pairs=list(manifest.get("pairs") or ()))
     write_json(run.summary, summary)
-    manifest["ended_at"] = utc_now_text()
-    manifest["servers"] = {p["pair"]: p.get("servers", {}) for p in summary["pairs"]}
-    manifest["exit_code"] = summary["exit_code"]
-    write_json(run.manifest, manifest)
+    servers = {p["pair"]: p.get("servers", {}) for p in summary["pairs"]}
+    ended = _write_end(run, opened, {"ended_at": utc_now_text(), "servers": servers, "exit_code": summary["exit_code"]})
     render_report(run, summary, history=history)  # after the manifest's end, which the report shows
-    manifest["history"] = record_history(run, history)
-    write_json(run.manifest, manifest)
-    return {**summary, "history": manifest["history"]}  # the caller says when the store could not be written
+    recorded = record_history(run, history)
+    if not (ended and _write_end(run, opened, {"history": recorded})):
+        log.warning(
+            "run %s: a stage started on it while its report was written: it stays unfinished until its next report",
+            run.run_id,
+        )
+    return {**summary, "history": recorded}  # the caller says when the store could not be written
 
 
 def record_history(run: RunDir, url: str | None) -> dict[str, Any]:

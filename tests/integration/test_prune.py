@@ -11,10 +11,11 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -513,3 +514,46 @@ def test_on_a_trimmed_run_only_the_gate_may_run_again(out, monkeypatch, capsys) 
     assert not (out / "mid" / "snapshots").exists()
     assert run_cli(["gate", "-i", inv, "-o", str(out), "--run-id", "mid"], monkeypatch) == 1  # the finding fails it
     assert "ended_at" not in _manifest(out, "mid")
+
+
+def _held_history(out: Path) -> sqlite3.Connection:
+    """OUT's results history held by a writer of the test's own: a report appending to it waits there (up to
+    the store's busy timeout), after it wrote the run's end and before its last write of the manifest."""
+    held = sqlite3.connect(out / "history.sqlite", isolation_level=None)
+    held.execute("BEGIN EXCLUSIVE")
+    return held
+
+
+def _wait_for(what: str, done: Callable[[], bool], process: subprocess.Popen[str], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"never {what} (exit {process.poll()}): {process.communicate()[1][-3000:]}")
+        time.sleep(0.05)
+
+
+def test_a_stage_started_while_the_report_runs_keeps_the_run_unfinished(out, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    inv = str(out.parent / "inv.yaml")
+    aged = _manifest(out, "mid")["ended_at"]
+    held = _held_history(out)
+    report = _cli_apart(["report", "-i", inv, "-o", str(out), "--run-id", "mid", "-q"])
+    try:
+        _wait_for("wrote the run's end", lambda: _manifest(out, "mid").get("ended_at") not in (aged, None), report)
+        # the report waits on the history; a stage re-run starts on the run meanwhile, and ends
+        assert run_cli(["snapshot", "-i", inv, "-o", str(out), "--run-id", "mid"], monkeypatch) == 0
+        reopened = _manifest(out, "mid")
+        assert "ended_at" not in reopened
+    finally:
+        held.execute("ROLLBACK")
+        held.close()
+        said = report.communicate(timeout=120)[1]
+    assert report.returncode == 1, said[-3000:]  # the report of the run as it was: the gate failed
+    # the report did not end the run again under the stage, nor undo what the stage wrote, and said so
+    after = _manifest(out, "mid")
+    assert "ended_at" not in after and after["stage_started_at"] == reopened["stage_started_at"]
+    assert after["stages_started"] == reopened["stages_started"]
+    assert "a stage started on it while its report was written" in said.replace("\n", " ")
+    capsys.readouterr()
+    assert run_cli(["prune", "-o", str(out), "--keep-days", "0", "--keep-snapshot-days", "0"], monkeypatch) == 0
+    assert "kept mid: not finished" in capsys.readouterr().err.replace("\n", " ")
+    assert (out / "mid" / "snapshots").is_dir()
