@@ -51,6 +51,12 @@ or trimming one (audit/prune.py, which reads the run again under it) take turns,
 a run a stage has just started on."""
 
 
+FINISHING = "finishing"
+"""A mark in manifest.json beside `ended_at` while the report still writes (report.html, the history entry, a
+verification's certificate, which reads the snapshots): a prune takes such a run for unfinished, so it never
+trims or deletes what is being read or written (audit/pipeline.py, finishing_run; audit/prune.py)."""
+
+
 @contextlib.contextmanager
 def runs_lock(out: Path) -> Iterator[None]:
     try:

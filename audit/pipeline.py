@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -30,7 +31,7 @@ from audit.kernel.damaged_files import as_input_error
 from audit.kernel.kind import KindSpec, kind_spec
 from audit.kernel.staging import FindingsStaging
 from audit.kernel.state import CheckState, ErrorInfo, GateVerdict, PairState, StageStamp
-from audit.layout import RunDir, new_run_id, runs_lock, utc_now_text, write_json
+from audit.layout import FINISHING, RunDir, new_run_id, runs_lock, utc_now_text, write_json
 from audit.outcome import EXIT_GATE_FAILED, EXIT_OK, exit_code_of_error
 from audit.urls import ConnResolver
 
@@ -93,6 +94,7 @@ def reopen_run(run: RunDir, stage: str | None = None) -> None:
             at = pruned.get("at") if isinstance(pruned, dict) else pruned
             raise ConfigError(f"{what}: its snapshots and work files were pruned ({at}); start a new run")
         manifest.pop("ended_at", None)
+        manifest.pop(FINISHING, None)
         manifest["stage_started_at"] = utc_now_text()
         counted = manifest.get("stages_started")  # to the second, stage_started_at may not tell two starts apart
         manifest["stages_started"] = (counted if isinstance(counted, int) else 0) + 1
@@ -104,7 +106,7 @@ def _opening(manifest: dict[str, Any]) -> tuple[Any, Any]:
     return manifest.get("stage_started_at"), manifest.get("stages_started")
 
 
-def _write_end(run: RunDir, opened: tuple[Any, Any], changes: dict[str, Any]) -> bool:
+def _write_end(run: RunDir, opened: tuple[Any, Any], changes: dict[str, Any], drop: tuple[str, ...] = ()) -> bool:
     """Write the report's `changes` (the run's end, what it found) into the manifest as it is now, under OUT's
     runs lock, unless a stage started on the run since the report read it (`opened`): that stage reopened
     the run, which must stay unfinished (so no prune deletes it under the stage) until its own report.
@@ -114,6 +116,8 @@ def _write_end(run: RunDir, opened: tuple[Any, Any], changes: dict[str, Any]) ->
         if _opening(manifest) != opened:
             return False
         manifest.update(changes)
+        for name in drop:
+            manifest.pop(name, None)
         write_json(run.manifest, manifest)
         return True
 
@@ -253,10 +257,24 @@ def audit_pair(
 
 # --- the end of a run ------------------------------------------------------------------------------------
 def finish_run(inventory: Inventory, run: RunDir, pairs: list[Pair], history: str | None = None) -> dict[str, Any]:
-    """summary.json, report.html, the manifest's end, and the run appended to the results history.
+    """summary.json, report.html, the manifest's end, and the run appended to the results history
+    (:func:`finishing_run`, with nothing more to write)."""
+    with finishing_run(inventory, run, pairs, history) as summary:
+        return summary
 
-    The manifest is written under OUT's runs lock, and not at all if a stage started on the run since it
-    was read here (:func:`_write_end`): that stage's own report ends the run.
+
+@contextmanager
+def finishing_run(
+    inventory: Inventory, run: RunDir, pairs: list[Pair], history: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """summary.json, report.html, the manifest's end, and the run appended to the results history; then what
+    the `with` block writes (a verification's certificate). Gives the summary and the history's outcome.
+
+    From the manifest's end until the block is done, the manifest also says FINISHING, so a prune (which
+    takes the run for unfinished meanwhile) never trims or deletes what is still being read or written; a
+    block that raises leaves the run so, like a report that crashed. The manifest is written under OUT's
+    runs lock, and not at all if a stage started on the run since it was read here (:func:`_write_end`):
+    that stage's own report ends the run.
 
     `history` is the store's URL; None means $REPLICA_AUDIT_HISTORY, else `<out>/history.sqlite`. A
     history store that cannot be written is recorded in the manifest; it never changes the verdict.
@@ -269,15 +287,16 @@ def finish_run(inventory: Inventory, run: RunDir, pairs: list[Pair], history: st
     summary = build_summary(run, pairs, run_pairs=list(manifest.get("pairs") or ()))
     write_json(run.summary, summary)
     servers = {p["pair"]: p.get("servers", {}) for p in summary["pairs"]}
-    ended = _write_end(run, opened, {"ended_at": utc_now_text(), "servers": servers, "exit_code": summary["exit_code"]})
+    end = {"ended_at": utc_now_text(), FINISHING: True, "servers": servers, "exit_code": summary["exit_code"]}
+    ended = _write_end(run, opened, end)
     render_report(run, summary, history=history)  # after the manifest's end, which the report shows
     recorded = record_history(run, history)
-    if not (ended and _write_end(run, opened, {"history": recorded})):
+    yield {**summary, "history": recorded}  # the caller says when the store could not be written
+    if not (ended and _write_end(run, opened, {"history": recorded}, drop=(FINISHING,))):
         log.warning(
             "run %s: a stage started on it while its report was written: it stays unfinished until its next report",
             run.run_id,
         )
-    return {**summary, "history": recorded}  # the caller says when the store could not be written
 
 
 def record_history(run: RunDir, url: str | None) -> dict[str, Any]:

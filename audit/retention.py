@@ -5,10 +5,10 @@
 Safety rules: a run is a real directory directly under OUT (never a symlink, never `gx`, `reports` or
 `verifications`) whose own `manifest.json` (a regular file) names it; it is finished when its manifest has
 `ended_at`, which only the report stage writes (unless a stage started since the report began) and every
-stage (and `--resume`) removes as it starts: a run without it is running, interrupted, or had a stage
-re-run since its report, and is never touched, unless
-`keep_unfinished_days` is set and both the run and its latest stage started longer ago than that (it is
-then deleted whole). Ages come from `ended_at`, not from file times. The newest finished run (and
+stage (and `--resume`) removes as it starts, and no `finishing` (the report's, until its last file is
+written): an unfinished run is running, interrupted, or had a stage re-run since its report, and is never
+touched, unless `keep_unfinished_days` is set and both the run and its latest stage started longer ago than
+that (it is then deleted whole). Ages come from `ended_at`, not from file times. The newest finished run (and
 the `keep_last` newest) are always kept. Deletion never follows a symlink and never leaves OUT. The
 results history store is not touched: trends survive pruning. `OUT/verifications` (NESTED), when a real
 directory, is an output directory of its own and is pruned by the same policy as OUT, by the same rules

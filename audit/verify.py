@@ -334,17 +334,19 @@ def finish_verification(
 ) -> dict[str, Any]:
     """summary.json, report.html and the history entry (:func:`audit.pipeline.finish_run`), then the
     certificate; returns the certificate."""
-    from audit.pipeline import finish_run
+    from audit.pipeline import finishing_run
 
     if len(inventory.pairs) != 1:
         raise ConfigError("a verification inventory holds exactly one pair")
-    finish_run(inventory, run, list(inventory.pairs), history)
     pair = inventory.pairs[0]
-    path = write_certificate(
-        run,
-        pair,
-        strictness=strictness,
-        thresholds=pair.gate.model_dump(include=set(verification_gate_keys(pair.kind))),
-    )
+    # the run is finished only once its certificate is written: until then no prune may trim the snapshots
+    # the certificate's digests read
+    with finishing_run(inventory, run, list(inventory.pairs), history):
+        path = write_certificate(
+            run,
+            pair,
+            strictness=strictness,
+            thresholds=pair.gate.model_dump(include=set(verification_gate_keys(pair.kind))),
+        )
     cert: dict[str, Any] = json.loads(path.read_text())
     return cert

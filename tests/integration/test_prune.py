@@ -557,3 +557,51 @@ def test_a_stage_started_while_the_report_runs_keeps_the_run_unfinished(out, mon
     assert run_cli(["prune", "-o", str(out), "--keep-days", "0", "--keep-snapshot-days", "0"], monkeypatch) == 0
     assert "kept mid: not finished" in capsys.readouterr().err.replace("\n", " ")
     assert (out / "mid" / "snapshots").is_dir()
+
+
+def test_a_verification_is_not_trimmed_before_its_certificate_is_written(  # type: ignore[no-untyped-def]
+    out_with_verifications, tmp_path, monkeypatch, capsys
+) -> None:
+    from audit.local.redis_server import RedisServer, free_port
+
+    verifications = out_with_verifications / "verifications"
+    source = RedisServer(free_port(), tmp_path / "source").start()
+    target = RedisServer(free_port(), tmp_path / "target").start()
+    try:
+        for server in (source, target):
+            server.client().mset({f"k:{i}": i for i in range(20)})
+        held = _held_history(verifications)
+        args = ["verify", "--source", source.url, "--target", target.url, "-o", str(verifications), "-q"]
+        verify = _cli_apart([*args, "--run-id", "v-held"])
+        try:
+            _wait_for(
+                "wrote the run's end",
+                lambda: (
+                    (verifications / "v-held" / "manifest.json").is_file()
+                    and "ended_at" in _manifest(verifications, "v-held")
+                ),
+                verify,
+            )
+            # another verification ended since (v-held sorts first of two ends in one second): v-held is
+            # not the newest, so only being unfinished keeps it from the trim, until its certificate is written
+            _age(verifications, "v-last", 0)
+            capsys.readouterr()
+            assert run_cli(["prune", "-o", str(verifications), "--keep-snapshot-days", "0"], monkeypatch) == 0
+            assert "kept v-held: not finished" in capsys.readouterr().err.replace("\n", " ")
+            assert (verifications / "v-held" / "snapshots").is_dir()
+        finally:
+            held.execute("ROLLBACK")
+            held.close()
+            said = verify.communicate(timeout=300)[1]
+    finally:
+        source.stop()
+        target.stop()
+    assert verify.returncode == 0, said[-3000:]
+    cert = json.loads((verifications / "v-held" / "certificate.json").read_text())
+    assert cert["verdict"] == "passed" and cert["digests_equal"] and cert["source"]["content"]["digest"]
+    # written: the run is finished, and a trim keeps its certificate
+    assert "finishing" not in _manifest(verifications, "v-held")
+    assert run_cli(["prune", "-o", str(verifications), "--keep-snapshot-days", "0"], monkeypatch) == 0
+    assert not (verifications / "v-held" / "snapshots").exists()
+    assert json.loads((verifications / "v-held" / "certificate.json").read_text()) == cert
+    assert (verifications / "v-held" / "certificate.html").is_file()
