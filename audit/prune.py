@@ -187,6 +187,46 @@ class Result:
     """Why the Data Docs index was left listing deleted results ("" when it was not)."""
 
 
+DONE, KEPT, NOTE = "done", "kept", "note"
+"""The kinds of sentence :func:`describe` says: what went (or would go), a run left as it is and why, and what
+was not pruned or rewritten (the CLI prints the first on stdout, the others on stderr; Airflow logs a NOTE
+as a warning)."""
+
+
+def preview(plan: Plan) -> Result:
+    """What applying `plan` would free (a dry run): each run's bytes, nothing deleted."""
+    return Result({r: sum(size_of(p) for p in paths) for r, paths in plan.paths.items()})
+
+
+def describe(plan: Plan, result: Result, dry_run: bool = False) -> list[tuple[str, str]]:
+    """What one plan's prune did (with `dry_run`, what it would do), one sentence each: (DONE, KEPT or NOTE,
+    sentence). `replica-audit prune` prints them and PruneOperator logs them, so both say the same."""
+    from audit.report.charts import format_bytes  # matplotlib loads only when a chart is drawn
+
+    verb, said = "would delete" if dry_run else "deleted", []
+    for run_id in (r for r in plan.decision.delete if r in result.freed):
+        said.append((DONE, f"{verb} run {plan.name(run_id)} ({format_bytes(result.freed[run_id])})"))
+    for run_id in (r for r in plan.decision.trim if r in result.freed):
+        size = format_bytes(result.freed[run_id])
+        said.append((DONE, f"{verb} snapshots and work files of run {plan.name(run_id)} ({size})"))
+    said += [(KEPT, f"kept {plan.name(r)}: {why}") for r, why in {**plan.decision.keep, **result.left}.items()]
+    said += [(NOTE, f"not pruned: {note}") for note in plan.notes]
+    index = docs_index(plan.out)
+    if result.index_dropped:
+        rows = f"{result.index_dropped} row{'s' if result.index_dropped > 1 else ''}"
+        said.append((DONE, f"dropped {rows} of deleted results from the Data Docs index {index}"))
+    if result.index_left:
+        said.append((NOTE, f"Data Docs index {index}: {result.index_left}; the next gate rebuilds it"))
+    return said
+
+
+def describe_total(freed: int, out: Path, dry_run: bool = False) -> str:
+    """The last sentence of a prune of `out` (every plan): the bytes it freed (or would free)."""
+    from audit.report.charts import format_bytes
+
+    return f"{'would free' if dry_run else 'freed'} {format_bytes(freed)} ({freed} bytes) in {out}"
+
+
 CHANGED = "changed since the plan (a stage started on it, so it is unfinished again): left for the next prune"
 
 

@@ -10,7 +10,6 @@ from rich.markup import escape
 
 from audit.cli.options import OutOpt, err, out
 from audit.outcome import EXIT_OK, EXIT_USAGE
-from audit.report.charts import format_bytes  # matplotlib loads only when a chart is drawn
 
 if TYPE_CHECKING:
     from audit.prune import Plan
@@ -47,7 +46,7 @@ def prune(
     never the newest, and never anything outside OUT; OUT/verifications (verification runs) is pruned
     alike; the results history keeps every run's rows (README "Retention"). Exit 2 for a bad value, or
     when a path could not be deleted (it is named)."""
-    from audit.prune import plan_prunes
+    from audit.prune import describe_total, plan_prunes
     from audit.retention import Policy
 
     policy = Policy(keep_days, keep_snapshot_days, keep_last, keep_unfinished_days)
@@ -57,7 +56,7 @@ def prune(
         freed, plan_failed = _prune_one(plan, dry_run)
         total += freed
         failed += plan_failed
-    out.print(escape(f"{'would free' if dry_run else 'freed'} {format_bytes(total)} ({total} bytes) in {plans[0].out}"))
+    out.print(escape(describe_total(total, plans[0].out, dry_run)))
     for path, why in failed:
         err.print(f"[red]could not delete[/] {escape(str(path))}: {escape(why)}")
     raise typer.Exit(EXIT_USAGE if failed else EXIT_OK)
@@ -65,25 +64,9 @@ def prune(
 
 def _prune_one(plan: Plan, dry_run: bool) -> tuple[int, list[tuple[Path, str]]]:
     """Apply (or only show) one output directory's plan and say what it did: (bytes freed, paths that failed)."""
-    from audit.prune import Result, apply_prune, docs_index, size_of
+    from audit.prune import DONE, apply_prune, describe, preview
 
-    if dry_run:
-        verb, result = "would delete", Result({r: sum(size_of(p) for p in paths) for r, paths in plan.paths.items()})
-    else:
-        verb, result = "deleted", apply_prune(plan)
-    freed = result.freed
-    for run_id in (r for r in plan.decision.delete if r in freed):
-        out.print(escape(f"{verb} run {plan.name(run_id)} ({format_bytes(freed[run_id])})"))
-    for run_id in (r for r in plan.decision.trim if r in freed):
-        out.print(escape(f"{verb} snapshots and work files of run {plan.name(run_id)} ({format_bytes(freed[run_id])})"))
-    for run_id, why in {**plan.decision.keep, **result.left}.items():
-        err.print(escape(f"kept {plan.name(run_id)}: {why}"))
-    for note in plan.notes:
-        err.print(escape(f"not pruned: {note}"))
-    index = docs_index(plan.out)
-    if result.index_dropped:
-        rows = f"{result.index_dropped} row{'s' if result.index_dropped > 1 else ''}"
-        out.print(escape(f"dropped {rows} of deleted results from the Data Docs index {index}"))
-    if result.index_left:
-        err.print(escape(f"Data Docs index {index}: {result.index_left}; the next gate rebuilds it"))
-    return sum(freed.values()), result.failed
+    result = preview(plan) if dry_run else apply_prune(plan)
+    for kind, sentence in describe(plan, result, dry_run):
+        (out if kind == DONE else err).print(escape(sentence))
+    return sum(result.freed.values()), result.failed

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from audit.report.charts import format_bytes
 from tests.dags.conftest import script_said
 from tests.integration.helpers import run_cli
 from tests.integration.test_own_kind import inventory, make_dirs
@@ -16,6 +17,7 @@ from tests.integration.test_prune import _age
 
 SCRIPT = """
 import json, os, sys
+from structlog.testing import capture_logs
 from airflow.sdk.exceptions import AirflowFailException
 from replica_audit_provider import operators as ops
 from replica_audit_provider.dags import consistency_audit_dag
@@ -43,12 +45,14 @@ try:
     ops.PruneOperator(task_id="p2", out_dir=out, keep_days=-1).execute({})
 except AirflowFailException as e:
     said["negative"] = str(e)
-said["pruned"] = ops.PruneOperator(task_id="p3", out_dir=out, keep_days="30", keep_snapshot_days=7).execute({})
+with capture_logs() as logged:  # what the task's log says, as Airflow's structlog hands it on
+    said["pruned"] = ops.PruneOperator(task_id="p3", out_dir=out, keep_days="30", keep_snapshot_days=7).execute({})
+said["logged"] = [e["event"] % tuple(e.get("positional_args", ())) for e in logged]
 print(json.dumps(said))
 """
 
 
-def test_the_dag_prunes_beside_the_report_with_its_params(dirfiles_kind, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_dag_prunes_beside_the_report_with_its_params(dirfiles_kind, tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.delenv("REPLICA_AUDIT_HISTORY", raising=False)
     master, replica = make_dirs(tmp_path)
     inv = inventory(tmp_path / "inv.yaml", master, replica)
@@ -60,6 +64,9 @@ def test_the_dag_prunes_beside_the_report_with_its_params(dirfiles_kind, tmp_pat
         verifications = out / "verifications"
         assert run_cli(["run", "-i", str(inv), "-o", str(verifications), "--run-id", run_id, "-q"], monkeypatch) == 0
         _age(verifications, run_id, days)
+    args = ["prune", "-o", str(out), "--keep-days", "30", "--keep-snapshot-days", "7", "--dry-run"]
+    assert run_cli(args, monkeypatch) == 0
+    would = capsys.readouterr().out
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow")}
     said = script_said(SCRIPT, str(out), cwd=tmp_path, env=env, timeout=300)
     assert said["unset"] == {"keep_days": None, "keep_snapshot_days": None, "keep_last": 1}  # off by default
@@ -70,6 +77,17 @@ def test_the_dag_prunes_beside_the_report_with_its_params(dirfiles_kind, tmp_pat
     assert "keep_days rendered as 'a month'" in said["bad"] and "--keep-days -1.0" in said["negative"]
     assert said["pruned"]["deleted"] == ["old", "verifications/v-old"] and said["pruned"]["trimmed"] == ["mid"]
     assert said["pruned"]["freed_bytes"] > 0
+    # the task's log says what `replica-audit prune` prints, sentence for sentence (sizes as the reports write them)
+    printed = " ".join(would.replace("would delete", "deleted").replace("would free", "freed").split())
+    logged = [" ".join(line.split()) for line in said["logged"] if line.startswith(("deleted ", "freed "))]
+    assert [line.rsplit(" (", 1)[0] for line in logged[:-1]] == [
+        "deleted run old",
+        "deleted snapshots and work files of run mid",
+        "deleted run verifications/v-old",
+    ]
+    assert all(line in printed for line in logged), (logged, printed)
+    total = said["pruned"]["freed_bytes"]
+    assert logged[-1] == f"freed {format_bytes(total)} ({total} bytes) in {out}"
     assert (
         not (out / "old").exists() and not (out / "mid" / "snapshots").exists() and (out / "new" / "snapshots").is_dir()
     )

@@ -379,7 +379,7 @@ class PruneOperator(_AuditOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from audit import AuditError
-        from audit.prune import apply_prune, plan_prunes
+        from audit.prune import NOTE, apply_prune, describe, describe_total, plan_prunes
         from audit.retention import Policy
 
         keep_days = _setting(self.keep_days, "keep_days")
@@ -396,22 +396,14 @@ class PruneOperator(_AuditOperator):
         done: dict[str, Any] = {"deleted": [], "trimmed": [], "freed_bytes": 0}
         failed = []
         for plan in plans:
-            for note in plan.notes:
-                self.log.warning("not pruned: %s", note)
             result = apply_prune(plan)
-            for run_id, why in result.left.items():
-                self.log.info("kept %s: %s", plan.name(run_id), why)
-            if result.index_dropped:
-                self.log.info("dropped %d rows of deleted results from the Data Docs index", result.index_dropped)
-            if result.index_left:
-                self.log.warning("Data Docs index: %s; the next gate rebuilds it", result.index_left)
+            for kind, sentence in describe(plan, result):  # what `replica-audit prune` prints
+                (self.log.warning if kind == NOTE else self.log.info)("%s", sentence)
             for run_id, freed in result.freed.items():
-                whole = run_id in plan.decision.delete
-                what = "run" if whole else "snapshots and work files of run"
-                self.log.info("deleted %s %s (%d bytes)", what, plan.name(run_id), freed)
-                done["deleted" if whole else "trimmed"].append(plan.name(run_id))
+                done["deleted" if run_id in plan.decision.delete else "trimmed"].append(plan.name(run_id))
                 done["freed_bytes"] += freed
             failed += result.failed
+        self.log.info("%s", describe_total(done["freed_bytes"], plans[0].out))
         if failed:
             raise AirflowFailException("could not delete: " + "; ".join(f"{path}: {why}" for path, why in failed))
         return done
