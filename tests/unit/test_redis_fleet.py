@@ -452,3 +452,42 @@ def test_comparable_paths_leave_out_shards_a_side_could_not_read(spark, tmp_path
     assert m.endswith("keys.parquet/{shard-000-h-0-part-*.parquet,shard-002-h-2-part-*.parquet}")
     for path in (m, r):
         assert sorted(x["db"] for x in spark.read.parquet(path).select("db").collect()) == [0, 2]
+
+
+# --- a fleet side's snapshot.json: whole or not at all ---------------------------------------------------------
+SIDE_META_CUT_SHORT = """
+import resource, signal, sys
+from pathlib import Path
+from audit.sources.redis.fleet_snapshot import TaskResult, write_side_meta
+
+results = [
+    TaskResult("master", i, f"s{i}", f"n{i}", "ok", None, None, i, 0, {"started_at_ms": i, "ended_at_ms": i})
+    for i in range(20)
+]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), as on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (300, 300))
+try:
+    write_side_meta(Path(sys.argv[1]), results)
+except Exception as e:
+    print(type(e).__name__)
+"""
+
+
+def test_a_fleet_sides_snapshot_json_that_cannot_be_written_whole_leaves_the_earlier_one(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    side = tmp_path / "master"
+    side.mkdir()
+    earlier = {"side": "master", "shards": [], "written_at_ms": 1}
+    (side / "snapshot.json").write_text(json.dumps(earlier))
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-c", SIDE_META_CUT_SHORT, str(side)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (side / "snapshot.json").read_text() == json.dumps(earlier)  # never half a file
+    assert sorted(p.name for p in side.iterdir()) == ["snapshot.json"]  # nor a temporary one left
+    assert done.stdout.strip() == "ConfigError"  # the output directory named, as for any file a run writes

@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from audit.errors import AuditError
+from audit.layout import write_text
 from audit.sources.redis.keyfilter import KeyFilter
 from audit.sources.redis.snapshot import KEYS_FILE, META_FILE, SNAPSHOT_SCHEMA, SnapshotOptions
 from audit.sources.redis.topology import Topology
@@ -290,7 +291,7 @@ def run_task(
         msg = f"{task.side} {task.node}: {type(e).__name__}: {e}"
         return TaskResult(task.side, task.ordinal, task.shard, task.node, "error", msg, None, 0, 0, None)
     meta["shard"], meta["node"], meta["filtered_out"] = task.shard, task.node, dropped
-    (stage / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    write_text(stage / META_FILE, json.dumps(meta, indent=1, sort_keys=True))  # whole or not at all
     return TaskResult(task.side, task.ordinal, task.shard, task.node, "ok", None, str(target), rows, dropped, meta)
 
 
@@ -446,7 +447,7 @@ def write_side_meta(side_dir: Path, results: Sequence[TaskResult]) -> dict[str, 
         "written_at_ms": int(time.time() * 1000),
     }
     side_dir.mkdir(parents=True, exist_ok=True)
-    (side_dir / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    write_text(side_dir / META_FILE, json.dumps(meta, indent=1, sort_keys=True))  # whole or not at all
     return meta
 
 
