@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from audit.local.redis_sentinel import SentinelGroup, SentinelServer, start_sentinel_group
-from audit.local.redis_server import RedisServer, free_port, wait_acked
+from audit.local.redis_server import RedisServer, free_port, wait_acked, wait_in_sync, wait_link_up
 from tests.integration.helpers import findings, latest_run, run_cli, summary, write_inventory
 
 pytestmark = pytest.mark.integration
@@ -133,3 +133,39 @@ def test_a_service_without_any_replica_is_not_a_pass(
     finally:
         sentinel.stop()
         master.stop()
+
+
+def test_a_replica_repointed_mid_audit_is_no_key_finding(
+    group: SentinelGroup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # REPLICAOF another server between discovery and the keyspace snapshot: the recheck took the other
+    # server's replication offset, further on, for an ack of this master's, and "confirmed live" every
+    # key of both servers as missing or extra (600 findings) beside the exit 3 that said what happened
+    import audit.sources.redis.fleet_keyspace_check as keyspace
+
+    group.master.client().mset({f"k:{i}": i for i in range(300)})
+    wait_acked(group.master, group.replica)
+    other = RedisServer(free_port(), tmp_path / "other", ["--repl-diskless-sync-delay", "0"]).start()
+    other.client().mset({f"o:{i}": i for i in range(300)})
+    real = keyspace.snapshot_fleet
+
+    def repoint_first(*args: Any, **kwargs: Any) -> Any:
+        group.replica.client().replicaof("127.0.0.1", other.port)
+        wait_link_up(group.replica)
+        other.client().set("pad", "x" * 100_000)  # the other stream's offset well past this master's
+        wait_in_sync(other, group.replica)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(keyspace, "snapshot_fleet", repoint_first)
+    try:
+        code, run = audit(tmp_path / "a", monkeypatch, sentinel_pair(group))
+        assert code == 3
+        err = " ".join(capsys.readouterr().err.split())
+        assert "roles changed during the audit" in err and f"replica 127.0.0.1:{group.replica.port}" in err
+        assert [r for r in findings(run) if r["check"] == "keyspace"] == []
+    finally:
+        group.replica.client().replicaof("127.0.0.1", group.master.port)
+        wait_link_up(group.replica)
+        other.stop()
+        group.master.client().flushall()
+        wait_acked(group.master, group.replica)

@@ -117,6 +117,15 @@ def test_bracketing_the_replicas_offset(
     assert agrees is expected
 
 
+def test_an_offset_of_another_replication_stream_brackets_nothing() -> None:
+    # a replica re-pointed at another server mid-audit counts its offset in that server's stream: it
+    # fell between two samples of this master's and its differing value was judged a divergence
+    samples = [Sample(10, V1, "aaaa"), Sample(20, V1, "aaaa")]
+    assert bracket(samples, Sample(15, V2, "bbbb")) == (None, None)
+    assert bracket(samples, Sample(15, V2, "aaaa"))[0] is False
+    assert bracket([Sample(10, V1), Sample(20, V1)], Sample(15, V1, "bbbb"))[0] is True  # no id: offsets only
+
+
 def test_split_for_recheck_parts_complement_each_other_however_often_evaluated(spark) -> None:  # type: ignore[no-untyped-def]
     from audit.sources.redis.recheck import split_for_recheck
 

@@ -8,8 +8,9 @@ reads the replica. A difference that remains while the master's value did not ch
 divergence, not lag.
 
 A kind gives its own :class:`ReplicaAck`: Redis compares `master_repl_offset` with the replica's
-`slave_repl_offset`; Pika compares per-db binlog positions. Two independent servers (a migration,
-`check_replication: false`) have no such relation, and the recheck falls back to re-reading in rounds.
+`slave_repl_offset` within one replication id; Pika compares per-db binlog positions. Two independent
+servers (a migration, `check_replication: false`) have no such relation, and the recheck falls back to
+re-reading in rounds.
 """
 
 from __future__ import annotations
@@ -35,15 +36,32 @@ def info_replication(pipe: RespPipe) -> dict[str, Any]:
 
 
 class RedisOffsetAck:
-    """Redis: the master's `master_repl_offset` against the replica's processed `slave_repl_offset`."""
+    """Redis: the master's `master_repl_offset` against the replica's processed `slave_repl_offset`, in the
+    same replication stream: a replica shares its master's `master_replid`. An offset of another stream
+    (the replica re-pointed at another server, or promoted, mid-audit) says nothing about this master's
+    writes: compared alone, one further on "acked" every key, and each difference was confirmed live."""
 
-    def mark(self, master: RespPipe) -> int | None:
-        return as_int(info_replication(master).get("master_repl_offset"))
+    def mark(self, master: RespPipe) -> tuple[str | None, int | None]:
+        info = info_replication(master)
+        return _replid(info), as_int(info.get("master_repl_offset"))
 
     def reached(self, replica: RespPipe, mark: Any) -> bool:
+        replid, offset = mark
         info = info_replication(replica)
         done = as_int(info.get("slave_repl_offset"))
-        return info.get("master_link_status") == "up" and done is not None and mark is not None and done >= mark
+        if not same_stream(replid, _replid(info)):
+            return False
+        return info.get("master_link_status") == "up" and done is not None and offset is not None and done >= offset
+
+
+def _replid(info: dict[str, Any]) -> str | None:
+    value = info.get("master_replid")
+    return str(value) if value is not None else None
+
+
+def same_stream(a: str | None, b: str | None) -> bool:
+    """Whether two replication ids name one stream (a server before Redis 4.0 shows none: not judged)."""
+    return a is None or b is None or a == b
 
 
 def wait_for(ack: ReplicaAck, replica: RespPipe, mark: Any, timeout_s: float, poll_s: float = 0.01) -> bool:

@@ -23,6 +23,7 @@ from typing import Any
 from hiredis import ReplyError
 
 from audit.pacing import Pacer
+from audit.sources.redis.ack import same_stream
 from audit.sources.redis.digest import OrderedDigest, UnorderedDigest
 from audit.sources.redis.info import as_int, parse_info
 from audit.sources.redis.resp import Command, RespPipe
@@ -44,6 +45,8 @@ _FULL_READ: dict[str, tuple[bytes, ...]] = {
 class Sample:
     offset: int
     value: Value
+    replid: str | None = None
+    """the replication stream `offset` counts in (a replica shares its master's `master_replid`)"""
 
 
 def _digest(type_: str, reply: Any) -> tuple[int, str]:
@@ -65,20 +68,24 @@ def read_at_offset(pipe: RespPipe, key: bytes, type_: str, offset_field: str) ->
     info: Command = (b"INFO", b"replication")
     read = (*_FULL_READ[type_][:1], key, *_FULL_READ[type_][1:])
     first, kind, pttl, value, last = pipe.execute([info, (b"TYPE", key), (b"PTTL", key), read, info])
-    before, after = (as_int(parse_info(r).get(offset_field)) for r in (first, last))
+    stated = parse_info(first)
+    before, after = as_int(stated.get(offset_field)), as_int(parse_info(last).get(offset_field))
     if before is None or before != after or isinstance(kind, ReplyError):
         return None
+    replid = str(stated["master_replid"]) if stated.get("master_replid") is not None else None
     if kind == b"none":
-        return Sample(before, None)
+        return Sample(before, None, replid)
     if kind.decode() != type_ or isinstance(value, ReplyError):
-        return Sample(before, (kind.decode(), -1, "", False))  # another type now: a value all the same
+        return Sample(before, (kind.decode(), -1, "", False), replid)  # another type now: a value all the same
     length, digest = _digest(type_, value)
-    return Sample(before, (type_, length, digest, isinstance(pttl, int) and pttl >= 0))
+    return Sample(before, (type_, length, digest, isinstance(pttl, int) and pttl >= 0), replid)
 
 
 def bracket(samples: list[Sample], replica: Sample) -> tuple[bool | None, Sample | None]:
     """Whether the replica's value is the master's at its offset, and the master sample that says so
-    (None, None: no two samples around the replica's offset with one value, yet)."""
+    (None, None: no two samples around the replica's offset with one value, yet). Only samples of the
+    replica's own replication stream count: an offset of another stream is no position in this one."""
+    samples = [s for s in samples if same_stream(s.replid, replica.replid)]
     for a, b in pairwise(samples):
         if a.offset <= replica.offset <= b.offset and a.value == b.value:
             return replica.value == a.value, a
