@@ -542,6 +542,41 @@ def test_a_failover_between_the_stages_is_not_a_pass(
         cluster.wait_healthy(60)
 
 
+def test_a_failover_while_the_recheck_reads_the_keys_is_not_a_gate_failure(
+    empty: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the roles were read once, as the recheck started: a failover while it read the keys left the old
+    # master's reads answering MOVED, "1 differing keys could not be re-read live", exit 1 (the gate),
+    # with no word of the failover
+    import audit.sources.redis.recheck as recheck_module
+
+    cluster = empty
+    keys = load(cluster, "mid", 300)
+    old, new = cluster.masters[0], cluster.replicas[0][0]
+    planted = next(k for i, k in enumerate(keys) if i % 3 and master_of(cluster, k) == old)
+    plant(cluster, planted, "SET", planted, "diverged")
+    real = recheck_module.read_keys
+
+    def fail_over_first(reader: Any, keys: Any, pacer: Any = None) -> Any:
+        if cluster.node(old).info("replication")["role"] == "master":
+            _fail_over(cluster, new, old)
+        return real(reader, keys, pacer)
+
+    monkeypatch.setattr(recheck_module, "read_keys", fail_over_first)
+    try:
+        code, run = audit(tmp_path, monkeypatch, [cluster_pair(cluster, fleet_snapshot="threads")])
+        assert code == 3
+        err = " ".join(capsys.readouterr().err.split())
+        assert "roles changed during the audit" in err and f"{addr(old)} is now a replica" in err
+        assert summary(run)["pairs"][0]["status"] == "error"
+    finally:
+        _fail_over(cluster, old, new)
+        cluster.wait_healthy(60)
+        c = cluster.cluster_client()
+        c.set(planted, b"x")
+        c.delete(planted)
+
+
 def test_a_source_lost_mid_recheck_of_a_migration_is_named(
     empty: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,46 @@ def test_a_replica_repointed_mid_audit_is_no_key_finding(
         other.stop()
         group.master.client().flushall()
         wait_acked(group.master, group.replica)
+
+
+def _promoted(sentinel: SentinelServer, service: str, port: int) -> None:
+    """Until the sentinel names the server on `port` as the service's master."""
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        master = sentinel.client().execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", service)
+        if master and int(master[1]) == port:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"sentinel {sentinel.address} did not promote 127.0.0.1:{port}")
+
+
+def test_a_failover_during_the_recheck_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # SENTINEL FAILOVER while the keyspace was re-read: the sentinel closed the old master's clients and
+    # the pair ended with "recheck failed: server closed the connection", naming no node and no failover
+    import audit.sources.redis.recheck as recheck_module
+
+    own = start_sentinel_group(tmp_path / "group")  # its roles are swapped for good: not the module's group
+    try:
+        own.master.client().mset({f"k:{i}": i for i in range(100)})
+        wait_acked(own.master, own.replica)
+        own.master.client().eval(UNREPLICATED, 0, "SET", "k:1", "diverged")  # a candidate to re-read
+        real = recheck_module.read_keys
+
+        def fail_over_first(reader: Any, keys: Any, pacer: Any = None) -> Any:
+            if own.master.client().info("replication")["role"] == "master":
+                own.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", own.service)
+                _promoted(own.sentinels[0], own.service, own.replica.port)
+            return real(reader, keys, pacer)
+
+        monkeypatch.setattr(recheck_module, "read_keys", fail_over_first)
+        pair = {**sentinel_pair(own), "master": {"sentinels": own.sentinel_addresses, "service": own.service}}
+        code, run = audit(tmp_path / "a", monkeypatch, pair)
+        assert code == 3
+        err = " ".join(capsys.readouterr().err.split())
+        assert "roles changed during the audit (a failover?)" in err and "Traceback" not in err
+        assert f"127.0.0.1:{own.master.port}" in err
+        assert summary(run)["pairs"][0]["status"] == "error"
+    finally:
+        own.stop()

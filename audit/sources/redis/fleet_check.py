@@ -132,7 +132,10 @@ class TopologyCheck(Check):
         """A node that could not be reached fails the pair (exit 3, naming it) once the rest is audited;
         so does a failover since the snapshot (the keys were read, diffed and re-checked on nodes whose
         roles have changed: a master's reads answered MOVED, and were taken for a slot migration)."""
-        self._roles_still_hold(ctx)
+        changed = roles_changed(ctx, self.replication_audit)
+        ctx.data["roles_changed"] = changed is not None
+        if changed is not None:
+            ctx.fail_after(changed)
         down: dict[str, str] = ctx.data.get("unreachable") or {}
         for side in SIDES:
             topo = side_topology(ctx, side)
@@ -144,23 +147,6 @@ class TopologyCheck(Check):
                 ctx.fail_after(error)
                 return
 
-    def _roles_still_hold(self, ctx: StageContext) -> None:
-        skip = excluded_nodes(ctx)
-        changed: list[str] = []
-        for side in SIDES:
-            topo = side_topology(ctx, side)
-            if topo is None or topo.kind == "standalone":
-                continue
-            probed = topo if self.replication_audit else _masters_only(topo)
-            states = probe(probed, role=f"pair {self.pair.name} {side}")
-            found = role_changes(probed, {a: st for a, st in states.items() if a not in skip}, self.replication_audit)
-            changed += [f"{side} {c}" for c in found]
-        if changed:
-            said = "; ".join(changed)
-            ctx.fail_after(
-                SourceError(f"pair {self.pair.name}: roles changed during the audit (a failover?): {said}; audit again")
-            )
-
     def uncovered(self, metrics: Mapping[str, MetricValue]) -> list[Uncovered]:
         n = int(metrics.get("nodes_unreachable") or 0)
         bare = int(metrics.get("shards_without_replica") or 0)
@@ -168,6 +154,30 @@ class TopologyCheck(Check):
             Uncovered(n, f"{n} node(s) could not be reached: their shards were not audited"),
             Uncovered(bare, f"{bare} shard(s) have no replica: their keys were compared with nothing"),
         ]
+
+
+def roles_changed(ctx: StageContext, replication_audit: bool) -> SourceError | None:
+    """The error naming every node no longer in the role the snapshot read it in (a failover, a replica
+    re-pointed), or None: asked as the recheck starts and again once the keys were re-read there."""
+    skip = excluded_nodes(ctx)
+    changed: list[str] = []
+    for side in SIDES:
+        topo = side_topology(ctx, side)
+        if topo is None or topo.kind == "standalone":
+            continue
+        probed = topo if replication_audit else _masters_only(topo)
+        states = probe(probed, role=f"pair {ctx.pair.name} {side}")
+        found = role_changes(probed, {a: st for a, st in states.items() if a not in skip}, replication_audit)
+        changed += [f"{side} {c}" for c in found]
+    if not changed:
+        return None
+    said = "; ".join(changed)
+    return SourceError(f"pair {ctx.pair.name}: roles changed during the audit (a failover?): {said}; audit again")
+
+
+def roles_changed_before(ctx: StageContext) -> bool:
+    """Whether the topology check's recheck already found roles changed (its error is on its way)."""
+    return bool((ctx.state.check_data.get(TOPOLOGY_SLOT) or {}).get("roles_changed"))
 
 
 def _masters_only(topo: Topology) -> Topology:

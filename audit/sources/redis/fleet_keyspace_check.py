@@ -14,8 +14,10 @@ Two shapes (the pair's, see audit/sources/redis/model.py):
 
 Topologies come from the topology check (audit/sources/redis/fleet_check.py). A shard that could not
 be read is left out of the comparison on both sides, counted as uncovered, and fails the pair (exit
-3) at the end of the recheck. The findings' extras (field-level differences, the repair plan, the
-summary's notes) are the standalone keyspace check's (audit/sources/redis/divergence.py).
+3) at the end of the recheck; so does a failover while the recheck read the keys (the roles are read
+again once it is done: audit/sources/redis/fleet_check.py). The findings' extras (field-level
+differences, the repair plan, the summary's notes) are the standalone keyspace check's
+(audit/sources/redis/divergence.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from audit.errors import SnapshotError
+from audit.errors import SnapshotError, SourceError
 from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
 from audit.kernel.state import MetricValue, PairState
@@ -44,7 +46,7 @@ from audit.sources.redis.divergence import (
     with_fields,
     write_repair,
 )
-from audit.sources.redis.fleet_check import excluded_nodes, side_topology
+from audit.sources.redis.fleet_check import excluded_nodes, roles_changed, roles_changed_before, side_topology
 from audit.sources.redis.fleet_snapshot import FleetSnapshot, TaskResult, side_tasks, snapshot_fleet
 from audit.sources.redis.keyfilter import KeyFilter
 from audit.sources.redis.keyspace_check import (
@@ -261,7 +263,13 @@ class FleetKeyspaceCheck(Check):
                 else:
                     frames += self._recheck_migration(ctx, self._outside_unread(ctx, cands), stats)
         except (OSError, ConnectionError, redis.RedisError) as e:
+            # a failover closes the old master's clients (Sentinel does): say so, not just the driver's words
+            changed = roles_changed(ctx, self.replication_audit)
+            if changed is not None:
+                raise SourceError(f"{changed} (the recheck's read failed: {e})", where=changed.where) from None
             raise recheck_failed(self.pair.name, e, _nodes(ctx)) from None
+        if not roles_changed_before(ctx) and (changed := roles_changed(ctx, self.replication_audit)) is not None:
+            ctx.fail_after(changed)  # a failover while the keys were re-read: they were read in the wrong roles
         found = _union(ctx, frames)
         ctx.add_findings_frame(found)
         if stats.candidates:  # no candidate, no finding: nothing to repair
