@@ -59,7 +59,7 @@ from audit.sources.redis.keyspace_check import (
 from audit.sources.redis.model import RedisPair
 from audit.sources.redis.recheck import RecheckStats, set_confirmed_live
 from audit.sources.redis.resp import RespPipe
-from audit.sources.redis.topology import Topology
+from audit.sources.redis.topology import Shard, Topology
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -356,6 +356,8 @@ class FleetKeyspaceCheck(Check):
                 open_pipe(replica.url, role=f"{role} replica", readonly=topo.kind == "cluster"),
             ]
             try:
+                if by_db:
+                    part = self._still_in_shard(ctx, part, shard, pipes[0])
                 extra = {"shard": F.lit(shard.name), "replica": F.lit(replica.addr)}
                 survivors, found = self._run_recheck(ctx, part, (pipes[0], pipes[1]), stats, True, extra)
                 evidence = self._fields(survivors, selecting(*pipes))
@@ -365,19 +367,32 @@ class FleetKeyspaceCheck(Check):
             frames.append(with_fields(found, evidence))
         return frames
 
+    def _still_in_shard(self, ctx: StageContext, cands: DataFrame, shard: Shard, master: RespPipe) -> DataFrame:
+        """A shard's candidates but those of slots it owned at discovery and its master no longer serves: a
+        key resharded away since answers ASK or MOVED there, never its value; left out and counted, as
+        moving slots' keys are. A key of a slot the shard never owned (a replica's orphan) stays."""
+        from audit.sources.redis.routing import stable_slots
+
+        reply = master.execute([(b"CLUSTER", b"NODES")])[0]
+        served = stable_slots(reply.decode("utf-8", "replace")) if isinstance(reply, bytes) else None
+        gone = {n for a, b in shard.slots for n in range(a, b + 1)} - (served or set())
+        if served is None or not gone:  # no master now, or no answer: the reads say so (roles changed, ...)
+            return cands
+        kept = _in_slots(cands, gone, inside=False)
+        if moved := cands.count() - kept.count():
+            ctx.metrics["keys_in_moving_slots"] = int(ctx.metrics.get("keys_in_moving_slots") or 0) + moved
+            said = f"{moved} differing keys moved out of their shard during the audit (resharding): not compared"
+            ctx.state.notes.append(said)
+            ctx.state.limits.append(said)
+        return kept
+
     def _outside_unread(self, ctx: StageContext, cands: DataFrame) -> DataFrame:
         """A migration's candidates without the keys of a cluster shard a side could not read: their
         absence there says nothing (the pair fails with exit 3 naming the node instead)."""
         unread = self._unread_slots(ctx)
         if not unread:
             return cands
-        from pyspark.sql import functions as F
-        from pyspark.sql.types import BooleanType
-
-        from audit.sources.redis.routing import key_slot
-
-        outside = F.udf(lambda key: key_slot(bytes(key)) not in unread, BooleanType())
-        kept = cands.where(outside(F.col("key")))
+        kept = _in_slots(cands, unread, inside=False)
         ctx.metrics["keys_in_unread_shards"] = cands.count() - kept.count()
         return kept
 
@@ -428,6 +443,16 @@ class FleetKeyspaceCheck(Check):
 
         certified = side_certificate(Path(run.snapshot(state.pair, side)), state, side)
         return {**certified, "compare": self.extras.compare, "compare_meaning": COMPARE_MEANING[self.extras.compare]}
+
+
+def _in_slots(cands: DataFrame, slots: set[int], *, inside: bool) -> DataFrame:
+    """The candidates whose key's cluster slot is (`inside`) or is not in `slots`."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType
+
+    from audit.sources.redis.routing import key_slot
+
+    return cands.where(F.udf(lambda key: (key_slot(bytes(key)) in slots) is inside, BooleanType())(F.col("key")))
 
 
 def _union(ctx: StageContext, frames: list[DataFrame]) -> DataFrame:
