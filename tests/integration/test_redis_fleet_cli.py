@@ -290,6 +290,19 @@ def test_migration_certificate_says_the_compare_mode(
     assert "compare mode: <b>length</b>" in (latest_run(tmp_path / "out") / "certificate.html").read_text()
 
 
+def test_one_cluster_given_as_both_sides_is_refused(
+    empty: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two seeds of one cluster: compared with itself it agreed on every key, and a verification certified it
+    load(empty, "k", 50)
+    source = json.dumps({"url": empty.url(), "topology": "cluster"})
+    target = json.dumps({"url": empty.url(empty.masters[1]), "topology": "cluster"})
+    args = ["verify", "--source", source, "--target", target, "-o", str(tmp_path / "out")]
+    assert run_cli(args, monkeypatch) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "both endpoints reach one server (shard masters' run_ids" in err and PASSWORD not in err, err
+
+
 # --- bad input -------------------------------------------------------------------------------------------------
 
 

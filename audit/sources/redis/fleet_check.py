@@ -28,6 +28,7 @@ from audit.errors import SourceConnectError, SourceError
 from audit.findings import Finding
 from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
+from audit.kernel.identity import refuse_one_server
 from audit.kernel.state import MetricValue
 from audit.sources.redis.client import connect
 from audit.sources.redis.fleet_health import (
@@ -88,6 +89,7 @@ class TopologyCheck(Check):
         unreachable: dict[str, str] = {}
         wrong: list[str] = []
         found: list[Finding] = []
+        identities: dict[str, str | None] = {}
         for side in SIDES:
             ep = endpoint_of(self.pair, side)
             if ep is None:
@@ -97,6 +99,7 @@ class TopologyCheck(Check):
             # a migration reads each side's shard masters only: their replicas need not answer
             probed = topo if self.replication_audit else _masters_only(topo)
             states = probe(probed, role=f"pair {self.pair.name} {side}")
+            identities[side] = _fleet_identity(states)
             unreachable.update({a: str(s.error) for a, s in states.items() if s.info is None})
             found += [_tagged(f, side) for f in topology_findings(topo)]
             if self.replication_audit:
@@ -107,6 +110,7 @@ class TopologyCheck(Check):
             ctx.state.servers[side] = _server_view(ep.display(), topo, states)
             ctx.state.notes.append(_side_notes(side, topo))
             self._metrics(ctx, topo, len([s for s in states.values() if s.info is None]))
+        refuse_one_server(self.pair.name, identities, "shard masters' run_ids")
         ctx.data.update(sides=sides, unreachable=unreachable, wrong_master=wrong)
         ctx.add_findings(found)
         ctx.done(", ".join(f"{side} {d['kind']}" for side, d in sides.items()))
@@ -186,6 +190,12 @@ def _masters_only(topo: Topology) -> Topology:
 
 def _tagged(f: Finding, side: str) -> Finding:
     return replace(f, evidence={**f.evidence, "side": side})
+
+
+def _fleet_identity(states: Mapping[str, NodeState]) -> str | None:
+    """A side's nodes as the run_ids they drew at their start; None unless every node told its own."""
+    run_ids = [s.run_id for s in states.values()]
+    return ",".join(sorted(r for r in run_ids if r)) if run_ids and all(run_ids) else None
 
 
 def _server_view(endpoint: str, topo: Topology, states: Mapping[str, NodeState]) -> dict[str, Any]:

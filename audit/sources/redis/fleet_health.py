@@ -1,6 +1,6 @@
 """Health of a discovered fleet: which nodes answer, and what the topology itself says is wrong.
 
-:func:`probe` reads `INFO replication` from every node (the only I/O here); the rest are pure functions
+:func:`probe` reads `INFO replication` and the run_id from every node (the only I/O here); the rest are pure functions
 of a :class:`~audit.sources.redis.topology.Topology` and those states:
 
 | finding            | when                                                                  | detail            |
@@ -26,7 +26,7 @@ import redis
 
 from audit.errors import SourceConnectError
 from audit.findings import Finding
-from audit.sources.redis.client import connect, info_text
+from audit.sources.redis.client import connect, info_text, server_run_id
 from audit.sources.redis.info import parse_info
 from audit.sources.redis.replication import Sample, replication_findings, wrong_master
 from audit.sources.redis.topology import Node, Shard, Topology
@@ -39,10 +39,13 @@ class NodeState:
     addr: str
     info: dict[str, Any] | None
     error: str | None = None
+    run_id: str | None = None
+    """The id the node drew at its start (INFO server), which tells one node given on both sides of a pair."""
 
 
 def probe(topology: Topology, *, role: str = "") -> dict[str, NodeState]:
-    """INFO replication of every node of the topology, by address; an unreachable node gets its error."""
+    """INFO replication (and the run_id) of every node of the topology, by address; an unreachable node
+    gets its error."""
     out: dict[str, NodeState] = {}
     for node in topology.nodes:
         if node.addr in topology.unreachable:
@@ -50,7 +53,8 @@ def probe(topology: Topology, *, role: str = "") -> dict[str, NodeState]:
             continue
         try:
             with connect(node.url, role=f"{role or topology.kind} node") as client:
-                out[node.addr] = NodeState(node.addr, parse_info(info_text(client, "replication")))
+                info = parse_info(info_text(client, "replication"))
+                out[node.addr] = NodeState(node.addr, info, run_id=server_run_id(client))
         except SourceConnectError as e:
             out[node.addr] = NodeState(node.addr, None, str(e))
         except (redis.RedisError, OSError) as e:
