@@ -1,9 +1,10 @@
 """What each side holds (information_schema), which tables to audit, and how to compare each one.
 
 A table's chunking key is its PRIMARY KEY, else its first UNIQUE key whose columns are all NOT NULL
-and unprefixed (fewest columns first); without one, or when no index of the replica starts with the
-key's first column (each chunk would scan the replica's table), the table is compared as a multiset;
-when a key column sorts differently on the replica (another collation), by key digests (unordered.py).
+and unprefixed (fewest columns first), taken only when the replica holds a unique key over the same
+columns too (in any order); without one the table is compared as a multiset. When no index of the
+replica starts with the key's first column (each chunk would scan the replica's table) or a key column
+sorts differently there (another collation), it is compared by key digests (unordered.py).
 Definitions are compared column by column (type, nullability, character set, collation, generated):
 a difference is a `schema_mismatch` and the rows are still compared over the columns both sides have,
 each normalised to a form both definitions share (sql.column_expr).
@@ -215,6 +216,19 @@ def _replica_index(replica: TableDef, key: tuple[str, ...]) -> str | None:
     return next((k.index for k in replica.keys if k.columns == key), None)
 
 
+def _shared_key(master: TableDef, replica: TableDef, common: set[str]) -> UniqueKey | None:
+    """The master's first key that is unique on the replica too, over the same columns in any order.
+
+    A key only the master enforces matched a replica's duplicate rows to one (a dict by key): a second
+    copy of a row on a replica whose primary key a migration had turned into a plain index was never
+    reported; such a table is a multiset. A key the replica holds in another column order (PRIMARY KEY
+    (b, a) for (a, b)) still identifies each row: it is compared by key digests (unordered.py)."""
+    for key in master.keys:
+        if set(key.columns) <= common and any(set(k.columns) == set(key.columns) for k in replica.keys):
+            return key
+    return None
+
+
 def plan_table(master: TableDef, replica: TableDef) -> TablePlan:
     """The comparison of one table present on both sides (over the columns they share)."""
     r_cols = {c.name: c for c in replica.columns}
@@ -224,17 +238,14 @@ def plan_table(master: TableDef, replica: TableDef) -> TablePlan:
         for c in master.columns
         if c.name in r_cols and not c.generated and not r_cols[c.name].generated
     )
-    common_names = {c.name for c in common}
-    key: tuple[str, ...] = ()
-    m_index: str | None = None
-    # chunking by a key the replica has no index on would scan its whole table once per chunk (a
-    # 200k-row table: 80M rows read): such a table is compared as a multiset, in one pass per side
-    if master.keys and all(k in common_names for k in master.keys[0].columns) and _indexed(replica, master.keys[0]):
-        key, m_index = master.keys[0].columns, master.keys[0].index
+    shared = _shared_key(master, replica, {c.name for c in common})
+    key = shared.columns if shared else ()
     # the master's chunk bounds cut the replica's rows elsewhere when a key column sorts differently
-    # there: compared by key digests instead, in whole-table scans, where forcing an index would not help
+    # there, and chunking by a key no index of the replica leads with would scan its whole table once
+    # per chunk (a 200k-row table: 80M rows read): compared by key digests instead, in whole-table scans
     m_cols = {c.name: c for c in master.columns}
-    ranges = all(key_order(m_cols[k]) == key_order(r_cols[k]) for k in key)
+    ranges = shared is not None and _indexed(replica, shared)
+    ranges = ranges and all(key_order(m_cols[k]) == key_order(r_cols[k]) for k in key)
     m_exprs = tuple(column_expr(c, r_cols[c.name]) for c in common)
     r_exprs = tuple(column_expr(r_cols[c.name], c) for c in common)
     return TablePlan(
@@ -242,12 +253,24 @@ def plan_table(master: TableDef, replica: TableDef) -> TablePlan:
         name=master.name,
         columns=common,
         key=key,
-        master=SideSql(m_exprs, m_index if ranges else None),
-        replica=SideSql(r_exprs, _replica_index(replica, key) if key and ranges else None),
+        master=SideSql(m_exprs, shared.index if shared and ranges else None),
+        replica=SideSql(r_exprs, _replica_index(replica, key) if ranges else None),
         rows_estimate=max(master.rows_estimate, replica.rows_estimate),
         signatures=(master.signature(), replica.signature()),
         ranges=ranges,
     )
+
+
+def _how_compared(plan: TablePlan, master: TableDef, replica: TableDef) -> str | None:
+    """What a schema_mismatch says of how the rows were compared, when not by key ranges."""
+    if not plan.key:
+        return "as a multiset of rows: the replica holds no unique key over the master's key" if master.keys else None
+    if plan.ranges:
+        return None
+    m_cols, r_cols = {c.name: c for c in master.columns}, {c.name: c for c in replica.columns}
+    if any(key_order(m_cols[k]) != key_order(r_cols[k]) for k in plan.key):
+        return "by key digests, without key ranges: the key sorts differently"
+    return "by key digests, without key ranges: no index of the replica starts with the key's first column"
 
 
 def compare_catalogs(
@@ -273,8 +296,9 @@ def compare_catalogs(
         plan = plan_table(m, r)
         mismatch = _schema_mismatch(m, r)
         if mismatch is not None:
-            if plan.key and not plan.ranges:
-                mismatch.evidence["compared"] = "by key digests, without key ranges: the key sorts differently"
+            how = _how_compared(plan, m, r)
+            if how is not None:
+                mismatch.evidence["compared"] = how
             findings.append(mismatch)
         plans.append(plan)
     return plans, findings

@@ -1,0 +1,104 @@
+"""Kind mysql after a migration: the two sides define a table differently (a migration tool changed a
+key, a type, a character set) yet hold the same data, or hold one planted difference. The healthy copy
+must give no row finding (a `schema_mismatch` names the definitions), the planted one exactly its own.
+
+Each table is created on each side on its own (sql_log_bin = 0), so the replica keeps replicating and
+the definitions may differ; one MariaDB pair serves the module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from audit.local.mariadb_server import mariadb_available
+from audit.sources.mysql.engine import RowsAudit
+from tests.integration.mysql_pair import Pair, start_module_pair
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not mariadb_available(), reason="mariadbd not installed (apt-get install mariadb-server)"),
+]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    yield from start_module_pair(tmp_path_factory.mktemp("mysql-migration"))
+
+
+@pytest.fixture()
+def schema(pair: Pair) -> str:
+    return pair.new_schema()
+
+
+def migrated(pair: Pair, table: str, master_ddl: str, replica_ddl: str, *load: str) -> None:
+    """`table` defined as each side's DDL says (`{t}` in a statement is the table), loaded alike on both."""
+    for server, ddl in ((pair.master, master_ddl), (pair.replica, replica_ddl)):
+        server.execute("SET SESSION sql_log_bin = 0", ddl.format(t=table), *(s.format(t=table) for s in load))
+
+
+def rows_found(result: RowsAudit) -> list[tuple[str, bytes | None, object]]:
+    """(category, key, what differs) of each row finding, sorted."""
+    out = []
+    for f in result.findings:
+        if f.category != "schema_mismatch":
+            out.append((f.category, f.key, f.evidence.get("values") or f.evidence.get("row")))
+    return sorted(out, key=repr)
+
+
+def mismatch(result: RowsAudit) -> dict[str, object]:
+    found = [f.evidence for f in result.findings if f.category == "schema_mismatch"]
+    assert len(found) == 1, result.findings
+    return found[0]
+
+
+# --- keys -------------------------------------------------------------------------------------------------
+
+
+def test_a_composite_key_in_another_column_order_still_reports_rows_by_key(pair: Pair, schema: str) -> None:
+    """PRIMARY KEY (a, b) on the master, (b, a) on the replica: no index of the replica starts with a, and
+    the table was compared as a keyless multiset: a changed row was a keyless missing_row and extra_row.
+    The replica's key identifies rows all the same: compared by key digests, one finding per row."""
+    t = f"{schema}.k"
+    load = f"INSERT INTO {{t}} SELECT seq % 7, seq, seq FROM {schema}.seq_1_to_300"
+    migrated(
+        pair,
+        t,
+        "CREATE TABLE {t} (a INT, b INT, v INT, PRIMARY KEY (a, b))",
+        "CREATE TABLE {t} (a INT, b INT, v INT, PRIMARY KEY (b, a))",
+        load,
+    )
+    healthy = pair.audit([t])
+    assert rows_found(healthy) == [] and healthy.tables[0]["equal"]
+    assert mismatch(healthy)["key"] == {"master": ("a", "b"), "replica": ("b", "a")}
+
+    pair.on_replica_only(f"UPDATE {t} SET v = 0 WHERE b = 42", f"DELETE FROM {t} WHERE b = 43")
+    pair.on_replica_only(f"INSERT INTO {t} VALUES (1, 1000, 1)")
+    planted = pair.audit([t])
+    assert rows_found(planted) == [
+        ("extra_row", b"[1, 1000]", None),
+        ("missing_row", b"[1, 43]", None),
+        ("row_mismatch", b"[0, 42]", {"v": {"master": 42, "replica": 0}}),
+    ]
+    assert mismatch(planted)["compared"].startswith("by key digests")
+
+
+def test_a_second_copy_on_a_replica_whose_key_is_not_unique_is_found(pair: Pair, schema: str) -> None:
+    """The replica's primary key turned into a plain index: a second copy of a row there was matched to
+    the master's row by key and never reported (301 rows against 300, no finding). The key is unique on
+    one side only: the table is a multiset, and the copy one extra_row."""
+    t = f"{schema}.dup"
+    migrated(
+        pair,
+        t,
+        "CREATE TABLE {t} (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE {t} (id INT NOT NULL, v INT, KEY (id))",
+        f"INSERT INTO {{t}} SELECT seq, seq FROM {schema}.seq_1_to_300",
+    )
+    assert rows_found(pair.audit([t])) == []
+
+    pair.on_replica_only(f"INSERT INTO {t} VALUES (42, 42)")
+    planted = pair.audit([t])
+    assert rows_found(planted) == [("extra_row", None, {"id": 42, "v": 42})]
+    assert (planted.tables[0]["master_rows"], planted.tables[0]["replica_rows"]) == (300, 301)
+    assert mismatch(planted)["compared"].startswith("as a multiset")
