@@ -102,3 +102,46 @@ def test_a_second_copy_on_a_replica_whose_key_is_not_unique_is_found(pair: Pair,
     assert rows_found(planted) == [("extra_row", None, {"id": 42, "v": 42})]
     assert (planted.tables[0]["master_rows"], planted.tables[0]["replica_rows"]) == (300, 301)
     assert mismatch(planted)["compared"].startswith("as a multiset")
+
+
+# --- column definitions a migration changes, the data kept ------------------------------------------------
+
+# (name, master column, replica column, the values both hold, a planted value of row 1 on the replica)
+RETYPED = [
+    ("f_double", "FLOAT", "DOUBLE", ["1.1", "-2.5", "3.4e38", "1e-7", "0", "NULL"], "1.2"),
+    ("double_f", "DOUBLE", "FLOAT", ["1.1", "-2.5", "0"], "1.2"),
+    ("vb_bin", "VARBINARY(4)", "BINARY(4)", ["X'6162'", "X'00'", "X'61620000'", "''", "NULL"], "X'6163'"),
+    ("vc_char", "VARCHAR(5)", "CHAR(5)", ["'a  '", "' '", "' a'", "NULL"], "' '"),
+    ("int_big", "INT", "BIGINT", ["-5", "0", "10", "100", "2147483647"], "11"),
+    ("dec", "DECIMAL(10,2)", "DECIMAL(12,4)", ["1.5", "0", "-0.01", "100", "99999999.99"], "1.5001"),
+    ("dt6", "DATETIME", "DATETIME(6)", ["'2024-01-01 10:00:00'", "'0000-00-00 00:00:00'", "NULL"], "'2024-01-01'"),
+    ("mb3", "VARCHAR(9) CHARSET utf8mb3", "VARCHAR(9) CHARSET utf8mb4", ["'héllo'", "'日本'", "''"], "'hello'"),
+    ("wider", "VARCHAR(5)", "VARCHAR(50)", ["'ab'", "'a '", "''", "NULL"], "NULL"),
+    ("longer", "TEXT", "LONGTEXT", ["'abc'", "REPEAT('x', 10000)", "NULL"], "'abd'"),
+    ("enum", "ENUM('a','bb','c c')", "VARCHAR(10)", ["'a'", "'bb'", "'c c'", "NULL"], "'bb'"),
+]
+
+
+def test_values_retyped_by_a_migration_compare_in_a_form_both_types_share(pair: Pair, schema: str) -> None:
+    """A dump writes a FLOAT as '1.1', which a DOUBLE keeps as 1.1 where the FLOAT held 1.100000023841858:
+    every such row was a row_mismatch; 'ab' copied into a BINARY(4) reads 'ab\\0\\0', 'a ' copied into a
+    CHAR reads 'a': the same. Each is now compared as the narrower type holds it, the difference only in
+    the definitions (schema_mismatch); a value changed beyond that is still found, once."""
+    tables = []
+    for name, m_type, r_type, values, _ in RETYPED:
+        t = f"{schema}.{name}"
+        rows = ", ".join(f"({i}, {v})" for i, v in enumerate(values, 1))
+        ddl = "CREATE TABLE {t} (id INT PRIMARY KEY, v %s) CHARSET utf8mb4"
+        migrated(pair, t, ddl % m_type, ddl % r_type, "SET SESSION sql_mode = ''", f"INSERT INTO {{t}} VALUES {rows}")
+        tables.append(t)
+    healthy = pair.audit(tables)
+    assert rows_found(healthy) == []
+    assert healthy.counts == {"schema_mismatch": len(RETYPED)}
+
+    for name, *_, planted in RETYPED:
+        pair.on_replica_only(f"UPDATE {schema}.{name} SET v = {planted} WHERE id = 1")
+    found = pair.audit(tables).findings
+    rows = sorted((f.evidence["table"], f.category, f.key, f.evidence.get("columns")) for f in found)
+    assert [r for r in rows if r[1] != "schema_mismatch"] == sorted(
+        (f"{schema}.{name}", "row_mismatch", b"[1]", ["v"]) for name, *_ in RETYPED
+    )

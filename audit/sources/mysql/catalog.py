@@ -246,8 +246,8 @@ def plan_table(master: TableDef, replica: TableDef) -> TablePlan:
     m_cols = {c.name: c for c in master.columns}
     ranges = shared is not None and _indexed(replica, shared)
     ranges = ranges and all(key_order(m_cols[k]) == key_order(r_cols[k]) for k in key)
-    m_exprs = tuple(column_expr(c, r_cols[c.name]) for c in common)
-    r_exprs = tuple(column_expr(r_cols[c.name], c) for c in common)
+    m_exprs = tuple(column_expr(c, r_cols[c.name], key=c.name in key) for c in common)
+    r_exprs = tuple(column_expr(r_cols[c.name], c, key=c.name in key) for c in common)
     return TablePlan(
         schema=master.schema,
         name=master.name,

@@ -154,13 +154,19 @@ def key_order(column: Column) -> tuple[object, ...]:
 # --- expressions ----------------------------------------------------------------------------------------
 
 
-def column_expr(column: Column, peer: Column | None = None) -> str:
+FLOAT_MAX = 3.4028234663852886e38
+"""The largest FLOAT: a DOUBLE beyond it has no FLOAT form (CAST would clip it to this)."""
+
+
+def column_expr(column: Column, peer: Column | None = None, *, key: bool = False) -> str:
     """The normalised text of a column, so that equal values hash equal on both sides.
 
     FLOAT is widened to DOUBLE (its own text keeps 6 digits and would hide changes); BIT is shown as
     its number; TIMESTAMP needs the session time zone every connection sets ('+00:00'). When the
     two sides define the column differently (`peer`, a schema_mismatch), the value is brought to a
-    form both types share: exact numbers without trailing zeros, text in utf8mb4, times with 6 digits.
+    form both types share: exact numbers without trailing zeros, text in utf8mb4, times with 6 digits,
+    a DOUBLE at FLOAT precision against a FLOAT, and (outside the key, whose values are looked up as
+    they are) a string without the padding a CHAR or BINARY(n) side cannot tell from the value.
     """
     c = quote_ident(column.name)
     t = column.data_type
@@ -174,6 +180,10 @@ def column_expr(column: Column, peer: Column | None = None) -> str:
     if t in EXACT_TYPES and p in EXACT_TYPES:
         text = f"CAST({c} AS DECIMAL(65,30))"
         return f"TRIM(TRAILING '.' FROM TRIM(TRAILING '0' FROM {text}))"
+    if t in FLOAT_TYPES and p == "float":
+        # a dump writes a FLOAT as its 6-digit text (1.1), which a DOUBLE then keeps as 1.1 where the
+        # FLOAT held 1.100000023841858: the DOUBLE is compared as the FLOAT it would be
+        return f"IF(ABS({c}) <= {FLOAT_MAX!r}, CAST(CAST({c} AS FLOAT) AS DOUBLE), {c})"
     if t in FLOAT_TYPES and p in FLOAT_TYPES:
         return f"CAST({c} AS DOUBLE)"
     if t in ("datetime", "timestamp") and p in ("datetime", "timestamp"):
@@ -181,7 +191,12 @@ def column_expr(column: Column, peer: Column | None = None) -> str:
     if t == "time" and p == "time":
         return f"CAST({c} AS TIME(6))"
     if t in TEXT_TYPES and p in TEXT_TYPES:
-        return f"CONVERT({c} USING utf8mb4)"
+        text = f"CONVERT({c} USING utf8mb4)"
+        # a CHAR drops trailing spaces: 'a ' copied into a CHAR reads 'a' there
+        return f"TRIM(TRAILING ' ' FROM {text})" if "char" in (t, p) and t != p and not key else text
+    if t in BINARY_TYPES and p in BINARY_TYPES and "binary" in (t, p) and not key:
+        # a BINARY(n) pads with 0x00: 'ab' copied into a BINARY(4) reads 'ab\0\0' there
+        return f"TRIM(TRAILING X'00' FROM {c})"
     return c
 
 
