@@ -356,3 +356,32 @@ def test_a_generated_column_whose_expression_differs_is_a_schema_mismatch(pair: 
     (finding,) = pair.audit([f"{schema}.g"]).findings
     assert (finding.category, finding.evidence["columns"]) == ("schema_mismatch", ["total"])
     assert finding.evidence["definitions"]["total"]["replica"]["expression"] == "`qty` * `price` * 2"
+
+
+def test_columns_named_like_the_auditors_aliases_do_not_hide_differences(pair: Pair, schema: str) -> None:
+    """The copies per row hash were `GROUP BY h` and the key buckets `GROUP BY b`: the server took a
+    column of that name for the alias, so a keyless table with a column `h` was grouped by it (a
+    changed row hid among its group: no finding), and a table compared by key digests with a column `b`
+    read the rows of one bucket only (changed rows elsewhere: no finding)."""
+    pair.on_master(
+        f"CREATE TABLE {schema}.nokey (h INT, v INT)",
+        f"INSERT INTO {schema}.nokey SELECT seq % 5, seq FROM {schema}.seq_1_to_300",
+        f"CREATE TABLE {schema}.coll (k VARCHAR(10) PRIMARY KEY, b INT, d INT, v INT) COLLATE utf8mb4_general_ci",
+        f"INSERT INTO {schema}.coll SELECT CONCAT('k', seq), 0, 0, seq FROM {schema}.seq_1_to_300",
+    )
+    pair.on_replica_only(
+        f"UPDATE {schema}.nokey SET v = 0 WHERE v = 42",
+        f"ALTER TABLE {schema}.coll MODIFY k VARCHAR(10) COLLATE utf8mb4_bin",
+        f"UPDATE {schema}.coll SET v = 0 WHERE k IN ('k7', 'k42', 'k250')",
+    )
+    result = pair.audit([f"{schema}.nokey", f"{schema}.coll"])
+    rows = sorted(
+        (f.category, f.key, f.evidence.get("row")) for f in result.findings if f.category != "schema_mismatch"
+    )
+    assert rows == [
+        ("extra_row", None, {"h": 2, "v": 0}),
+        ("missing_row", None, {"h": 2, "v": 42}),
+        ("row_mismatch", b'["k250"]', None),
+        ("row_mismatch", b'["k42"]', None),
+        ("row_mismatch", b'["k7"]', None),
+    ]

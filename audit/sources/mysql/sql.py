@@ -357,17 +357,22 @@ class TableSql:
     def bucket_digests(self, buckets: int) -> str:
         """COUNT(*) and SUM(row hash) of each bucket of rows, by CRC32 of the key's text: in bucket order."""
         bucket = f"CRC32({self.key_text()}) % {buckets}"
-        return f"SELECT {bucket} AS b, COUNT(*), SUM({self.hash}) FROM {self.plain_source} GROUP BY b ORDER BY b"
+        # by position: GROUP BY `b` meant a column of that name when the table had one (see hash_counts)
+        return f"SELECT {bucket}, COUNT(*), SUM({self.hash}) FROM {self.plain_source} GROUP BY 1 ORDER BY 1"
 
     def bucket_rows(self, buckets: int, only: Sequence[int] | None) -> str:
         """The held rows of buckets `only` (None: every row), with their hash, by MD5 of the key's text."""
         text = self.key_text()
         where = f" WHERE CRC32({text}) % {buckets} IN ({', '.join(map(str, only))})" if only is not None else ""
         digest = f"UNHEX(MD5({text}))"
-        return f"SELECT {', '.join(self.held)}, {self.hash}, {digest} AS d FROM {self.plain_source}{where} ORDER BY d"
+        last = len(self.held) + 2  # by position: no column of the table can take its place
+        return f"SELECT {', '.join(self.held)}, {self.hash}, {digest} FROM {self.plain_source}{where} ORDER BY {last}"
 
     def hash_counts(self) -> str:
-        return f"SELECT {self.hash} AS h, COUNT(*) FROM {self.plain_source} GROUP BY h ORDER BY h"
+        """Copies of each row hash, in hash order. Grouped by position: GROUP BY an alias names the
+        table's column of that name first, and a keyless table with a column `h` was grouped by it (a
+        changed row hid among its group's copies: no finding)."""
+        return f"SELECT {self.hash}, COUNT(*) FROM {self.plain_source} GROUP BY 1 ORDER BY 1"
 
     def all_rows(self) -> str:
         return f"SELECT {', '.join(self.held)}, {self.hash} FROM {self.plain_source}"
