@@ -145,3 +145,27 @@ def test_values_retyped_by_a_migration_compare_in_a_form_both_types_share(pair: 
     assert [r for r in rows if r[1] != "schema_mismatch"] == sorted(
         (f"{schema}.{name}", "row_mismatch", b"[1]", ["v"]) for name, *_ in RETYPED
     )
+
+
+def test_a_key_the_replica_cannot_spell_in_its_character_set_is_a_finding_not_a_crash(pair: Pair, schema: str) -> None:
+    """A key column moved from utf8mb4 to latin1 (a migration's default character set): the copy of
+    '😀' reads '?' there. The replica's rows were read by key, `k IN ('😀', ...)`, which the server
+    refuses ('Illegal mix of collations'): the whole audit stopped (exit 3). Such a key now has no row
+    there: a missing_row, and the replica's '?' an extra_row."""
+    t = f"{schema}.cs"
+    migrated(
+        pair,
+        t,
+        "CREATE TABLE {t} (k VARCHAR(10) PRIMARY KEY, v INT) CHARSET utf8mb4",
+        "CREATE TABLE {t} (k VARCHAR(10) PRIMARY KEY, v INT) CHARSET latin1 COLLATE latin1_bin",
+        "INSERT INTO {t} VALUES ('plain', 1), ('café', 2)",
+    )
+    assert rows_found(pair.audit([t])) == []
+
+    pair.master.execute("SET SESSION sql_log_bin = 0", f"INSERT INTO {t} VALUES ('😀', 3)")
+    pair.on_replica_only(f"INSERT INTO {t} VALUES ('?', 3)", f"UPDATE {t} SET v = 0 WHERE k = 'café'")
+    assert rows_found(pair.audit([t])) == [
+        ("extra_row", b'["?"]', None),
+        ("missing_row", '["😀"]'.encode(), None),
+        ("row_mismatch", '["café"]'.encode(), {"v": {"master": 2, "replica": 0}}),
+    ]

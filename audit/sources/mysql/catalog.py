@@ -229,6 +229,14 @@ def _shared_key(master: TableDef, replica: TableDef, common: set[str]) -> Unique
     return None
 
 
+def _key_charset(column: Column, peer: Column) -> tuple[str, str] | None:
+    """The character set and collation the peer's key values are converted to before they are
+    compared with `column` (sql.key_literal), when the peer's may hold characters it cannot."""
+    if column.charset is None or column.charset == peer.charset or column.charset == "utf8mb4":
+        return None
+    return column.charset, column.collation or f"{column.charset}_bin"
+
+
 def plan_table(master: TableDef, replica: TableDef) -> TablePlan:
     """The comparison of one table present on both sides (over the columns they share)."""
     r_cols = {c.name: c for c in replica.columns}
@@ -248,13 +256,15 @@ def plan_table(master: TableDef, replica: TableDef) -> TablePlan:
     ranges = ranges and all(key_order(m_cols[k]) == key_order(r_cols[k]) for k in key)
     m_exprs = tuple(column_expr(c, r_cols[c.name], key=c.name in key) for c in common)
     r_exprs = tuple(column_expr(r_cols[c.name], c, key=c.name in key) for c in common)
+    m_casts = tuple(_key_charset(m_cols[k], r_cols[k]) for k in key)
+    r_casts = tuple(_key_charset(r_cols[k], m_cols[k]) for k in key)
     return TablePlan(
         schema=master.schema,
         name=master.name,
         columns=common,
         key=key,
-        master=SideSql(m_exprs, shared.index if shared and ranges else None),
-        replica=SideSql(r_exprs, _replica_index(replica, key) if ranges else None),
+        master=SideSql(m_exprs, shared.index if shared and ranges else None, m_casts),
+        replica=SideSql(r_exprs, _replica_index(replica, key) if ranges else None, r_casts),
         rows_estimate=max(master.rows_estimate, replica.rows_estimate),
         signatures=(master.signature(), replica.signature()),
         ranges=ranges,

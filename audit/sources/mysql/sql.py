@@ -286,13 +286,26 @@ def range_where(key: Sequence[str], lower: Bound, upper: Bound) -> str:
     return " AND ".join(conds) if conds else "1=1"
 
 
-def key_in(key: Sequence[str], keys: Sequence[Sequence[KeyValue]]) -> str:
-    """`(k1, k2) IN ((..), (..))`, or `k IN (..)` for a one-column key."""
+def key_in(
+    key: Sequence[str], keys: Sequence[Sequence[KeyValue]], charsets: Sequence[tuple[str, str] | None] = ()
+) -> str:
+    """`(k1, k2) IN ((..), (..))`, or `k IN (..)` for a one-column key; a column with `charsets` given
+    (SideSql.key_charsets) has its literals converted to them (key_literal)."""
+    casts = list(charsets) or [None] * len(key)
     if len(key) == 1:
-        return f"{quote_ident(key[0])} IN (" + ", ".join(literal(k[0]) for k in keys) + ")"
+        return f"{quote_ident(key[0])} IN (" + ", ".join(key_literal(k[0], casts[0]) for k in keys) + ")"
     cols = "(" + ", ".join(quote_ident(k) for k in key) + ")"
-    rows = ", ".join("(" + ", ".join(literal(v) for v in k) + ")" for k in keys)
+    rows = ", ".join("(" + ", ".join(key_literal(v, c) for v, c in zip(k, casts, strict=True)) + ")" for k in keys)
     return f"{cols} IN ({rows})"
+
+
+def key_literal(value: KeyValue, charset: tuple[str, str] | None) -> str:
+    """A key value as a literal in a column's character set and collation: `'😀'` compared with a
+    latin1 column is an error ('Illegal mix of collations'), which stopped the audit; converted, it
+    reads '?', and the row found there (if any) is matched by its own key, not by '😀'."""
+    if charset is None or not isinstance(value, str):
+        return literal(value)
+    return f"CONVERT({literal(value)} USING {charset[0]}) COLLATE {quote_ident(charset[1])}"
 
 
 def key_tag(key: Sequence[str], keys: Sequence[Sequence[KeyValue]]) -> str:
@@ -327,6 +340,7 @@ class TableSql:
         self.key_exprs = [sql.exprs[i] for i in plan.key_positions]
         self.held = [held_expr(c, e) for c, e in zip(plan.columns, sql.exprs, strict=True)]
         self.order = ", ".join(quote_ident(k) for k in plan.key)
+        self.key_charsets = sql.key_charsets
 
     def checksum(self, lower: Bound, upper: Bound) -> str:
         where = range_where(self.plan.key, lower, upper) if self.plan.key else "1=1"
@@ -347,7 +361,8 @@ class TableSql:
         exprs = [*(self.exprs if whole else self.held), self.hash]
         if tagged:
             exprs.append(key_tag(self.plan.key, keys))
-        return f"SELECT {', '.join(exprs)} FROM {self.plain_source} WHERE {key_in(self.plan.key, keys)}"
+        where = key_in(self.plan.key, keys, self.key_charsets)
+        return f"SELECT {', '.join(exprs)} FROM {self.plain_source} WHERE {where}"
 
     def key_text(self) -> str:
         """The key's values as one text, equal on both sides exactly when the key's bytes are."""

@@ -74,6 +74,9 @@ class SideSql:
 
     exprs: tuple[str, ...]
     index: str | None
+    key_charsets: tuple[tuple[str, str] | None, ...] = ()
+    """Per key column, the (character set, collation) its literals are converted to on this side, when
+    a key read from the other side may hold characters this side's cannot (utf8mb4 into latin1)."""
 
 
 @dataclass(frozen=True)
