@@ -7,13 +7,15 @@ the definitions may differ; one MariaDB pair serves the module."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from audit.local.mariadb_server import mariadb_available
-from audit.sources.mysql.engine import RowsAudit
-from tests.integration.mysql_pair import Pair, start_module_pair
+from audit.local.mariadb_server import MariaDBServer, free_port, mariadb_available
+from audit.sources.mysql.engine import RowsAudit, audit_tables
+from tests.integration.mysql_pair import FAST, Pair, start_module_pair
 
 pytestmark = [
     pytest.mark.integration,
@@ -169,3 +171,34 @@ def test_a_key_the_replica_cannot_spell_in_its_character_set_is_a_finding_not_a_
         ("missing_row", '["😀"]'.encode(), None),
         ("row_mismatch", '["café"]'.encode(), {"v": {"master": 2, "replica": 0}}),
     ]
+
+
+# --- server settings --------------------------------------------------------------------------------------
+
+
+def test_a_target_with_lower_case_table_names_compares_the_tables_it_renamed(pair: Pair, tmp_path: Path) -> None:
+    """A target started with lower_case_table_names = 1 lists the master's `Shop.Orders` as
+    `shop.orders`: the table was a missing_table (and, auditing every table, an extra_table) and its
+    rows were never compared. It is now the same table, in the case-sensitive side's spelling, either
+    way round, and named in `tables:` as either side spells it."""
+    db = "Shop_" + secrets.token_hex(2)
+    ddl = f"CREATE TABLE {db}.Orders (id INT PRIMARY KEY, v INT)"
+    load = f"INSERT INTO {db}.Orders VALUES (1, 1), (2, 2), (3, 3)"
+    pair.on_master(f"CREATE DATABASE {db}", ddl, load)
+    target = MariaDBServer(free_port(), tmp_path / "target", extra=["--lower-case-table-names=1"]).start()
+    try:
+        target.execute(f"CREATE DATABASE {db}", ddl, load, f"UPDATE {db}.Orders SET v = 0 WHERE id = 2")
+        assert target.execute(f"SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{db}'") == [
+            ("orders",)
+        ]
+        target_url = target.create_auditor()
+        runs = [
+            audit_tables(None, pair.master_url, target_url, [f"{db}.Orders"], FAST, check_replication=False),
+            audit_tables(None, target_url, pair.master_url, [f"{db.lower()}.orders"], FAST, check_replication=False),
+            audit_tables(None, pair.master_url, target_url, None, FAST, check_replication=False),
+        ]
+    finally:
+        target.stop()
+    for run in runs:
+        found = [(f.category, f.evidence["table"], f.key) for f in run.findings if db in f.evidence["table"]]
+        assert found == [("row_mismatch", f"{db}.Orders", b"[2]")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from audit.errors import ConfigError
-from audit.sources.mysql.catalog import select_tables
+from audit.sources.mysql.catalog import align_names, select_tables
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings, parse_tables
 
 
@@ -73,6 +73,23 @@ def test_table_selection_names_what_does_not_exist() -> None:
         select_tables(parse_tables(["shop.nope"]), master, replica)
     with pytest.raises(ConfigError, match=r"tables\[0\]: crm.\* matches no table"):
         select_tables(parse_tables(["crm.*"]), master, replica)
+
+
+def test_a_side_with_lower_case_table_names_takes_the_other_sides_spelling() -> None:
+    master = {("Shop", "Orders"): 10, ("Shop", "Only"): 1}
+    folded = {("shop", "orders"): 10, ("shop", "extra"): 2}
+    assert align_names(master, folded, (False, False)) == (master, folded, {}, {})
+    m, r, m_own, r_own = align_names(master, folded, (False, True))
+    assert (m, m_own) == (master, {})
+    assert r == {("Shop", "Orders"): 10, ("shop", "extra"): 2}
+    assert r_own == {("Shop", "Orders"): ("shop", "orders")}
+    # the master folds: its names take the case-sensitive replica's spelling
+    m, r, m_own, r_own = align_names(folded, master, (True, False))
+    assert m == {("Shop", "Orders"): 10, ("shop", "extra"): 2} and m_own == {("Shop", "Orders"): ("shop", "orders")}
+    assert (r, r_own) == (master, {})
+    assert select_tables(parse_tables(["shop.orders"]), m, r, fold=True) == [("Shop", "Orders")]
+    with pytest.raises(ConfigError, match=r"shop\.orders does not exist"):
+        select_tables(parse_tables(["shop.orders"]), m, r)
 
 
 def test_a_tls_file_that_is_no_certificate_is_a_config_error_naming_the_options(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -44,16 +44,62 @@ def list_tables(server: Server) -> dict[TableName, int]:
     return out
 
 
+def folds_case(server: Server) -> bool:
+    """Whether the server compares schema and table names case-insensitively (lower_case_table_names
+    1, stored in lower case, or 2, as created)."""
+    return server.text("SELECT @@lower_case_table_names", "reading lower_case_table_names") not in ("", "0")
+
+
+Spellings = dict[TableName, TableName]
+"""A table's name as the pair spells it -> as one server spells it, where the two differ."""
+
+
+def align_names(
+    master: dict[TableName, int], replica: dict[TableName, int], folds: tuple[bool, bool]
+) -> tuple[dict[TableName, int], dict[TableName, int], Spellings, Spellings]:
+    """Both sides' tables under one spelling, and each side's own spelling where it differs.
+
+    A server with lower_case_table_names (`folds`) lists the master's `Shop.Orders` as `shop.orders`:
+    a migration onto it made the table a missing_table (and an extra_table), its rows never compared.
+    A name such a side spells otherwise is taken in the other side's spelling when they match but for
+    case: the one a case-sensitive server needs (the master's when both fold); the folding side accepts
+    it in its statements, and its information_schema is read in its own spelling (load_definitions)."""
+    if not any(folds):
+        return master, replica, {}, {}
+    # the side whose names are renamed: one that folds, the master only when the replica does not
+    rename_master = folds[0] and not folds[1]
+    source, target = (replica, master) if rename_master else (master, replica)
+    by_lower = {(s.lower(), t.lower()): (s, t) for s, t in source}
+    renamed: dict[TableName, int] = {}
+    own: Spellings = {}
+    for name, estimate in target.items():
+        pair_name = by_lower.get((name[0].lower(), name[1].lower()), name)
+        renamed[pair_name] = estimate
+        if pair_name != name:
+            own[pair_name] = name
+    return (renamed, replica, own, {}) if rename_master else (master, renamed, {}, own)
+
+
 def select_tables(
-    patterns: Sequence[TablePattern], master: Iterable[TableName], replica: Iterable[TableName], field: str = "tables"
+    patterns: Sequence[TablePattern],
+    master: Iterable[TableName],
+    replica: Iterable[TableName],
+    field: str = "tables",
+    *,
+    fold: bool = False,
 ) -> list[TableName]:
-    """The tables the patterns name on either side, in order; ConfigError for a name no side has."""
+    """The tables the patterns name on either side, in order; ConfigError for a name no side has.
+    `fold` (a side with lower_case_table_names): a pattern no name matches as spelt may match but for
+    case (`shop.orders` as the folding master lists it, the pair spelling it `Shop.Orders`)."""
     known = sorted(set(master) | set(replica))
     if not patterns:
         return known
     chosen: dict[TableName, None] = {}
     for i, pattern in enumerate(patterns):
         hits = [t for t in known if pattern.matches(*t)]
+        if not hits and fold:
+            lower = replace(pattern, schema=pattern.schema.lower(), table=pattern.table.lower())
+            hits = [t for t in known if lower.matches(t[0].lower(), t[1].lower())]
         if not hits:
             what = "matches no table" if pattern.is_glob else "does not exist (or is not visible to the auditor)"
             raise ConfigError(f"{field}[{i}]: {pattern.text} {what} on the master or the replica")
@@ -92,13 +138,16 @@ def _probe(server: Server, name: TableName) -> None:
 
 
 def load_definitions(
-    server: Server, names: Sequence[TableName], estimates: dict[TableName, int]
+    server: Server, names: Sequence[TableName], estimates: dict[TableName, int], own: Spellings | None = None
 ) -> dict[TableName, TableDef]:
-    """Columns and usable unique keys of `names` (absent ones are left out)."""
-    schemas = sorted({s for s, _ in names})
+    """Columns and usable unique keys of `names` (absent ones are left out); `own`: the server's own
+    spelling of a name the pair spells otherwise (align_names), which its information_schema shows."""
+    own = own or {}
+    back = {own.get(n, n): n for n in names}
+    schemas = sorted({s for s, _ in back})
     if not schemas:
         return {}
-    wanted = set(names)
+    wanted = set(back)
     columns: dict[TableName, list[Column]] = {}
     for row in server.dicts(  # `*`: GENERATION_EXPRESSION is missing before MySQL 5.7 / MariaDB 10.2
         f"SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA IN {_in_list(schemas)} "
@@ -112,7 +161,9 @@ def load_definitions(
     keys = _unique_keys(indexes, columns)
     indexed = _leading_columns(indexes)
     return {
-        t: TableDef(t[0], t[1], tuple(cols), tuple(keys.get(t, ())), estimates.get(t, 0), indexed.get(t, frozenset()))
+        back[t]: TableDef(
+            *back[t], tuple(cols), tuple(keys.get(t, ())), estimates.get(back[t], 0), indexed.get(t, frozenset())
+        )
         for t, cols in columns.items()
     }
 

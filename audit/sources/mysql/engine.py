@@ -213,9 +213,10 @@ def audit_tables(
     master, replica = connect_pair(master_ep, replica_ep, read_timeout_s=settings.read_timeout_s)
     sides = Sides(master, replica)
     try:
-        m_list, r_list = catalog.list_tables(master), catalog.list_tables(replica)
+        folds = (catalog.folds_case(master), catalog.folds_case(replica))
+        m_list, r_list, *own = catalog.align_names(catalog.list_tables(master), catalog.list_tables(replica), folds)
         catalog.probe_missing((master, replica), patterns, set(m_list) | set(r_list))
-        names = catalog.select_tables(patterns, m_list, r_list)
+        names = catalog.select_tables(patterns, m_list, r_list, fold=any(folds))
         catalog.probe_one_sided((master, replica), names, (m_list, r_list))
         if not names:
             raise SourceError(
@@ -223,8 +224,8 @@ def audit_tables(
                 "the auditor needs SELECT on the tables to audit",
                 where=master_ep.where,
             )
-        m_defs = catalog.load_definitions(master, [n for n in names if n in m_list], m_list)
-        r_defs = catalog.load_definitions(replica, [n for n in names if n in r_list], r_list)
+        m_defs = catalog.load_definitions(master, [n for n in names if n in m_list], m_list, own[0])
+        r_defs = catalog.load_definitions(replica, [n for n in names if n in r_list], r_list, own[1])
         plans, schema_findings = catalog.compare_catalogs(names, m_defs, r_defs)
         tasks = _parallelism(spark, settings)
         segments = plan_segments(master, replica, plans, tasks, settings)
@@ -240,7 +241,7 @@ def audit_tables(
             "chunks_s": t_recheck - t_chunks,
             "recheck_s": time.time() - t_recheck,
         }
-        altered = _altered_tables(master, replica, plans, names, m_list, r_list)
+        altered = _altered_tables((master, replica), plans, names, (m_list, r_list), (own[0], own[1]))
         servers = {"master": master.version, "replica": replica.version}
     finally:
         sides.close()
@@ -319,18 +320,17 @@ def _repair(plan_file: RepairPlan, plan: TablePlan, diff: RowDiff) -> None:
 
 
 def _altered_tables(
-    master: Server,
-    replica: Server,
+    servers: tuple[Server, Server],
     plans: list[TablePlan],
     names: list[catalog.TableName],
-    m_list: dict[catalog.TableName, int],
-    r_list: dict[catalog.TableName, int],
+    lists: tuple[dict[catalog.TableName, int], dict[catalog.TableName, int]],
+    own: tuple[catalog.Spellings, catalog.Spellings],
 ) -> set[int]:
     """Tables whose definition (either side) is not the one planned with."""
     by_name = {(p.schema, p.name): i for i, p in enumerate(plans)}
     wanted = [n for n in names if n in by_name]
-    now_m = catalog.load_definitions(master, wanted, m_list)
-    now_r = catalog.load_definitions(replica, wanted, r_list)
+    now_m = catalog.load_definitions(servers[0], wanted, lists[0], own[0])
+    now_r = catalog.load_definitions(servers[1], wanted, lists[1], own[1])
     out = set()
     for name, i in by_name.items():
         m, r = now_m.get(name), now_r.get(name)
