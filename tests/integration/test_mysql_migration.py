@@ -106,6 +106,26 @@ def test_a_second_copy_on_a_replica_whose_key_is_not_unique_is_found(pair: Pair,
     assert mismatch(planted)["compared"].startswith("as a multiset")
 
 
+def test_an_integer_key_the_replica_holds_as_decimal_is_compared_not_a_crash(pair: Pair, schema: str) -> None:
+    """INT on the master, DECIMAL(10,2) on the replica: the key's span was read as int(b'1.00') and a
+    replica key 5.5 as int(b'5.5'): a ValueError ended the audit (exit 4), healthy copy or not."""
+    t = f"{schema}.dk"
+    migrated(
+        pair,
+        t,
+        "CREATE TABLE {t} (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE {t} (id DECIMAL(10,2) PRIMARY KEY, v INT)",
+        f"INSERT INTO {{t}} SELECT seq, seq FROM {schema}.seq_1_to_300",
+    )
+    assert rows_found(pair.audit([t])) == []
+
+    pair.on_replica_only(f"INSERT INTO {t} VALUES (5.5, 1)", f"UPDATE {t} SET v = 0 WHERE id = 200")
+    assert rows_found(pair.audit([t])) == [
+        ("extra_row", b'["5.5"]', None),
+        ("row_mismatch", b"[200]", {"v": {"master": 200, "replica": 0}}),
+    ]
+
+
 # --- column definitions a migration changes, the data kept ------------------------------------------------
 
 # (name, master column, replica column, the values both hold, a planted value of row 1 on the replica)

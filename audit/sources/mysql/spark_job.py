@@ -13,9 +13,11 @@ they appear in no plan, log or UI. On a cluster the executors must reach both se
 
 from __future__ import annotations
 
+import math
 import pickle
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -147,8 +149,9 @@ def _int_span(master: Server, replica: Server, plan: TablePlan) -> tuple[int, in
     k = quote_ident(plan.key[0])
     sql = f"SELECT MIN({k}), MAX({k}) FROM {table_ref(plan.schema, plan.name)}"
     values = [v for s in (master, replica) for row in [s.one(sql, "reading the key range")] for v in row or ()]
-    numbers = [int(v) for v in values if v is not None]
-    return (min(numbers), max(numbers)) if numbers else None
+    # Decimal: the replica's key may be a DECIMAL or DOUBLE a migration made of the master's INT ('1.00')
+    numbers = [Decimal(v.decode()) for v in values if v is not None]
+    return (math.floor(min(numbers)), math.ceil(max(numbers))) if numbers else None
 
 
 def plan_segments(

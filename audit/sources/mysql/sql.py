@@ -99,7 +99,8 @@ def decode_value(column: Column, raw: bytes | None) -> KeyValue | None:
         return None
     t = column.data_type
     if t in INT_TYPES or t == "bit":
-        return int(raw)
+        # a key the master holds as an INT may be a DECIMAL on the replica (5.5): kept exact, not a crash
+        return int(raw) if raw.lstrip(b"-").isdigit() else Decimal(raw.decode())
     if t in ("decimal", "numeric"):
         return Decimal(raw.decode())
     if t in FLOAT_TYPES:
