@@ -141,6 +141,8 @@ RETYPED = [
     ("wider", "VARCHAR(5)", "VARCHAR(50)", ["'ab'", "'a '", "''", "NULL"], "NULL"),
     ("longer", "TEXT", "LONGTEXT", ["'abc'", "REPEAT('x', 10000)", "NULL"], "'abd'"),
     ("enum", "ENUM('a','bb','c c')", "VARCHAR(10)", ["'a'", "'bb'", "'c c'", "NULL"], "'bb'"),
+    # MariaDB's JSON is a LONGTEXT: its text is the value, so a space more is a difference (docs/mysql.md)
+    ("json", "JSON", "LONGTEXT", ['\'{"a": 1, "b": [2]}\'', "'[]'", "NULL"], '\'{"a":1, "b": [2]}\''),
 ]
 
 
@@ -152,7 +154,7 @@ def test_values_retyped_by_a_migration_compare_in_a_form_both_types_share(pair: 
     tables = []
     for name, m_type, r_type, values, _ in RETYPED:
         t = f"{schema}.{name}"
-        rows = ", ".join(f"({i}, {v})" for i, v in enumerate(values, 1))
+        rows = ", ".join(f"({i}, {v})" for i, v in enumerate(values, 1)).replace("{", "{{").replace("}", "}}")
         ddl = "CREATE TABLE {t} (id INT PRIMARY KEY, v %s) CHARSET utf8mb4"
         migrated(pair, t, ddl % m_type, ddl % r_type, "SET SESSION sql_mode = ''", f"INSERT INTO {{t}} VALUES {rows}")
         tables.append(t)
