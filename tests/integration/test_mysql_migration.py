@@ -126,6 +126,38 @@ def test_an_integer_key_the_replica_holds_as_decimal_is_compared_not_a_crash(pai
     ]
 
 
+def test_columns_whose_names_changed_case_are_one_column(pair: Pair, schema: str) -> None:
+    """A migration tool wrote `id`, `name` for the master's `ID`, `Name`: names the servers compare
+    without case were matched with it, so the table had no common column (an SQL syntax error ended
+    the audit) or, with one left, the renamed ones were never compared. One column each now: its
+    values compared, the new spelling a schema_mismatch."""
+    t = f"{schema}.cc"
+    migrated(
+        pair,
+        t,
+        "CREATE TABLE {t} (ID INT PRIMARY KEY, Name VARCHAR(10))",
+        "CREATE TABLE {t} (id INT PRIMARY KEY, name VARCHAR(10))",
+        f"INSERT INTO {{t}} SELECT seq, CONCAT('n', seq) FROM {schema}.seq_1_to_100",
+    )
+    healthy = pair.audit([t])
+    assert rows_found(healthy) == []
+    definitions = mismatch(healthy)["definitions"]
+    assert isinstance(definitions, dict)
+    names = [(d["master"]["name"], d["replica"]["name"]) for d in definitions.values()]
+    assert names == [("ID", "id"), ("Name", "name")]
+
+    pair.on_replica_only(f"UPDATE {t} SET name = 'x' WHERE id = 7")
+    assert rows_found(pair.audit([t])) == [("row_mismatch", b"[7]", {"Name": {"master": "n7", "replica": "x"}})]
+
+
+def test_a_table_with_no_column_in_common_is_a_schema_mismatch_not_a_crash(pair: Pair, schema: str) -> None:
+    t = f"{schema}.none"
+    migrated(pair, t, "CREATE TABLE {t} (a INT)", "CREATE TABLE {t} (b INT)", "INSERT INTO {t} VALUES (1)")
+    result = pair.audit([t])
+    assert [f.category for f in result.findings] == ["schema_mismatch"]
+    assert mismatch(result)["compared"] == "not compared: no column in common"
+
+
 # --- column definitions a migration changes, the data kept ------------------------------------------------
 
 # (name, master column, replica column, the values both hold, a planted value of row 1 on the replica)
@@ -137,6 +169,7 @@ RETYPED = [
     ("int_big", "INT", "BIGINT", ["-5", "0", "10", "100", "2147483647"], "11"),
     ("dec", "DECIMAL(10,2)", "DECIMAL(12,4)", ["1.5", "0", "-0.01", "100", "99999999.99"], "1.5001"),
     ("dt6", "DATETIME", "DATETIME(6)", ["'2024-01-01 10:00:00'", "'0000-00-00 00:00:00'", "NULL"], "'2024-01-01'"),
+    ("date_dt", "DATE", "DATETIME", ["'2024-01-02'", "'0000-00-00'", "NULL"], "'2024-01-02 00:00:01'"),
     ("mb3", "VARCHAR(9) CHARSET utf8mb3", "VARCHAR(9) CHARSET utf8mb4", ["'héllo'", "'日本'", "''"], "'hello'"),
     ("wider", "VARCHAR(5)", "VARCHAR(50)", ["'ab'", "'a '", "''", "NULL"], "NULL"),
     ("longer", "TEXT", "LONGTEXT", ["'abc'", "REPEAT('x', 10000)", "NULL"], "'abd'"),

@@ -238,16 +238,40 @@ def _unique_keys(
 # --- comparing the two definitions ----------------------------------------------------------------------
 
 
+def in_master_spelling(master: TableDef, replica: TableDef) -> TableDef:
+    """The replica's definition with each column (and key column) named as the master names it.
+
+    Column names never depend on case on either server: a migration tool that wrote `name` for the
+    master's `Name` made them two columns, one missing and one extra, its values never compared (and a
+    table whose every column changed case was compared over no column: an SQL syntax error)."""
+    spelt = {c.name.lower(): c.name for c in master.columns}
+
+    def name(n: str) -> str:
+        return spelt.get(n.lower(), n)
+
+    return replace(
+        replica,
+        columns=tuple(replace(c, name=name(c.name)) for c in replica.columns),
+        keys=tuple(replace(k, columns=tuple(name(n) for n in k.columns)) for k in replica.keys),
+        indexed=frozenset(name(n) for n in replica.indexed),
+    )
+
+
 def _schema_mismatch(master: TableDef, replica: TableDef) -> Finding | None:
+    spelt = {c.name.lower(): c.name for c in replica.columns}
+    replica = in_master_spelling(master, replica)
     m_cols = {c.name: c for c in master.columns}
     r_cols = {c.name: c for c in replica.columns}
     differ: dict[str, dict[str, object]] = {}
     for name in [*m_cols, *(n for n in r_cols if n not in m_cols)]:
         m, r = m_cols.get(name), r_cols.get(name)
-        if m is None or r is None or m.definition() != r.definition():
+        renamed = m is not None and r is not None and spelt[name.lower()] != name
+        if m is None or r is None or renamed or m.definition() != r.definition():
+            differ[name] = {"master": m.definition() if m else None, "replica": r.definition() if r else None}
+        if m is not None and r is not None and renamed:  # one column, its name spelt in another case
             differ[name] = {
-                "master": m.definition() if m else None,
-                "replica": r.definition() if r else None,
+                "master": {**m.definition(), "name": name},
+                "replica": {**r.definition(), "name": spelt[name.lower()]},
             }
     m_key = master.keys[0].columns if master.keys else None
     r_key = replica.keys[0].columns if replica.keys else None
@@ -290,6 +314,8 @@ def _key_charset(column: Column, peer: Column) -> tuple[str, str] | None:
 
 def plan_table(master: TableDef, replica: TableDef) -> TablePlan:
     """The comparison of one table present on both sides (over the columns they share)."""
+    signatures = (master.signature(), replica.signature())
+    replica = in_master_spelling(master, replica)
     r_cols = {c.name: c for c in replica.columns}
     common = tuple(
         # nullable on either side, so that both sides hash the same NULL flags
@@ -317,17 +343,20 @@ def plan_table(master: TableDef, replica: TableDef) -> TablePlan:
         master=SideSql(m_exprs, shared.index if shared and ranges else None, m_casts),
         replica=SideSql(r_exprs, _replica_index(replica, key) if ranges else None, r_casts),
         rows_estimate=max(master.rows_estimate, replica.rows_estimate),
-        signatures=(master.signature(), replica.signature()),
+        signatures=signatures,
         ranges=ranges,
     )
 
 
 def _how_compared(plan: TablePlan, master: TableDef, replica: TableDef) -> str | None:
     """What a schema_mismatch says of how the rows were compared, when not by key ranges."""
+    if not plan.columns:
+        return "not compared: no column in common"
     if not plan.key:
         return "as a multiset of rows: the replica holds no unique key over the master's key" if master.keys else None
     if plan.ranges:
         return None
+    replica = in_master_spelling(master, replica)
     m_cols, r_cols = {c.name: c for c in master.columns}, {c.name: c for c in replica.columns}
     if any(key_order(m_cols[k]) != key_order(r_cols[k]) for k in plan.key):
         return "by key digests, without key ranges: the key sorts differently"
@@ -361,7 +390,8 @@ def compare_catalogs(
             if how is not None:
                 mismatch.evidence["compared"] = how
             findings.append(mismatch)
-        plans.append(plan)
+        if plan.columns:  # none in common: no row text to hash (CONCAT_WS of nothing is an SQL error)
+            plans.append(plan)
     return plans, findings
 
 

@@ -165,9 +165,10 @@ def column_expr(column: Column, peer: Column | None = None, *, key: bool = False
     FLOAT is widened to DOUBLE (its own text keeps 6 digits and would hide changes); BIT is shown as
     its number; TIMESTAMP needs the session time zone every connection sets ('+00:00'). When the
     two sides define the column differently (`peer`, a schema_mismatch), the value is brought to a
-    form both types share: exact numbers without trailing zeros, text in utf8mb4, times with 6 digits,
-    a DOUBLE at FLOAT precision against a FLOAT, and (outside the key, whose values are looked up as
-    they are) a string without the padding a CHAR or BINARY(n) side cannot tell from the value.
+    form both types share: exact numbers without trailing zeros, text in utf8mb4, times with 6 digits
+    (a DATE at midnight), a DOUBLE at FLOAT precision against a FLOAT, and (outside the key, whose
+    values are looked up as they are) a string without the padding a CHAR or BINARY(n) side cannot
+    tell from the value.
     """
     c = quote_ident(column.name)
     t = column.data_type
@@ -187,8 +188,8 @@ def column_expr(column: Column, peer: Column | None = None, *, key: bool = False
         return f"IF(ABS({c}) <= {FLOAT_MAX!r}, CAST(CAST({c} AS FLOAT) AS DOUBLE), {c})"
     if t in FLOAT_TYPES and p in FLOAT_TYPES:
         return f"CAST({c} AS DOUBLE)"
-    if t in ("datetime", "timestamp") and p in ("datetime", "timestamp"):
-        return f"CAST({c} AS DATETIME(6))"
+    if t in ("date", "datetime", "timestamp") and p in ("date", "datetime", "timestamp"):
+        return f"CAST({c} AS DATETIME(6))"  # a DATE as its midnight: 2024-01-02 = 2024-01-02 00:00:00
     if t == "time" and p == "time":
         return f"CAST({c} AS TIME(6))"
     if t in TEXT_TYPES and p in TEXT_TYPES:
