@@ -231,18 +231,40 @@ def test_a_key_the_replica_cannot_spell_in_its_character_set_is_a_finding_not_a_
 # --- server settings --------------------------------------------------------------------------------------
 
 
-def test_a_target_with_lower_case_table_names_compares_the_tables_it_renamed(pair: Pair, tmp_path: Path) -> None:
+OTHER_SETTINGS = (
+    "--lower-case-table-names=1",
+    "--default-time-zone=+05:30",
+    "--character-set-server=latin1",
+    "--collation-server=latin1_swedish_ci",
+    "--sql-mode=ALLOW_INVALID_DATES,PAD_CHAR_TO_FULL_LENGTH,ANSI_QUOTES,NO_BACKSLASH_ESCAPES",
+    "--explicit-defaults-for-timestamp=OFF",
+    "--div-precision-increment=9",
+)
+"""A migration target's server settings, each unlike the test master's (its system time zone too)."""
+
+
+def test_a_target_with_other_server_settings_compares_the_same_rows(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A target started with lower_case_table_names = 1 lists the master's `Shop.Orders` as
     `shop.orders`: the table was a missing_table (and, auditing every table, an extra_table) and its
     rows were never compared. It is now the same table, in the case-sensitive side's spelling, either
-    way round, and named in `tables:` as either side spells it."""
+    way round, and named in `tables:` as either side spells it. The target's other settings (time
+    zones, default character set, sql_mode, timestamp defaults) change no verdict: TIMESTAMPs copied
+    as the same instants are equal, one stored at another instant is the one finding."""
     db = "Shop_" + secrets.token_hex(2)
-    ddl = f"CREATE TABLE {db}.Orders (id INT PRIMARY KEY, v INT)"
-    load = f"INSERT INTO {db}.Orders VALUES (1, 1), (2, 2), (3, 3)"
-    pair.on_master(f"CREATE DATABASE {db}", ddl, load)
-    target = MariaDBServer(free_port(), tmp_path / "target", extra=["--lower-case-table-names=1"]).start()
+    ddl = f"CREATE TABLE {db}.Orders (id INT PRIMARY KEY, v INT, c CHAR(4), ts TIMESTAMP, d DATETIME) CHARSET utf8mb4"
+    utc = "SET SESSION time_zone = '+00:00'"  # as a dump loads TIMESTAMPs: the instants, not the clock
+    rows = "(1, 1, 'a', '2024-03-10 07:30:00', '2024-01-01'), (2, 2, '', '2024-11-03 06:30:00', NULL)"
+    load = f"INSERT INTO {db}.Orders VALUES {rows}"
+    pair.on_master(f"CREATE DATABASE {db}", ddl, utc, load)
+    monkeypatch.setenv("TZ", "America/New_York")  # the target's system time zone
+    target = MariaDBServer(free_port(), tmp_path / "target", extra=list(OTHER_SETTINGS)).start()
     try:
-        target.execute(f"CREATE DATABASE {db}", ddl, load, f"UPDATE {db}.Orders SET v = 0 WHERE id = 2")
+        # `ts = ts`: the first TIMESTAMP is ON UPDATE CURRENT_TIMESTAMP there (explicit_defaults_for_timestamp)
+        target.execute(f"CREATE DATABASE {db}", ddl, utc, load, f"UPDATE {db}.Orders SET v = 0, ts = ts WHERE id = 2")
+        # the target's own session time zone (+05:30): the same clock text is another instant
+        target.execute(f"UPDATE {db}.Orders SET ts = '2024-03-10 07:30:00' WHERE id = 1")
         assert target.execute(f"SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{db}'") == [
             ("orders",)
         ]
@@ -255,5 +277,9 @@ def test_a_target_with_lower_case_table_names_compares_the_tables_it_renamed(pai
     finally:
         target.stop()
     for run in runs:
-        found = [(f.category, f.evidence["table"], f.key) for f in run.findings if db in f.evidence["table"]]
-        assert found == [("row_mismatch", f"{db}.Orders", b"[2]")]
+        found = [(f.category, f.evidence["table"], f.key, f.evidence.get("columns")) for f in run.findings]
+        found = [f for f in found if db in f[1] and f[0] != "schema_mismatch"]
+        assert found == [
+            ("row_mismatch", f"{db}.Orders", b"[1]", ["ts"]),
+            ("row_mismatch", f"{db}.Orders", b"[2]", ["v"]),
+        ]
