@@ -166,9 +166,9 @@ def column_expr(column: Column, peer: Column | None = None, *, key: bool = False
     its number; TIMESTAMP needs the session time zone every connection sets ('+00:00'). When the
     two sides define the column differently (`peer`, a schema_mismatch), the value is brought to a
     form both types share: exact numbers without trailing zeros, text in utf8mb4, times with 6 digits
-    (a DATE at midnight), a DOUBLE at FLOAT precision against a FLOAT, and (outside the key, whose
-    values are looked up as they are) a string without the padding a CHAR or BINARY(n) side cannot
-    tell from the value.
+    (a DATE at midnight), a DOUBLE or DECIMAL as the FLOAT or DOUBLE it is compared with, and (outside
+    the key, whose values are looked up as they are) a string without the padding a CHAR or BINARY(n)
+    side cannot tell from the value.
     """
     c = quote_ident(column.name)
     t = column.data_type
@@ -182,12 +182,12 @@ def column_expr(column: Column, peer: Column | None = None, *, key: bool = False
     if t in EXACT_TYPES and p in EXACT_TYPES:
         text = f"CAST({c} AS DECIMAL(65,30))"
         return f"TRIM(TRAILING '.' FROM TRIM(TRAILING '0' FROM {text}))"
-    if t in FLOAT_TYPES and p == "float":
+    if t in FLOAT_TYPES | EXACT_TYPES and p == "float":
         # a dump writes a FLOAT as its 6-digit text (1.1), which a DOUBLE then keeps as 1.1 where the
-        # FLOAT held 1.100000023841858: the DOUBLE is compared as the FLOAT it would be
-        return f"IF(ABS({c}) <= {FLOAT_MAX!r}, CAST(CAST({c} AS FLOAT) AS DOUBLE), {c})"
-    if t in FLOAT_TYPES and p in FLOAT_TYPES:
-        return f"CAST({c} AS DOUBLE)"
+        # FLOAT held 1.100000023841858: the DOUBLE (or DECIMAL) is compared as the FLOAT it would be
+        return f"IF(ABS({c}) <= {FLOAT_MAX!r}, CAST(CAST({c} AS FLOAT) AS DOUBLE), CAST({c} AS DOUBLE))"
+    if t in FLOAT_TYPES | EXACT_TYPES and p in FLOAT_TYPES:
+        return f"CAST({c} AS DOUBLE)"  # a DECIMAL against a DOUBLE as the DOUBLE it would be: 1.50 = 1.5
     if t in ("date", "datetime", "timestamp") and p in ("date", "datetime", "timestamp"):
         return f"CAST({c} AS DATETIME(6))"  # a DATE as its midnight: 2024-01-02 = 2024-01-02 00:00:00
     if t == "time" and p == "time":
