@@ -106,6 +106,40 @@ def test_a_second_copy_on_a_replica_whose_key_is_not_unique_is_found(pair: Pair,
     assert mismatch(planted)["compared"].startswith("as a multiset")
 
 
+# (name, master key column, replica key column, key of row seq, a key no row has)
+KEYED = [
+    ("uniq_pk", "id INT NOT NULL, UNIQUE KEY u (id)", "id INT PRIMARY KEY", "seq", "1000"),
+    ("neg_zero", "id INT PRIMARY KEY", "id BIGINT PRIMARY KEY", "CAST(seq AS SIGNED) - 150", "-1000"),
+    ("huge", "id BIGINT UNSIGNED PRIMARY KEY", "id BIGINT UNSIGNED PRIMARY KEY", "18446744073709551615 - seq", "0"),
+    ("dec", "id DECIMAL(10,2) PRIMARY KEY", "id DECIMAL(12,4) PRIMARY KEY", "(CAST(seq AS SIGNED) - 150) / 4", "0.125"),
+    ("dt", "id DATETIME PRIMARY KEY", "id DATETIME(6) PRIMARY KEY", "'2024-01-01' + INTERVAL seq MINUTE", "NOW()"),
+    ("uuid", "id BINARY(16) PRIMARY KEY", "id BINARY(16) PRIMARY KEY", "UNHEX(MD5(seq))", "UNHEX(REPEAT('00', 16))"),
+]
+
+
+def test_keys_of_every_kind_a_migration_keeps_or_retypes_find_each_row_once(pair: Pair, schema: str) -> None:
+    """A key PRIMARY on one side and UNIQUE on the other, negative and zero, above 2^63, DECIMAL and
+    DATETIME retyped, BINARY(16) UUIDs: a healthy copy gives no row finding, and a changed, a deleted
+    and an added row are each one finding by their key."""
+    tables = []
+    for name, m_key, r_key, key, _ in KEYED:
+        t = f"{schema}.{name}"
+        load = f"INSERT INTO {{t}} SELECT {key}, seq FROM {schema}.seq_1_to_300"
+        migrated(pair, t, f"CREATE TABLE {{t}} ({m_key}, v INT)", f"CREATE TABLE {{t}} ({r_key}, v INT)", load)
+        tables.append(t)
+    assert rows_found(pair.audit(tables)) == []
+
+    for name, *_, new in KEYED:
+        t = f"{schema}.{name}"
+        pair.on_replica_only(
+            f"UPDATE {t} SET v = 0 WHERE v = 42", f"DELETE FROM {t} WHERE v = 43", f"INSERT INTO {t} VALUES ({new}, 0)"
+        )
+    found = pair.audit(tables).findings
+    rows = sorted((f.evidence["table"], f.category) for f in found if f.category != "schema_mismatch")
+    planted = ("extra_row", "missing_row", "row_mismatch")
+    assert rows == sorted((f"{schema}.{name}", category) for name, *_ in KEYED for category in planted)
+
+
 def test_an_integer_key_the_replica_holds_as_decimal_is_compared_not_a_crash(pair: Pair, schema: str) -> None:
     """INT on the master, DECIMAL(10,2) on the replica: the key's span was read as int(b'1.00') and a
     replica key 5.5 as int(b'5.5'): a ValueError ended the audit (exit 4), healthy copy or not."""
