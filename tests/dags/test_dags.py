@@ -240,9 +240,10 @@ def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(
         # every kind goes through the same mapped task group: a healthy files-only Pika pair and a
         # RocketMQ pair built from the real broker-written commit log ride along
         pika = _healthy_pika_logs(tmp_path / "pika")
-        rmq = tmp_path / "rmq" / "commitlog"
-        rmq.mkdir(parents=True)
-        shutil.copy(FIXTURES / "rocketmq" / "00000000000000000000", rmq)
+        stores = {side: tmp_path / "rmq" / side for side in ("master", "slave")}  # one store twice is refused
+        for store in stores.values():
+            (store / "commitlog").mkdir(parents=True)
+            shutil.copy(FIXTURES / "rocketmq" / "00000000000000000000", store / "commitlog")
         inv = write_inventory(
             tmp_path / "inv.yaml",
             [
@@ -251,8 +252,8 @@ def test_consistency_audit_fails_on_divergence_and_feeds_the_daily_report(
                 {
                     "name": "dag-mq",
                     "kind": "rocketmq",
-                    "master": {"store_dir": str(rmq.parent)},
-                    "replica": {"store_dir": str(rmq.parent)},
+                    "master": {"store_dir": str(stores["master"])},
+                    "replica": {"store_dir": str(stores["slave"])},
                 },
             ],
         )

@@ -50,7 +50,8 @@ def test_an_interrupted_run_says_how_to_go_on_and_leaves_nothing_running(
     try:
         master.client().mset({f"k:{i:06d}": b"v" * 40 for i in range(KEYS)})
         wait_in_sync(master, replica)
-        slow = {"max_keys_per_s": 2000, "max_latency_ms": None, "snapshot_processes": processes}  # ~6 s a side
+        # about twelve seconds a side: a side spawned late under load must not finish before the other starts
+        slow = {"max_keys_per_s": 1000, "max_latency_ms": None, "snapshot_processes": processes}
         pair = {"name": "p", "kind": "redis", "master": master.url, "replica": replica.url, "dbs": [0]}
         inv = write_inventory(tmp_path / "inv.yaml", [pair], **slow)
         out = tmp_path / "out"
