@@ -28,7 +28,7 @@ from audit.kernel.identity import refuse_one_server
 from audit.kernel.state import MetricValue, PairState
 from audit.layout import RunDir
 from audit.sources.redis.ack import ReplicaAck
-from audit.sources.redis.client import connect, connected_sides, server_run_id
+from audit.sources.redis.client import connect, connected_sides, info_text, server_run_id
 from audit.sources.redis.divergence import (
     COMPARE_MEANING,
     compare_limit,
@@ -42,11 +42,11 @@ from audit.sources.redis.divergence import (
     with_fields_table,
     write_repair,
 )
-from audit.sources.redis.info import keyspace_dbs
+from audit.sources.redis.info import keyspace_dbs, parse_info
 from audit.sources.redis.keyfilter import KeyFilter, KeysSpec
 from audit.sources.redis.model import KeyspaceSettings
 from audit.sources.redis.resp import RespPipe
-from audit.sources.redis.snapshot import KEYS_FILE, SnapshotOptions, capture_state
+from audit.sources.redis.snapshot import KEYS_FILE, SnapshotOptions
 from audit.urls import redact_url
 
 SIDES = ("master", "replica")
@@ -138,9 +138,7 @@ class KeyspaceCheck(Check):
         with self._clients(ctx) as clients:  # both sides answer before any snapshot process starts
             refuse_one_server(ctx.pair.name, {s: server_run_id(c) for s, c in clients.items()}, "run_id")
             if self.dbs_from_info:
-                listed = {
-                    s: keyspace_dbs(capture_state(c, with_clients=False)["info_keyspace"]) for s, c in clients.items()
-                }
+                listed = {s: keyspace_dbs(parse_info(info_text(c, "keyspace"))) for s, c in clients.items()}
         dbs, totals = self.dbs or [0], {"master": 0, "replica": 0}
         if self.dbs_from_info:
             dbs = self.dbs or sorted(set(listed["master"]) | set(listed["replica"])) or [0]
