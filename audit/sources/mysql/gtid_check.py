@@ -25,18 +25,19 @@ class GtidCheck(Check):
         self.pair = pair
 
     def snapshot(self, ctx: StageContext) -> None:
-        from audit.sources.mysql.replication import replication_findings
+        from audit.sources.mysql.replication import audit_connected, connected
 
         for side in SIDES:
             ctx.state.servers[side] = {"endpoint": redact_url(ctx.url(side)), "version": None}
-        _refuse_one_server(ctx)
-        if not self.pair.check_replication:
-            ctx.skip("check_replication: false")
-            return
-        gate = self.pair.gate
-        audit = replication_findings(
-            str(ctx.url("master")), str(ctx.url("replica")), self.pair.settings, max_lag_seconds=gate.max_lag_seconds
-        )
+        settings = self.pair.settings
+        with connected(str(ctx.url("master")), str(ctx.url("replica")), settings) as (master, replica, m_ep):
+            # both endpoints leading to one server are an inventory mistake, found before any table is read
+            identities = {"master": master.identity(), "replica": replica.identity()}
+            refuse_one_server(ctx.pair.name, identities, "server id")
+            if not self.pair.check_replication:
+                ctx.skip("check_replication: false")
+                return
+            audit = audit_connected(master, replica, m_ep, settings, self.pair.gate.max_lag_seconds, None)
         ctx.add_findings(audit.findings)
         ctx.metrics.update(audit.metrics)
         for side in SIDES:
@@ -48,16 +49,3 @@ class GtidCheck(Check):
             ctx.skip(why)
             return
         ctx.done(f"GTID sets of both sides ({audit.state.get('flavor')})")
-
-
-def _refuse_one_server(ctx: StageContext) -> None:
-    """Both endpoints leading to one server are an inventory mistake, found before any table is read."""
-    from audit.sources.mysql.client import connect_pair
-    from audit.sources.mysql.endpoint import MySQLEndpoint
-
-    master, replica = connect_pair(*(MySQLEndpoint.from_url(str(ctx.url(s)), s) for s in SIDES), read_timeout_s=60)
-    try:
-        refuse_one_server(ctx.pair.name, {"master": master.identity(), "replica": replica.identity()}, "server id")
-    finally:
-        master.close()
-        replica.close()

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,17 +195,26 @@ def replication_findings(
 ) -> ReplicationAudit:
     """link_down, lagging, missing_gtid, errant_gtid and wrong_master of one pair (see the module doc)."""
     settings = settings or MySQLSettings()
+    with connected(master_url, replica_url, settings) as (master, replica, m_ep):
+        return audit_connected(master, replica, m_ep, settings, max_lag_seconds, max_lag_gtids)
+
+
+@contextmanager
+def connected(
+    master_url: str, replica_url: str, settings: MySQLSettings
+) -> Iterator[tuple[Server, Server, MySQLEndpoint]]:
+    """A session on each side (read timeouts long enough for `gtid_wait_s`), closed on the way out."""
     m_ep = MySQLEndpoint.from_url(master_url, "master")
     r_ep = MySQLEndpoint.from_url(replica_url, "replica")
     master, replica = connect_pair(m_ep, r_ep, read_timeout_s=max(60.0, settings.gtid_wait_s + 30))
     try:
-        return _audit(master, replica, m_ep, settings, max_lag_seconds, max_lag_gtids)
+        yield master, replica, m_ep
     finally:
         master.close()
         replica.close()
 
 
-def _audit(
+def audit_connected(
     master: Server,
     replica: Server,
     m_ep: MySQLEndpoint,
