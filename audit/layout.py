@@ -170,7 +170,7 @@ def write_text(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     except OSError as e:  # an output directory made read-only, or a full disk: the operator's to fix
         with contextlib.suppress(OSError):

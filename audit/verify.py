@@ -32,7 +32,7 @@ from audit.inventory import Inventory, Pair, parse_inventory, settings_keys
 from audit.kernel.kind import kind_spec, registered_kinds
 from audit.kernel.pair import gate_fields_of, suite_parameter
 from audit.kernel.suite import suite_parameters
-from audit.layout import RunDir, read_json_object, utc_now_text, write_json
+from audit.layout import RunDir, read_json_object, utc_now_text, write_json, write_text
 
 STRICTNESS: dict[str, tuple[frozenset[str], str]] = {
     "zero_tolerance": (
@@ -325,7 +325,7 @@ def write_certificate(
     }
     path = root / CERTIFICATE_JSON
     write_json(path, cert)
-    (root / CERTIFICATE_HTML).write_text(environment().get_template("certificate.html.j2").render(c=cert))
+    write_text(root / CERTIFICATE_HTML, environment().get_template("certificate.html.j2").render(c=cert))
     return path
 
 

@@ -40,6 +40,7 @@ from urllib.parse import unquote, urlparse
 from audit.background import Preload
 from audit.errors import ConfigError, GateError
 from audit.kernel.suite import parameter_name
+from audit.layout import write_text
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 SITE = "replica_audit"
@@ -293,7 +294,7 @@ def validate_gate(
         raise GateError(f"gate {name} could not run: {type(e).__name__}: {e}") from e
     failed = _failed(result, spec, gate_row, parameters, name)
     results_path = gate_dir / f"validation_{name}.json"
-    results_path.write_text(json.dumps(result.to_json_dict(), indent=2) + "\n", encoding="utf-8")
+    write_text(results_path, json.dumps(result.to_json_dict(), indent=2) + "\n")
     link = _link_docs(gate_dir, context_dir) if index else None
     return GateResult(
         success=bool(result.success),

@@ -21,7 +21,7 @@ from typing import Any
 from audit.errors import ConfigError
 from audit.history import ENV_VAR, HistoryStore, open_history
 from audit.history.record import format_time
-from audit.layout import TIME_FORMAT
+from audit.layout import TIME_FORMAT, write_text
 from audit.report import charts
 from audit.report.html import data_docs_links
 from audit.report.offsets import OFFSET_METRICS, REPLICATION_UNIT, run_offsets
@@ -226,5 +226,5 @@ def render_daily_report(
             generated_at=datetime.now(UTC).strftime(TIME_FORMAT),
         )
     )
-    path.write_text(html)
+    write_text(path, html)  # atomic: a reader sees the last report or this one, never half
     return path

@@ -16,7 +16,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from audit.findings import SEVERITY_BY_CATEGORY
-from audit.layout import TIME_FORMAT, RunDir
+from audit.layout import TIME_FORMAT, RunDir, write_text
 from audit.report import charts
 from audit.report.detail import finding_view, short_digest
 from audit.report.offsets import Offsets, run_offsets
@@ -175,4 +175,4 @@ def render_report(run: RunDir, summary: dict[str, Any], history: str | None = No
             generated_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
     )
-    run.report.write_text(html)
+    write_text(run.report, html)  # atomic: a crash mid-write leaves the previous report whole

@@ -6,6 +6,7 @@ is needed to exercise what every kind shares."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -424,3 +425,25 @@ def test_a_history_url_no_store_takes_is_exit_2_before_anything_is_audited(  # t
     assert "unsupported URL 'postgres://u:***@127.0.0.1:1/db'" in err and "secret" not in err, err
     assert ("REPLICA_AUDIT_HISTORY" in err) == (given == "environment")
     assert not (tmp_path / "out").exists()  # no run was started
+
+
+def test_a_report_written_again_replaces_the_page_whole(dirfiles_kind, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # report.html and the daily report were once rewritten in place: a reader (or a crash) mid-write saw half
+    # a page. A new page is now renamed over the old one, so a reader holding the old file keeps it whole.
+    monkeypatch.delenv("REPLICA_AUDIT_HISTORY", raising=False)
+    inv, out = two_pairs(tmp_path), tmp_path / "out"
+    monkeypatch.setattr(FilesCheck, "diff", lambda self, ctx: [])
+    assert run_cli(["run", "-i", str(inv), "-o", str(out), "-q"], monkeypatch) == 0
+    assert run_cli(["daily-report", "-o", str(out)], monkeypatch) == 0
+    pages = [latest_run(out) / "report.html", *(out / "reports").glob("daily-*.html")]
+    assert len(pages) == 2
+    for page in pages:
+        held = page.with_name("held-" + page.name)
+        os.link(page, held)  # a reader's open file: the same inode
+        page.write_text("stale")  # written through the link: both names read it
+    assert run_cli(["report", "-i", str(inv), "-o", str(out), "--run-id", latest_run(out).name, "-q"], monkeypatch) == 0
+    assert run_cli(["daily-report", "-o", str(out)], monkeypatch) == 0
+    for page in pages:
+        held = page.with_name("held-" + page.name)
+        assert held.read_text() == "stale" and page.read_text().startswith("<!")
+        assert not list(page.parent.glob(page.name + ".tmp*"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,25 @@ def test_read_json_object_names_the_file(tmp_path: Path) -> None:
     path.write_text('{"run_id": "r1", "pairs": [')
     with pytest.raises(StageInputError, match=r"summary\.json: damaged \(Expecting value: line 1"):
         read_json_object(path)
+
+
+def test_a_write_that_fills_the_disk_keeps_the_old_file_and_names_it(tmp_path: Path) -> None:
+    # a full disk (here: a file-size limit) mid-write once left half a page where the last one had been
+    page = tmp_path / "report.html"
+    page.write_text("the last report")
+    script = (
+        "import resource, signal, sys\n"
+        "from pathlib import Path\n"
+        "from audit.errors import ConfigError\n"
+        "from audit.layout import write_text\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))\n"
+        "try:\n"
+        "    write_text(Path(sys.argv[1]), 'x' * 100_000)\n"
+        "except ConfigError as e:\n"
+        "    print(e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(page)], capture_output=True, text=True, check=True)
+    assert f"output {tmp_path}: cannot write report.html: File too large" in done.stdout
+    assert page.read_text() == "the last report"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temporary file left behind
