@@ -23,6 +23,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from audit import stage_marks
 from audit.connections import env_conn_resolver
 from audit.errors import AuditError, ConfigError, SourceError, StageInputError
 from audit.inventory import Inventory, Pair
@@ -77,14 +78,15 @@ def start_run(inventory: Inventory, out: Path, run_id: str | None = None, reopen
     return run
 
 
-def reopen_run(run: RunDir, stage: str | None = None) -> None:
+def reopen_run(run: RunDir, stage: str | None = None, pair: str | None = None) -> None:
     """Mark the run unfinished from now until its next report, so a prune keeps it meanwhile, and after a
     crash (audit/retention.py): a --resume (`stage` None) or a stage starting on it, by hand or an Airflow
     task cleared after the report. `stage_started_at` restarts the age --keep-unfinished-days reads. Done
     under OUT's runs lock: a prune that planned to delete the run reads it again under that lock first.
 
     A run a prune trimmed cannot be resumed, nor a stage but `gate` re-run on it: the others read or
-    rewrite the snapshots and work files the trim removed."""
+    rewrite the snapshots and work files the trim removed. A `stage` of a `pair` also marks itself running
+    (audit/stage_marks.py) until :func:`_unmark_stage`."""
     with runs_lock(run.out):
         manifest = run.load_manifest()  # a damaged one is exit 2 naming it
         if not manifest:
@@ -98,7 +100,17 @@ def reopen_run(run: RunDir, stage: str | None = None) -> None:
         manifest["stage_started_at"] = utc_now_text()
         counted = manifest.get("stages_started")  # to the second, stage_started_at may not tell two starts apart
         manifest["stages_started"] = (counted if isinstance(counted, int) else 0) + 1
+        if stage is not None and pair is not None:
+            stage_marks.mark(manifest, pair, stage)
         write_json(run.manifest, manifest)
+
+
+def _unmark_stage(run: RunDir, stage: str, pair: str) -> None:
+    """The end of `stage` of `pair`, however it ended: its running mark removed (:func:`reopen_run`)."""
+    with runs_lock(run.out):
+        manifest = run.load_manifest()
+        if stage_marks.unmark(manifest, pair, stage):
+            write_json(run.manifest, manifest)
 
 
 def _opening(manifest: dict[str, Any]) -> tuple[Any, Any]:
@@ -106,20 +118,22 @@ def _opening(manifest: dict[str, Any]) -> tuple[Any, Any]:
     return manifest.get("stage_started_at"), manifest.get("stages_started")
 
 
-def _write_end(run: RunDir, opened: tuple[Any, Any], changes: dict[str, Any], drop: tuple[str, ...] = ()) -> bool:
+def _write_end(run: RunDir, opened: tuple[Any, Any], changes: dict[str, Any], drop: tuple[str, ...] = ()) -> str | None:
     """Write the report's `changes` (the run's end, what it found) into the manifest as it is now, under OUT's
-    runs lock, unless a stage started on the run since the report read it (`opened`): that stage reopened
-    the run, which must stay unfinished (so no prune deletes it under the stage) until its own report.
-    Whether written."""
+    runs lock, unless a stage started on the run since the report read it (`opened`) or one is still running
+    (audit/stage_marks.py): the run must stay unfinished (so no prune deletes it under the stage) until a
+    report after that stage. None when written, else why not."""
     with runs_lock(run.out):
         manifest = run.load_manifest()
         if _opening(manifest) != opened:
-            return False
+            return "a stage started on it while its report was written"
+        if still := stage_marks.running(manifest):
+            return f"still running: {', '.join(still)}"
         manifest.update(changes)
         for name in drop:
             manifest.pop(name, None)
         write_json(run.manifest, manifest)
-        return True
+        return None
 
 
 # --- one stage of one pair ------------------------------------------------------------------------------
@@ -170,7 +184,22 @@ def run_stage(
         raise ValueError(f"unknown stage {stage}")
     spec = kind_spec(pair.kind)
     state = _state_for(stage, pair, run)
-    reopen_run(run, stage)  # the run is unfinished from here until its report, whatever this stage does
+    reopen_run(run, stage, pair.name)  # the run is unfinished from here until its report, whatever this stage does
+    try:
+        return _run_stage_body(stage, spec, pair, run, state, resolver, progress)
+    finally:
+        _unmark_stage(run, stage, pair.name)
+
+
+def _run_stage_body(
+    stage: str,
+    spec: KindSpec,
+    pair: Pair,
+    run: RunDir,
+    state: PairState,
+    resolver: ConnResolver | None,
+    progress: Progress | None,
+) -> GateVerdict | None:
     started = time.time()
     verdict = None
     try:
@@ -288,15 +317,14 @@ def finishing_run(
     write_json(run.summary, summary)
     servers = {p["pair"]: p.get("servers", {}) for p in summary["pairs"]}
     end = {"ended_at": utc_now_text(), FINISHING: True, "servers": servers, "exit_code": summary["exit_code"]}
-    ended = _write_end(run, opened, end)
+    not_ended = _write_end(run, opened, end)
     render_report(run, summary, history=history)  # after the manifest's end, which the report shows
     recorded = record_history(run, history)
     yield {**summary, "history": recorded}  # the caller says when the store could not be written
-    if not (ended and _write_end(run, opened, {"history": recorded}, drop=(FINISHING,))):
-        log.warning(
-            "run %s: a stage started on it while its report was written: it stays unfinished until its next report",
-            run.run_id,
-        )
+    if not_ended is None:
+        not_ended = _write_end(run, opened, {"history": recorded}, drop=(FINISHING,))
+    if not_ended is not None:
+        log.warning("run %s: %s: it stays unfinished until its next report", run.run_id, not_ended)
 
 
 def record_history(run: RunDir, url: str | None) -> dict[str, Any]:

@@ -469,6 +469,56 @@ def test_a_stage_rerun_on_a_finished_run_keeps_it_from_prune_while_it_runs_and_u
     assert not (out / "mid").exists() and "deleted run mid" in capsys.readouterr().out
 
 
+def test_a_report_while_a_stage_of_the_run_still_runs_leaves_the_run_unfinished(  # type: ignore[no-untyped-def]
+    out, tmp_path, monkeypatch, caplog
+) -> None:
+    # a report started by hand while a stage started earlier still ran once ended the run under that stage:
+    # a prune could then delete its files as those of a finished run while the stage wrote them
+    master, replica = make_dirs(tmp_path / "live")
+    os.mkfifo(master / "slow.fifo")
+    inv = inventory(tmp_path / "live.yaml", master, replica)
+    stage = _cli_apart(["snapshot", "-i", str(inv), "-o", str(out), "--run-id", "mid"])
+    try:
+        pipe = _writer_once_read(master / "slow.fifo", stage)
+        try:  # the stage is mid-snapshot
+            # the report of the run as it is now: the earlier audit of the pair, whose gate failed
+            assert run_cli(["report", "-i", str(inv), "-o", str(out), "--run-id", "mid"], monkeypatch) == 1
+            said = caplog.text
+            assert f"still running: snapshot of pair assets (pid {stage.pid})" in said
+            assert "it stays unfinished until its next report" in said
+            assert "ended_at" not in _manifest(out, "mid")
+            assert run_cli(["prune", "-o", str(out), "--keep-days", "0", "--keep-snapshot-days", "0"], monkeypatch) == 0
+            assert (out / "mid" / "snapshots").is_dir()
+        finally:
+            os.write(pipe, b"late")
+            os.close(pipe)
+        assert stage.wait(timeout=120) == 0, stage.communicate()[1][-3000:]
+    finally:
+        if stage.poll() is None:
+            stage.kill()
+            stage.wait()
+    assert "stages_running" not in _manifest(out, "mid")  # the stage ended: its mark went with it
+    assert run_cli(["report", "-i", str(inv), "-o", str(out), "--run-id", "mid", "-q"], monkeypatch) == 3
+    assert _manifest(out, "mid")["ended_at"]
+
+
+def test_a_stage_killed_outright_leaves_a_mark_that_no_longer_counts(  # type: ignore[no-untyped-def]
+    out, tmp_path, monkeypatch
+) -> None:
+    master, replica = make_dirs(tmp_path / "live")
+    os.mkfifo(master / "slow.fifo")
+    inv = inventory(tmp_path / "live.yaml", master, replica)
+    stage = _cli_apart(["snapshot", "-i", str(inv), "-o", str(out), "--run-id", "mid"])
+    try:
+        os.close(_writer_once_read(master / "slow.fifo", stage))
+    finally:
+        stage.kill()  # SIGKILL: no finally of its own runs
+        stage.wait()
+    assert _manifest(out, "mid")["stages_running"]  # type: ignore[index]
+    assert run_cli(["report", "-i", str(inv), "-o", str(out), "--run-id", "mid", "-q"], monkeypatch) != 0
+    assert _manifest(out, "mid")["ended_at"]
+
+
 def test_a_stage_that_crashed_on_a_finished_run_leaves_it_unfinished_and_young(
     out, tmp_path, monkeypatch, capsys
 ) -> None:  # type: ignore[no-untyped-def]
