@@ -181,7 +181,10 @@ class FleetKeyspaceCheck(Check):
         moving = sum(int((r.meta or {}).get("keys_in_moving_slots") or 0) for r in fleet.results)
         m["keys_in_moving_slots"] = moving
         if moving:
-            said = f"{moving} keys of slots being imported were not compared: a replica cannot serve them mid-migration"
+            said = (  # MOVED or ASK: a slot being imported, or a node no longer the master of its slots (a failover)
+                f"{moving} keys answered MOVED or ASK on the node read (a slot mid-migration, or a failover since "
+                "the shards were found) and were not compared"
+            )
             ctx.state.notes.append(said)
             ctx.state.limits.append(said)
         m["shards_read"] = len({r.shard for r in fleet.results if r.status == "ok"})
