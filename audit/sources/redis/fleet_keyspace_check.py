@@ -47,6 +47,7 @@ from audit.sources.redis.divergence import (
     write_repair,
 )
 from audit.sources.redis.fleet_check import excluded_nodes, roles_changed, roles_changed_before, side_topology
+from audit.sources.redis.fleet_readers import SingleServer, fleet_nodes, pipes_for, side_reader
 from audit.sources.redis.fleet_snapshot import FleetSnapshot, TaskResult, side_tasks, snapshot_fleet
 from audit.sources.redis.keyfilter import KeyFilter
 from audit.sources.redis.keyspace_check import (
@@ -270,7 +271,7 @@ class FleetKeyspaceCheck(Check):
             changed = roles_changed(ctx, self.replication_audit)
             if changed is not None:
                 raise SourceError(f"{changed} (the recheck's read failed: {e})", where=changed.where) from None
-            raise recheck_failed(self.pair.name, e, _nodes(ctx)) from None
+            raise recheck_failed(self.pair.name, e, fleet_nodes(ctx)) from None
         if not roles_changed_before(ctx) and (changed := roles_changed(ctx, self.replication_audit)) is not None:
             ctx.fail_after(changed)  # a failover while the keys were re-read: they were read in the wrong roles
         found = _union(ctx, frames)
@@ -416,11 +417,11 @@ class FleetKeyspaceCheck(Check):
     def _recheck_migration(self, ctx: StageContext, cands: DataFrame, stats: RecheckStats) -> list[DataFrame]:
         """Two independent systems: rounds apart, a cluster side read by slot (MOVED and ASK followed)."""
 
-        readers = [_side_reader(ctx, side) for side in ("master", "replica")]
+        readers = [side_reader(ctx, side) for side in ("master", "replica")]
         try:
-            sides = [r.pipe if isinstance(r, _SingleServer) else r for r in readers]
+            sides = [r.pipe if isinstance(r, SingleServer) else r for r in readers]
             survivors, found = self._run_recheck(ctx, cands, (sides[0], sides[1]), stats, False)
-            evidence = self._fields(survivors, _pipes_for(*readers))
+            evidence = self._fields(survivors, pipes_for(*readers))
         finally:
             for r in readers:
                 r.close()
@@ -473,46 +474,3 @@ def _spark_schema(schema: Any) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)
-
-
-class _SingleServer:
-    """A standalone (or sentinel master) side for the migration recheck: one pipe, dbs selected per key."""
-
-    def __init__(self, url: str, role: str) -> None:
-        self.pipe = open_pipe(url, role=role)
-
-    def close(self) -> None:
-        self.pipe.close()
-
-
-def _nodes(ctx: StageContext) -> list[tuple[str, str]]:
-    """Every node of either side, as (url, side)."""
-    out = []
-    for side in ("master", "replica"):
-        topo = side_topology(ctx, side)
-        out += [(n.url, side) for shard in (topo.shards if topo else []) for n in (shard.master, *shard.replicas)]
-    return out
-
-
-def _side_reader(ctx: StageContext, side: str) -> Any:
-    from audit.sources.redis.routing import ClusterKeyReader
-
-    topo = side_topology(ctx, side)
-    assert topo is not None
-    if topo.kind == "cluster":
-        page = ctx.pair.settings.big_key_elements  # type: ignore[attr-defined]
-        return ClusterKeyReader(topo, page=page, window_bytes=WINDOW_BYTES)
-    return _SingleServer(topo.shards[0].master.url, f"pair {ctx.pair.name} {side}")
-
-
-def _pipes_for(master: Any, replica: Any) -> Any:
-    """(db, key) -> the pipes holding the key on each side: a cluster side's slot owner, or the server."""
-
-    def one(reader: Any, db: int, key: bytes) -> RespPipe:
-        if isinstance(reader, _SingleServer):
-            reader.pipe.execute([(b"SELECT", b"%d" % db)])
-            return reader.pipe
-        pipe: RespPipe = reader.pipe_for(key)
-        return pipe
-
-    return lambda db, key: (one(master, db, key), one(replica, db, key))
