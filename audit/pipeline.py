@@ -328,12 +328,10 @@ def finishing_run(
 
 
 def record_history(run: RunDir, url: str | None) -> dict[str, Any]:
-    import os
-
-    from audit.history import ENV_VAR, open_history
+    from audit.history import history_url, open_history
     from audit.history.store import shown_url
 
-    url = url if url is not None else os.environ.get(ENV_VAR)
+    url = history_url(url)
     try:
         with open_history(url, out=run.out) as store:
             rows = store.append_run(run.root)

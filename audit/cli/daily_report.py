@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -22,10 +21,10 @@ def daily_report(
     ] = None,
 ) -> None:
     """Render OUT/reports/daily-<date>.html from the results history: trends per pair over the last days."""
-    from audit.history import ENV_VAR
+    from audit.history import history_url
     from audit.report.daily import render_daily_report
 
-    new_out = not Path(out_dir).exists() and not (history or os.environ.get(ENV_VAR))
+    new_out = not Path(out_dir).exists() and not history_url(history)
     path = render_daily_report(out_dir, history, days, as_of)
     out.print(escape(f"daily report: {path}"))
     if new_out:  # a mistyped OUT: no history there, so the report is empty (not an error: a first day)

@@ -32,6 +32,14 @@ ENV_VAR = "REPLICA_AUDIT_HISTORY"
 """The environment variable the CLI reads the history URL from when `--history` is not given."""
 
 
+def history_url(given: str | None) -> str | None:
+    """The store a command uses: `given` (`--history`, an operator's argument), else $REPLICA_AUDIT_HISTORY;
+    None means OUT's history.sqlite. A blank `given` counts as not given (a template that rendered empty)."""
+    if given is not None and given.strip():
+        return given
+    return os.environ.get(ENV_VAR) or None
+
+
 def open_history(url: str | None, *, out: Path | None = None, resolver: ConnResolver | None = None) -> HistoryStore:
     """Open (creating tables if missing) the store at `url`; None means `<out>/history.sqlite`.
 
@@ -53,14 +61,14 @@ def open_history(url: str | None, *, out: Path | None = None, resolver: ConnReso
 def check_history_url(url: str | None, resolver: ConnResolver | None = None) -> None:
     """ConfigError for a URL :func:`open_history` would refuse, without opening the store: a command
     checks it (None: $REPLICA_AUDIT_HISTORY's) before it audits anything, not once the run is done."""
-    given = url if url is not None else os.environ.get(ENV_VAR)
+    given = history_url(url)
     if given is None or not given.strip():
         return
     try:
         backend, given = _backend(given, resolver)
         backend.check_url(given)
     except ConfigError as e:
-        raise ConfigError(f"{ENV_VAR}: {e}" if url is None else str(e)) from None
+        raise ConfigError(str(e) if given == url else f"{ENV_VAR}: {e}") from None
 
 
 def _backend(url: str, resolver: ConnResolver | None) -> tuple[type[SqlHistory], str]:

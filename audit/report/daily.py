@@ -12,14 +12,14 @@ for offsets and links, the run directories under `out` when they are there.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from audit.errors import ConfigError
-from audit.history import ENV_VAR, HistoryStore, open_history
+from audit.history import HistoryStore, open_history
+from audit.history import history_url as history_of
 from audit.history.record import format_time
 from audit.layout import TIME_FORMAT, write_text
 from audit.report import charts
@@ -199,7 +199,7 @@ def render_daily_report(
     since_dt = until_dt - timedelta(days=days)
     since, until = format_time(since_dt), format_time(until_dt)
     assert since is not None and until is not None
-    url = history_url if history_url else os.environ.get(ENV_VAR)
+    url = history_of(history_url)
     with open_history(url, out=out) as store:
         runs = [r for r in store.runs(since=since) if r["started_at"] and r["started_at"] <= until]
         trends = [t for name in _pair_names(store, runs, out) if (t := pair_trend(store, name, out, since, until))]

@@ -116,12 +116,10 @@ def history_chart(previous: list[dict[str, Any]], p: dict[str, Any], run_id: str
 
 def pair_histories(run: RunDir, pairs: list[str], history: str | None) -> tuple[dict[str, list[dict[str, Any]]], str]:
     """Each pair's previous runs from the history store; a store that cannot be read gives none, and says why."""
-    import os
-
     from audit.errors import AuditError
-    from audit.history import ENV_VAR, open_history
+    from audit.history import history_url, open_history
 
-    url = history if history else os.environ.get(ENV_VAR)
+    url = history_url(history)
     if not url and not (run.out / "history.sqlite").exists():
         return {}, "no results history yet"
     try:

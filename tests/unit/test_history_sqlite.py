@@ -391,3 +391,22 @@ def test_a_store_path_under_a_file_is_a_config_error(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("")
     with pytest.raises(ConfigError, match=r"afile/history\.sqlite: cannot create its directory"):
         SqliteHistory(tmp_path / "afile" / "history.sqlite")
+
+
+@pytest.mark.parametrize("given", [None, "", "  "])
+def test_a_history_not_given_or_given_blank_is_the_environments_everywhere(
+    given: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `--history ""` (a template that rendered empty) once meant OUT's sqlite to the run's record, the
+    # environment's store to its report and daily report, and was not checked before the audit at all
+    from audit.history import ENV_VAR, check_history_url, history_url
+
+    monkeypatch.setenv(ENV_VAR, f"sqlite:///{tmp_path}/h.sqlite")
+    assert history_url(given) == f"sqlite:///{tmp_path}/h.sqlite"
+    assert history_url("sqlite:///other.sqlite") == "sqlite:///other.sqlite"
+    monkeypatch.setenv(ENV_VAR, "postgres://db/h")
+    with pytest.raises(ConfigError, match=f"^{ENV_VAR}: history: unsupported URL"):
+        check_history_url(given)
+    monkeypatch.delenv(ENV_VAR)
+    assert history_url(given) is None
+    check_history_url(given)  # OUT's sqlite: nothing to check
