@@ -36,6 +36,7 @@ from audit.cli.options import (
     SparkConfOpt,
     SparkMasterOpt,
     err,
+    key_values,
     out,
     spark_settings,
 )
@@ -383,22 +384,11 @@ def verify(
 
     Zero tolerance by default, full coverage, and a verification certificate (certificate.json /
     certificate.html)."""
-    import yaml
-
     from audit.verify import finish_verification, in_verification_prose, in_verification_terms, verification_inventory
 
     _output(as_json, quiet)
     check_history_url(history)
-    given: dict[str, dict[str, Any]] = {"--setting": {}, "--option": {}}
-    for flag, items in (("--setting", setting), ("--option", option)):
-        for item in items or []:
-            if "=" not in item:
-                raise ConfigError(f"{flag} {item!r}: expected key=value")
-            k, v = item.split("=", 1)
-            try:
-                given[flag][k] = yaml.safe_load(v)
-            except yaml.YAMLError as e:
-                raise ConfigError(f"{flag} {item!r}: the value is not YAML ({e.__class__.__name__})") from None
+    given = {flag: key_values(flag, items) for flag, items in (("--setting", setting), ("--option", option))}
     _new_run(out_dir, run_id, "give a new id")  # a certificate must be one verification's
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     _configure_spark(spark_master, spark_conf)
@@ -424,16 +414,9 @@ def verify(
     elif not _Output.quiet:
         summary = json.loads(run_dir.summary.read_text())
         _print_summary(summary, run_dir.root, prose=in_verification_prose, said=in_verification_terms)
-        for reason in cert["reasons"]:
-            out.print(f"  {escape(reason)}")
-        if cert["digests_equal"]:
-            digests = "digests equal"
-        else:
-            have = [((cert.get(s) or {}).get("content") or {}).get("digest") for s in ("source", "target")]
-            digests = "digests differ" if None not in have else "no content digest for a side"
-        out.print(
-            f"certificate: {escape(str(run_dir.root / 'certificate.json'))} ([bold]{cert['verdict']}[/]; {digests})"
-        )
+        from audit.cli.render import print_certificate
+
+        print_certificate(out, cert, run_dir.root / "certificate.json")
     code = {"passed": 0, "failed": 1}.get(cert["verdict"], outcome.exit_code or 3)
     raise typer.Exit(code)
 

@@ -1,10 +1,10 @@
-"""What the commands share: the consoles, the option types, and --spark-conf's parsing."""
+"""What the commands share: the consoles, the option types, and the parsing of repeated key=value options."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -58,3 +58,19 @@ def spark_settings(spark_conf: list[str] | None) -> dict[str, str]:
         k, v = item.split("=", 1)
         conf[k] = v
     return conf
+
+
+def key_values(flag: str, items: list[str] | None) -> dict[str, Any]:
+    """`flag`'s repeated key=value items, each value read as YAML (`--setting max_keys_per_s=20000`)."""
+    import yaml
+
+    given: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"{flag} {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        try:
+            given[k] = yaml.safe_load(v)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{flag} {item!r}: the value is not YAML ({e.__class__.__name__})") from None
+    return given

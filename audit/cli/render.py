@@ -61,3 +61,15 @@ def print_summary(
 def _no_findings(status: str) -> str:
     """What an empty findings cell means: none found, or the pair was not (fully) audited."""
     return "none" if status in ("passed", "failed") else "- (not fully audited)"
+
+
+def print_certificate(console: Console, cert: dict[str, Any], path: Path) -> None:
+    """A verification's reasons and its certificate's verdict, below its summary table."""
+    for reason in cert["reasons"]:
+        console.print(f"  {escape(reason)}")
+    if cert["digests_equal"]:
+        digests = "digests equal"
+    else:
+        have = [((cert.get(s) or {}).get("content") or {}).get("digest") for s in ("source", "target")]
+        digests = "digests differ" if None not in have else "no content digest for a side"
+    console.print(f"certificate: {escape(str(path))} ([bold]{cert['verdict']}[/]; {digests})")
