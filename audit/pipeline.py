@@ -184,40 +184,36 @@ def run_stage(
         raise ValueError(f"unknown stage {stage}")
     spec = kind_spec(pair.kind)
     state = _state_for(stage, pair, run)
-    reopen_run(run, stage, pair.name)  # the run is unfinished from here until its report, whatever this stage does
+    with _running(run, stage, pair.name):
+        started = time.time()
+        verdict = None
+        try:
+            if stage == "gate":
+                from audit.gate.verdict import gate_pair
+
+                verdict = gate_pair(run, pair, spec, state)
+            else:
+                _run_checks(stage, spec, pair, run, state, resolver, progress)
+        except Exception as e:
+            damaged = None if isinstance(e, AuditError) else as_input_error(stage, _files_of(run, pair.name))
+            _record_error(run, state, stage, damaged or e)
+            if damaged is not None:
+                raise damaged from None
+            raise
+        state.stages[stage] = StageStamp(at_ms=int(time.time() * 1000), took_s=round(time.time() - started, 3))
+        run.save_state(state)
+        return verdict
+
+
+@contextmanager
+def _running(run: RunDir, stage: str, pair: str) -> Iterator[None]:
+    """The run unfinished from here until its report, whatever the stage does, and the stage marked
+    running until it ends (:func:`reopen_run`, :func:`_unmark_stage`)."""
+    reopen_run(run, stage, pair)
     try:
-        return _run_stage_body(stage, spec, pair, run, state, resolver, progress)
+        yield
     finally:
-        _unmark_stage(run, stage, pair.name)
-
-
-def _run_stage_body(
-    stage: str,
-    spec: KindSpec,
-    pair: Pair,
-    run: RunDir,
-    state: PairState,
-    resolver: ConnResolver | None,
-    progress: Progress | None,
-) -> GateVerdict | None:
-    started = time.time()
-    verdict = None
-    try:
-        if stage == "gate":
-            from audit.gate.verdict import gate_pair
-
-            verdict = gate_pair(run, pair, spec, state)
-        else:
-            _run_checks(stage, spec, pair, run, state, resolver, progress)
-    except Exception as e:
-        damaged = None if isinstance(e, AuditError) else as_input_error(stage, _files_of(run, pair.name))
-        _record_error(run, state, stage, damaged or e)
-        if damaged is not None:
-            raise damaged from None
-        raise
-    state.stages[stage] = StageStamp(at_ms=int(time.time() * 1000), took_s=round(time.time() - started, 3))
-    run.save_state(state)
-    return verdict
+        _unmark_stage(run, stage, pair)
 
 
 def _files_of(run: RunDir, pair: str) -> list[Path]:

@@ -427,24 +427,35 @@ def _writer_once_read(fifo: Path, reader: subprocess.Popen[str], timeout: float 
             time.sleep(0.05)
 
 
+def _snapshot_waiting_on_a_fifo(tmp_path: Path, out: Path) -> tuple[Path, Path, subprocess.Popen[str]]:
+    """A snapshot of run `mid` started apart, which waits reading a FIFO in the master's files until the test
+    writes into it: (inventory, the FIFO, the stage's process)."""
+    master, replica = make_dirs(tmp_path / "live")
+    os.mkfifo(master / "slow.fifo")
+    inv = inventory(tmp_path / "live.yaml", master, replica)
+    return inv, master / "slow.fifo", _cli_apart(["snapshot", "-i", str(inv), "-o", str(out), "--run-id", "mid"])
+
+
 def _manifest(out: Path, run_id: str) -> dict[str, str]:
     loaded: dict[str, str] = json.loads((out / run_id / "manifest.json").read_text())
     return loaded
 
 
 def test_a_stage_rerun_on_a_finished_run_keeps_it_from_prune_while_it_runs_and_until_its_report(  # type: ignore[no-untyped-def]
-    out, tmp_path, monkeypatch, capsys
+    out, tmp_path, monkeypatch, capsys, caplog
 ) -> None:
-    master, replica = make_dirs(tmp_path / "live")
-    os.mkfifo(master / "slow.fifo")  # the snapshot waits reading it until the test writes into it
-    inv = inventory(tmp_path / "live.yaml", master, replica)
-    stage = _cli_apart(["snapshot", "-i", str(inv), "-o", str(out), "--run-id", "mid"])  # mid ended 10 days ago
+    inv, fifo, stage = _snapshot_waiting_on_a_fifo(tmp_path, out)  # mid ended 10 days ago
     try:
-        pipe = _writer_once_read(master / "slow.fifo", stage)
+        pipe = _writer_once_read(fifo, stage)
         try:  # the stage is mid-snapshot
             assert run_cli(["prune", "-o", str(out), "--keep-days", "0", "--keep-snapshot-days", "0"], monkeypatch) == 0
             assert "kept mid: not finished" in capsys.readouterr().err.replace("\n", " ")
             assert (out / "mid" / "manifest.json").is_file() and (out / "mid" / "snapshots").is_dir()
+            # a report by hand meanwhile (of the run as it is: the pair's earlier audit, whose gate failed)
+            # once ended the run under the stage, for a prune to delete; it now names the stage and leaves it
+            assert run_cli(["report", "-i", str(inv), "-o", str(out), "--run-id", "mid"], monkeypatch) == 1
+            assert f"still running: snapshot of pair assets (pid {stage.pid})" in caplog.text
+            assert "ended_at" not in _manifest(out, "mid")
         finally:
             os.write(pipe, b"late")
             os.close(pipe)
@@ -457,6 +468,7 @@ def test_a_stage_rerun_on_a_finished_run_keeps_it_from_prune_while_it_runs_and_u
 
     # the stage ended, the run stays unfinished until its report: its summary no longer says what it holds
     assert "ended_at" not in _manifest(out, "mid") and _manifest(out, "mid")["stage_started_at"]
+    assert "stages_running" not in _manifest(out, "mid")  # the stage's mark went with it
     assert run_cli(["prune", "-o", str(out), "--keep-days", "0"], monkeypatch) == 0
     assert (out / "mid" / "snapshots").is_dir()
     # its report ends it again (exit 3: the pair's audit stops at the snapshot re-run, the later stages were
@@ -469,48 +481,12 @@ def test_a_stage_rerun_on_a_finished_run_keeps_it_from_prune_while_it_runs_and_u
     assert not (out / "mid").exists() and "deleted run mid" in capsys.readouterr().out
 
 
-def test_a_report_while_a_stage_of_the_run_still_runs_leaves_the_run_unfinished(  # type: ignore[no-untyped-def]
-    out, tmp_path, monkeypatch, caplog
-) -> None:
-    # a report started by hand while a stage started earlier still ran once ended the run under that stage:
-    # a prune could then delete its files as those of a finished run while the stage wrote them
-    master, replica = make_dirs(tmp_path / "live")
-    os.mkfifo(master / "slow.fifo")
-    inv = inventory(tmp_path / "live.yaml", master, replica)
-    stage = _cli_apart(["snapshot", "-i", str(inv), "-o", str(out), "--run-id", "mid"])
-    try:
-        pipe = _writer_once_read(master / "slow.fifo", stage)
-        try:  # the stage is mid-snapshot
-            # the report of the run as it is now: the earlier audit of the pair, whose gate failed
-            assert run_cli(["report", "-i", str(inv), "-o", str(out), "--run-id", "mid"], monkeypatch) == 1
-            said = caplog.text
-            assert f"still running: snapshot of pair assets (pid {stage.pid})" in said
-            assert "it stays unfinished until its next report" in said
-            assert "ended_at" not in _manifest(out, "mid")
-            assert run_cli(["prune", "-o", str(out), "--keep-days", "0", "--keep-snapshot-days", "0"], monkeypatch) == 0
-            assert (out / "mid" / "snapshots").is_dir()
-        finally:
-            os.write(pipe, b"late")
-            os.close(pipe)
-        assert stage.wait(timeout=120) == 0, stage.communicate()[1][-3000:]
-    finally:
-        if stage.poll() is None:
-            stage.kill()
-            stage.wait()
-    assert "stages_running" not in _manifest(out, "mid")  # the stage ended: its mark went with it
-    assert run_cli(["report", "-i", str(inv), "-o", str(out), "--run-id", "mid", "-q"], monkeypatch) == 3
-    assert _manifest(out, "mid")["ended_at"]
-
-
 def test_a_stage_killed_outright_leaves_a_mark_that_no_longer_counts(  # type: ignore[no-untyped-def]
     out, tmp_path, monkeypatch
 ) -> None:
-    master, replica = make_dirs(tmp_path / "live")
-    os.mkfifo(master / "slow.fifo")
-    inv = inventory(tmp_path / "live.yaml", master, replica)
-    stage = _cli_apart(["snapshot", "-i", str(inv), "-o", str(out), "--run-id", "mid"])
+    inv, fifo, stage = _snapshot_waiting_on_a_fifo(tmp_path, out)
     try:
-        os.close(_writer_once_read(master / "slow.fifo", stage))
+        os.close(_writer_once_read(fifo, stage))
     finally:
         stage.kill()  # SIGKILL: no finally of its own runs
         stage.wait()
