@@ -55,7 +55,7 @@ def test_repair_plan_keeps_rows_whose_keys_differ_only_in_case_or_trailing_space
     pair: Pair, schema: str, tmp_path: Path
 ) -> None:
     """'A' and 'b ' on the replica are the master's 'a' and 'b' under the column's collation: each is one
-    row_mismatch in k (it was a missing_row and an extra_row), and the plan's REPLACE rewrites it."""
+    row_mismatch in k (it was a missing_row and an extra_row), and the plan's UPDATE respells it."""
     pair.on_master(
         f"CREATE TABLE {schema}.ci (k VARCHAR(10) PRIMARY KEY, v INT) COLLATE utf8mb4_general_ci",
         f"INSERT INTO {schema}.ci VALUES ('a', 1), ('b', 2), ('c', 3)",
@@ -104,7 +104,7 @@ def test_a_key_whose_collation_differs_between_the_sides_is_compared_once_per_ro
     fell into several chunks (733 counted for 600) and a changed row was reported three times. The
     sides agree on no collation, so rows are matched byte for byte: the replica's 'kx0010' is not the
     master's 'KX0010'. The plan deletes it before writing 'KX0010' (a general_ci replica would take
-    the REPLACE for its row, then delete that)."""
+    the INSERT for its row, then delete that)."""
     keys = "CONCAT(IF(seq % 3, 'K', 'k'), IF(seq % 5, 'x', 'X'), LPAD(seq, 4, '0'))"  # the two orders differ
     pair.on_master(
         f"CREATE TABLE {schema}.t (k VARCHAR(20) PRIMARY KEY, v INT) COLLATE {master}",

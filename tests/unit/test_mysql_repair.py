@@ -20,12 +20,38 @@ KEYLESS = TablePlan("s", "log", COLUMNS[2:4], (), SideSql((), None), SideSql((),
 MASTER_ROW = (b"\x00\xff", b"7", b"it's \\ fine", b"12.50", b"5")
 
 
-def test_missing_or_different_row_is_replaced_with_the_masters_values() -> None:
+def test_missing_row_is_inserted_with_the_masters_values() -> None:
     diff = RowDiff(0, (b"\x00\xff", 7), MASTER_ROW, None, 1, None)
     assert statements(PLAN, diff) == [
-        "REPLACE INTO `my shop`.`t 1` (`k``ey`, `n°`, `note`, `price`, `flag`) VALUES "
+        "INSERT INTO `my shop`.`t 1` (`k``ey`, `n°`, `note`, `price`, `flag`) VALUES "
         "(X'00FF', 7, _utf8mb4 X'69742773205C2066696E65', 12.50, 5);"
     ]
+
+
+def test_different_row_is_updated_in_the_columns_that_differ_by_the_replicas_key() -> None:
+    """Not REPLACE (a delete and an insert: a column only the replica has went back to its default);
+    the key as the replica holds it ('A' for the master's 'a' under a case-insensitive key) is matched
+    and respelt by SET."""
+    replica_row = (b"\x00\xff", b"7", b"it's \\ fine", b"12.40", b"5")
+    diff = RowDiff(0, (b"\x00\xff", 7), MASTER_ROW, replica_row, 1, 2)
+    assert statements(PLAN, diff) == [
+        "UPDATE `my shop`.`t 1` SET `price` = 12.50 WHERE `k``ey` = X'00FF' AND `n°` = 7 LIMIT 1;"
+    ]
+    text = Column("k", "varchar", "varchar(4)", nullable=False)
+    ci = TablePlan("s", "ci", (text, COLUMNS[1]), ("k",), SideSql((), None), SideSql((), None))
+    respelt = RowDiff(0, ("a",), (b"a", b"1"), (b"A", b"2"), 1, 2)
+    assert statements(ci, respelt) == ["UPDATE `s`.`ci` SET `k` = 'a', `n°` = 1 WHERE `k` = 'A' LIMIT 1;"]
+
+
+def test_plan_deletes_then_updates_then_inserts(tmp_path: Path) -> None:
+    """A DELETE or an UPDATE may free a unique value an INSERT then writes (module doc)."""
+    missing = RowDiff(0, (b"\x01", 1), (b"\x01", b"1", None, None, None), None, 1, None)
+    changed = RowDiff(0, (b"\x02", 2), (b"\x02", b"2", None, None, None), (b"\x02", b"2", b"x", None, None), 1, 2)
+    extra = RowDiff(0, (b"\x03", 3), None, (b"\x03", b"3", None, None, None), None, 3)
+    with RepairPlan(tmp_path / "fix.sql", "r") as plan:
+        plan.add(PLAN, [missing, changed, extra])
+    verbs = [line.split()[0] for line in (tmp_path / "fix.sql").read_text().splitlines()[-4:-1]]
+    assert verbs == ["DELETE", "UPDATE", "INSERT"]
 
 
 def test_extra_row_is_deleted_by_its_key() -> None:
@@ -70,7 +96,7 @@ def test_a_long_value_is_written_in_pieces_as_the_literal_it_is() -> None:
     blob, text = bytes(range(256)) * 800, "é\\'x".encode() * 50_000
     (statement,) = statements(wide, RowDiff(0, (7,), (b"7", blob, text), None, 1, None))
     assert statement == (
-        f"REPLACE INTO `s`.`w` (`n°`, `body`, `doc`) VALUES (7, X'{blob.hex().upper()}', "
+        f"INSERT INTO `s`.`w` (`n°`, `body`, `doc`) VALUES (7, X'{blob.hex().upper()}', "
         f"_utf8mb4 X'{text.hex().upper()}');"
     )
 
@@ -84,6 +110,27 @@ def test_a_row_held_with_a_digest_is_re_read_whole_or_left_out(tmp_path: Path) -
     with RepairPlan(tmp_path / "fix.sql", "r", whole=lambda _, d: whole.get(d.key or ())) as plan:
         plan.add(wide, [RowDiff(0, (7,), held, None, 1, None), RowDiff(0, (8,), held, None, 1, None)])
     text = (tmp_path / "fix.sql").read_text()
-    assert f"REPLACE INTO `s`.`w` (`n°`, `body`) VALUES (7, X'{'7A' * 9000}');\n" in text
+    assert f"INSERT INTO `s`.`w` (`n°`, `body`) VALUES (7, X'{'7A' * 9000}');\n" in text
     assert "-- s.w key [8]: changed on the master since it was compared; not written\n" in text
     assert plan.statements == 1
+
+
+def test_an_update_re_reads_a_long_value_only_when_it_writes_it(tmp_path: Path) -> None:
+    """An UPDATE writes the columns that differ: a long value held alike on both sides is not re-read."""
+    body = Column("body", "longblob", "longblob")
+    wide = TablePlan("s", "w", (COLUMNS[1], body, COLUMNS[3]), ("n°",), SideSql((), None), SideSql((), None))
+    held = b"md5:" + b"a" * 32 + b":9000"
+    reads: list[object] = []
+
+    def whole(_: TablePlan, diff: RowDiff) -> tuple[bytes, ...]:
+        reads.append(diff.key)
+        return (b"7", b"z" * 9000, b"2.00")
+
+    same_body = RowDiff(0, (7,), (b"7", held, b"2.00"), (b"7", held, b"1.00"), 1, 2)
+    new_body = RowDiff(0, (7,), (b"7", held, b"2.00"), (b"7", b"md5:" + b"b" * 32 + b":9000", b"2.00"), 1, 3)
+    with RepairPlan(tmp_path / "fix.sql", "r", whole=whole) as plan:
+        plan.add(wide, [same_body, new_body])
+    text = (tmp_path / "fix.sql").read_text()
+    assert "UPDATE `s`.`w` SET `price` = 2.00 WHERE `n°` = 7 LIMIT 1;\n" in text
+    assert f"UPDATE `s`.`w` SET `body` = X'{'7A' * 9000}' WHERE `n°` = 7 LIMIT 1;\n" in text
+    assert reads == [(7,)]

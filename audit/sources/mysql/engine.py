@@ -23,7 +23,7 @@ from audit.sources.mysql import catalog
 from audit.sources.mysql.chunks import ZERO, ChunkDone, Digest, Sides, Uncovered
 from audit.sources.mysql.client import Server, connect_pair
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings, parse_tables
-from audit.sources.mysql.repair import RepairPlan, WholeRows
+from audit.sources.mysql.repair import RepairPlan, WholeRows, phase
 from audit.sources.mysql.row_diff import RowDiff
 from audit.sources.mysql.rows import RecheckResult, recheck, to_finding
 from audit.sources.mysql.spark_job import Job, TaskError, TaskStats, events, plan_segments
@@ -275,9 +275,9 @@ def audit_tables(
         mysql_json = master.flavor == "mysql"
         try:
             with RepairPlan(repair_path, replica_ep.shown, pair, mysql_json=mysql_json, whole=whole) as plan_file:
-                for removals in (True, False):  # every DELETE before any REPLACE (repair.py)
+                for step in range(3):  # every DELETE, then every UPDATE, then every INSERT (repair.py)
                     for d, _ in kept():
-                        if (d.master_row is None) == removals:
+                        if phase(d) == step:
                             _repair(plan_file, plans[d.table], d)
                 statements = plan_file.statements
         finally:
@@ -315,7 +315,10 @@ def _deliver(findings: Iterable[Finding], sink: FindingsSink | None) -> tuple[li
 
 def _repair(plan_file: RepairPlan, plan: TablePlan, diff: RowDiff) -> None:
     if plan.signatures[0] != plan.signatures[1]:
-        plan_file.note(f"{plan.display}: definitions differ; only the common columns are written")
+        plan_file.note(
+            f"{plan.display}: definitions differ; only the common columns are written "
+            "(a column only the replica has keeps its value, or takes its default in an INSERTed row)"
+        )
     plan_file.add(plan, [diff])
 
 

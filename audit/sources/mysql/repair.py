@@ -1,30 +1,35 @@
 """The repair plan: SQL that would make the replica's rows equal to the master's. Written, never run.
 
-As pt-table-sync --print and sync-diff-inspector's fix SQL: a row missing on the replica or different
-there is `REPLACE INTO` with the master's values (as last re-read); a row only the replica has is
-`DELETE ... WHERE <key> LIMIT 1`. A keyless table gets `INSERT`s for missing copies and
-`DELETE ... WHERE <every column> <=> <value> LIMIT n` for surplus ones (text matched byte for byte:
-`delete_copies`). A table's DELETEs come before
-its REPLACEs and INSERTs: when the key's collation differs between the sides, keys are compared byte
-for byte (unordered.py), and under the replica's case-insensitive or PAD SPACE collation its extra key
-`'A'` or `'b '` equals the master's missing `'a'` or `'b'`, so a DELETE run after the REPLACE would
-remove the row just written. Identifiers are backquoted,
-values are literals that read the same under any sql_mode (sql.literal); TIMESTAMP values are UTC,
-which the plan's own `SET time_zone` makes explicit.
+As pt-table-sync --print: a row missing on the replica is `INSERT`ed with the master's values (as last
+re-read), a row different there is `UPDATE`d by key in the columns that differ, a row only the replica
+has is `DELETE ... WHERE <key> LIMIT 1`. Never `REPLACE`: it deletes the replica's row and inserts
+another, so a column only the replica has (added by a migration, not compared) went back to its
+default and the table's DELETE triggers fired for a row nobody deleted. A keyless table gets `INSERT`s
+for missing copies and `DELETE ... WHERE <every column> <=> <value> LIMIT n` for surplus ones (text
+matched byte for byte: `delete_copies`).
 
-Only the columns both sides have are written: a column only the replica has takes its default in a
-REPLACEd row (the plan says so in its header when a table's definitions differ).
+A table's DELETEs come first, then its UPDATEs, then its INSERTs (`phase`): a DELETE or UPDATE may free
+a unique value a later statement writes. When the key's collation differs between the sides, keys are
+compared byte for byte (unordered.py), and under the replica's case-insensitive or PAD SPACE collation
+its extra key `'A'` or `'b '` equals the master's missing `'a'` or `'b'`, so a DELETE run after the
+INSERT would remove the row just written. Identifiers are backquoted, values are literals that read the
+same under any sql_mode (sql.literal); TIMESTAMP values are UTC, which the plan's own `SET time_zone`
+makes explicit. The plan's `foreign_key_checks = 0` lets a child row be written before its parent, and
+stops InnoDB's cascades: a DELETE removes that row only, each table's rows repaired by its own findings.
 
-Rows are held with their long values as digests (sql.held_expr). A row the plan writes (REPLACE,
-INSERT) that holds one is re-read whole on the master, one row at a time, when it is written
-(`WholeRows`); if its row hash is no longer the one judged (written since), the plan says so in a
-comment instead of writing a value nobody compared. A keyless surplus copy is deleted by its digest:
-`MD5(col) = '..' AND LENGTH(col) = n`, byte exact like its other conditions.
+Only the columns both sides have are written: a column only the replica has keeps its value in an
+UPDATEd row and takes its default in an INSERTed one.
+
+Rows are held with their long values as digests (sql.held_expr). A row whose written values (an
+INSERT's, an UPDATE's changed columns) hold one is re-read whole on the master, one row at a time,
+when it is written (`WholeRows`); if its row hash is no longer the one judged (written since), the plan
+says so in a comment instead of writing a value nobody compared. A keyless surplus copy is deleted by
+its digest: `MD5(col) = '..' AND LENGTH(col) = n`, byte exact like its other conditions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -51,7 +56,10 @@ HEADER = """\
 -- replica-audit wrote it and did not execute it. Review it first: it makes the replica's rows equal to
 -- the master's as they were re-read during the audit; rows written since may have moved on.
 -- It repairs rows of tables both sides have: a table on one side only (missing_table, extra_table
--- findings) is not in it; create or drop that table first.
+-- findings) is not in it; create or drop that table first. Changed rows are UPDATEd in the columns
+-- that differ, missing ones INSERTed, extra ones DELETEd: columns the master lacks keep their values.
+-- foreign_key_checks = 0 below: nothing cascades, a child table is repaired by its own statements.
+-- Each statement fires the replica's triggers as any write would.
 -- Writing on a replica creates errant GTIDs unless the session's binary log is off (needs the
 -- privilege to set it):
 -- SET SESSION sql_log_bin = 0;
@@ -75,17 +83,32 @@ def _columns(plan: TablePlan) -> str:
     return "(" + ", ".join(quote_ident(c.name) for c in plan.columns) + ")"
 
 
-def _row_parts(verb: str, plan: TablePlan, row: Row) -> Iterator[str]:
-    """`<verb> INTO t (cols) VALUES (..);` in pieces, a value at a time: a row of 50 MB values is
+def _row_parts(plan: TablePlan, row: Row) -> Iterator[str]:
+    """`INSERT INTO t (cols) VALUES (..);` in pieces, a value at a time: a row of 50 MB values is
     written without its whole statement text ever being built (the values' hex is twice their size)."""
-    yield f"{verb} INTO {table_ref(plan.schema, plan.name)} {_columns(plan)} VALUES ("
+    yield f"INSERT INTO {table_ref(plan.schema, plan.name)} {_columns(plan)} VALUES ("
     for i, (c, v) in enumerate(zip(plan.columns, row, strict=True)):
         yield ", " if i else ""
-        if v is not None and len(v) > DIGESTED_BYTES and c.data_type in LONG_TYPES:
-            yield from _long_literal(c, v)
-        else:
-            yield _value(c, v)
+        yield from _literal_parts(c, v)
     yield ");"
+
+
+def _update_parts(plan: TablePlan, row: Row, replica_row: Row, changed: Sequence[int]) -> Iterator[str]:
+    """`UPDATE t SET <changed columns> WHERE <the replica's key> LIMIT 1;` in pieces (as _row_parts).
+    The key's values are the replica's own: they match its row (one a latin1 side can spell, the 'A'
+    its case-insensitive key holds for the master's 'a'), which SET may respell."""
+    yield f"UPDATE {table_ref(plan.schema, plan.name)} SET "
+    for n, i in enumerate(changed):
+        yield (", " if n else "") + f"{quote_ident(plan.columns[i].name)} = "
+        yield from _literal_parts(plan.columns[i], row[i])
+    yield f" WHERE {_key_condition(plan, replica_row)} LIMIT 1;"
+
+
+def _literal_parts(column: Column, raw: bytes | None) -> Iterator[str]:
+    if raw is not None and len(raw) > DIGESTED_BYTES and column.data_type in LONG_TYPES:
+        yield from _long_literal(column, raw)
+    else:
+        yield _value(column, raw)
 
 
 def _long_literal(column: Column, raw: bytes) -> Iterator[str]:
@@ -97,11 +120,14 @@ def _long_literal(column: Column, raw: bytes) -> Iterator[str]:
     yield "'"
 
 
-def delete_by_key(plan: TablePlan, row: Row) -> str:
-    conds = " AND ".join(
+def _key_condition(plan: TablePlan, row: Row) -> str:
+    return " AND ".join(
         f"{quote_ident(plan.columns[i].name)} = {_value(plan.columns[i], row[i])}" for i in plan.key_positions
     )
-    return f"DELETE FROM {table_ref(plan.schema, plan.name)} WHERE {conds} LIMIT 1;"
+
+
+def delete_by_key(plan: TablePlan, row: Row) -> str:
+    return f"DELETE FROM {table_ref(plan.schema, plan.name)} WHERE {_key_condition(plan, row)} LIMIT 1;"
 
 
 _PLAIN_TEXT = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
@@ -129,8 +155,28 @@ def _digest_condition(expr: str, digest: tuple[str, int]) -> str:
     return f"MD5({expr}) = '{digest[0]}' AND LENGTH({expr}) = {digest[1]}"
 
 
-def holds_digest(plan: TablePlan, row: Row | None) -> bool:
-    return row is not None and any(held_digest(c, v) is not None for c, v in zip(plan.columns, row, strict=True))
+def holds_digest(plan: TablePlan, row: Row | None, positions: Sequence[int]) -> bool:
+    return row is not None and any(held_digest(plan.columns[i], row[i]) is not None for i in positions)
+
+
+def phase(diff: RowDiff) -> int:
+    """When a diff's statement runs within the plan: 0 DELETE, 1 UPDATE, 2 INSERT (module doc)."""
+    if diff.master_row is None:
+        return 0
+    return 1 if diff.key is not None and diff.replica_row is not None else 2
+
+
+def written(plan: TablePlan, diff: RowDiff) -> list[int]:
+    """The positions of the values a diff's statement writes: an UPDATE's columns that differ (held
+    forms, compared as the audit did), every column for an INSERT, none for a DELETE."""
+    if diff.master_row is None:
+        return []
+    every = list(range(len(plan.columns)))
+    if phase(diff) != 1:
+        return every
+    assert diff.replica_row is not None
+    changed = [i for i in every if diff.master_row[i] != diff.replica_row[i]]
+    return changed or every  # the row hashes differ: a value held alike still gets the master's
 
 
 WholeRow = Callable[[TablePlan, RowDiff], Row | None]
@@ -167,25 +213,29 @@ class WholeRows:
             self._server = None
 
 
-def statement_parts(plan: TablePlan, diff: RowDiff, *, mysql_json: bool = False) -> Iterator[Iterable[str]]:
-    """The statements that repair one differing row (or one keyless surplus), each in pieces."""
-    if diff.key is None:
-        if diff.master_row is not None:
-            for _ in range(diff.copies):
-                yield _row_parts("INSERT", plan, diff.master_row)
-            return
+def statement_parts(
+    plan: TablePlan, diff: RowDiff, changed: Sequence[int], *, mysql_json: bool = False
+) -> Iterator[Iterable[str]]:
+    """The statements that repair one differing row (or one keyless surplus), each in pieces;
+    `changed`: what `written` gave for the diff as judged (before a long value was re-read whole)."""
+    if diff.master_row is None:
         assert diff.replica_row is not None
-        yield [delete_copies(plan, diff.replica_row, diff.copies, mysql_json=mysql_json)]
-    elif diff.master_row is not None:
-        yield _row_parts("REPLACE", plan, diff.master_row)
+        if diff.key is None:
+            yield [delete_copies(plan, diff.replica_row, diff.copies, mysql_json=mysql_json)]
+        else:
+            yield [delete_by_key(plan, diff.replica_row)]
+    elif phase(diff) == 1:
+        assert diff.replica_row is not None
+        yield _update_parts(plan, diff.master_row, diff.replica_row, changed)
     else:
-        assert diff.replica_row is not None
-        yield [delete_by_key(plan, diff.replica_row)]
+        for _ in range(diff.copies if diff.key is None else 1):
+            yield _row_parts(plan, diff.master_row)
 
 
 def statements(plan: TablePlan, diff: RowDiff, *, mysql_json: bool = False) -> list[str]:
     """The statements that repair one differing row (or one keyless surplus)."""
-    return ["".join(parts) for parts in statement_parts(plan, diff, mysql_json=mysql_json)]
+    changed = written(plan, diff)
+    return ["".join(parts) for parts in statement_parts(plan, diff, changed, mysql_json=mysql_json)]
 
 
 class RepairPlan:
@@ -213,15 +263,16 @@ class RepairPlan:
 
     def add(self, plan: TablePlan, diffs: Iterable[RowDiff]) -> None:
         assert self._out is not None, "use RepairPlan as a context manager"
-        for diff in sorted(diffs, key=lambda d: d.master_row is not None):  # removals first (module doc)
-            if holds_digest(plan, diff.master_row):
+        for diff in sorted(diffs, key=phase):  # DELETE, UPDATE, INSERT (module doc)
+            changed = written(plan, diff)
+            if holds_digest(plan, diff.master_row, changed):
                 whole = self.whole(plan, diff) if self.whole is not None else None
                 if whole is None:
                     key = f" key {list(diff.key)}" if diff.key is not None else ""
                     self.note(f"{plan.display}{key}: changed on the master since it was compared; not written")
                     continue
                 diff = replace(diff, master_row=whole)
-            for parts in statement_parts(plan, diff, mysql_json=self.mysql_json):
+            for parts in statement_parts(plan, diff, changed, mysql_json=self.mysql_json):
                 for part in parts:
                     self._out.write(part)
                 self._out.write("\n")
