@@ -81,3 +81,21 @@ def test_plan_keeps_replica_only_columns_children_and_delete_triggers(pair: Pair
     ]
     assert pair.replica.execute(f"SELECT COUNT(*) FROM {c}") == [(100,)]
     assert pair.replica.execute(f"SELECT id FROM {schema}.gone") == [(1000,)]
+
+
+def test_plan_deletes_a_surplus_copy_whose_columns_a_migration_retyped(pair: Pair, schema: str, tmp_path: Path) -> None:
+    """A keyless table whose columns a migration retyped (VARBINARY(4) into BINARY(4), FLOAT into DOUBLE)
+    is compared in the form both types hold ('ab', the FLOAT's 1.100000023841858); the plan deleted a
+    surplus copy by those values, `b <=> X'6162'`, which the BINARY's 'ab\\0\\0' never equals: nothing
+    was deleted, the INSERT after it added a row, and the second audit found one more difference."""
+    t = f"{schema}.bag"
+    load = f"INSERT INTO {t} VALUES (X'6162', 1.1, 1), (X'6163', 2.5, 2), (X'6164', 0.1, 3)"
+    pair.master.execute("SET SESSION sql_log_bin = 0", f"CREATE TABLE {t} (b VARBINARY(4), f FLOAT, n INT)", load)
+    pair.on_replica_only(f"CREATE TABLE {t} (b BINARY(4), f DOUBLE, n INT)", load, f"UPDATE {t} SET n = 0 WHERE n = 1")
+    first = pair.audit([t], repair_path=tmp_path / "fix.sql")
+    assert sorted(f.category for f in first.findings) == ["extra_row", "missing_row", "schema_mismatch"]
+
+    pair.on_replica_only(*statements(tmp_path / "fix.sql"))
+
+    assert pair.replica.execute(f"SELECT COUNT(*) FROM {t}") == [(3,)]
+    assert [f.category for f in pair.audit([t]).findings] == ["schema_mismatch"]

@@ -138,16 +138,24 @@ utf8mb4_bin pads: on MySQL, copies differing only in trailing spaces still match
 
 def delete_copies(plan: TablePlan, row: Row, copies: int, *, mysql_json: bool = False) -> str:
     """Surplus copies of a keyless row. Its text is matched byte for byte: under the column's own
-    collation ('x' = 'X' = 'x ') the DELETE could remove a copy of another row, one the master has too."""
+    collation ('x' = 'X' = 'x ') the DELETE could remove a copy of another row, one the master has too.
+    Each value is matched as the replica's expression read it (sql.column_expr): a retyped column's
+    value was read in the form both types share ('ab' for a BINARY(4)'s 'ab\\0\\0'), which the
+    column itself never equals: the DELETE matched nothing, and the INSERT that followed doubled a row."""
     exact = f" COLLATE {EXACT_COLLATION[mysql_json]}"
     conds = " AND ".join(
-        _digest_condition(plan.replica.exprs[i], digest)
+        _digest_condition(expr, digest)
         if (digest := held_digest(c, v)) is not None
-        else f"{quote_ident(c.name)} <=> {_value(c, v, in_where=True, mysql_json=mysql_json)}"
+        else f"{expr} <=> {_value(c, v, in_where=True, mysql_json=mysql_json)}"
         + (exact if c.data_type in _PLAIN_TEXT and v is not None else "")
-        for i, (c, v) in enumerate(zip(plan.columns, row, strict=True))
+        for c, v, expr in zip(plan.columns, row, _replica_exprs(plan), strict=True)
     )
     return f"DELETE FROM {table_ref(plan.schema, plan.name)} WHERE {conds} LIMIT {copies};"
+
+
+def _replica_exprs(plan: TablePlan) -> tuple[str, ...]:
+    """The replica's column expressions; the bare columns for a plan built without them (unit tests)."""
+    return plan.replica.exprs or tuple(quote_ident(c.name) for c in plan.columns)
 
 
 def _digest_condition(expr: str, digest: tuple[str, int]) -> str:
