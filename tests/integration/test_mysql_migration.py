@@ -15,7 +15,7 @@ import pytest
 
 from audit.local.mariadb_server import MariaDBServer, free_port, mariadb_available
 from audit.sources.mysql.engine import RowsAudit, audit_tables
-from tests.integration.mysql_pair import FAST, Pair, start_module_pair
+from tests.integration.mysql_pair import FAST, Pair, start_module_pair, statements
 
 pytestmark = [
     pytest.mark.integration,
@@ -261,6 +261,53 @@ def test_a_key_the_replica_cannot_spell_in_its_character_set_is_a_finding_not_a_
         ("missing_row", '["😀"]'.encode(), None),
         ("row_mismatch", '["café"]'.encode(), {"v": {"master": 2, "replica": 0}}),
     ]
+
+
+def test_a_binary_key_one_side_pads_is_compared_as_the_padded_copy(pair: Pair, schema: str, tmp_path: Path) -> None:
+    """A key VARBINARY(8) on one side, BINARY(8) on the other: 'ab' copied into the BINARY reads
+    'ab' and six 0x00 bytes there, so every short key was a missing_row and an extra_row. Keys cannot
+    be matched through the padding ('ab' and 'ab\\0' are two VARBINARY keys, one BINARY key): such a
+    table is compared as a multiset of rows, each value as both types hold it, and says so. Keys that
+    are all full length on the variable side (UUIDs) keep matching by key."""
+    short = ["X'6162'", "X'616263'", "X'0102'", "''", "X'6162636465666768'", "X'61620001'"]
+    rows = ", ".join(f"({k}, {i})" for i, k in enumerate(short, 1))
+    full = ", ".join(f"(UNHEX(MD5({i})), {i})" for i in range(1, 7))
+    tables = {
+        "vb_bin": ("VARBINARY(8)", "BINARY(8)", rows),
+        "bin_vb": ("BINARY(8)", "VARBINARY(8)", rows),
+        "bin_bin": ("BINARY(8)", "BINARY(10)", rows),
+        "uuid": ("BINARY(16)", "VARBINARY(16)", full),
+    }
+    for name, (m_type, r_type, load) in tables.items():
+        ddl = "CREATE TABLE {t} (k %s PRIMARY KEY, v INT)"
+        migrated(pair, f"{schema}.{name}", ddl % m_type, ddl % r_type, f"INSERT INTO {{t}} VALUES {load}")
+    names = [f"{schema}.{name}" for name in tables]
+    healthy = pair.audit(names)
+    assert rows_found(healthy) == []
+    how = {f.evidence["table"]: f.evidence.get("compared") for f in healthy.findings}
+    assert how[f"{schema}.uuid"] is None
+    for name in ("vb_bin", "bin_vb", "bin_bin"):
+        assert str(how[f"{schema}.{name}"]).startswith("as a multiset of rows: key column k is BINARY")
+
+    for name in tables:
+        t = f"{schema}.{name}"
+        pair.on_replica_only(
+            f"UPDATE {t} SET v = 0 WHERE v = 2",
+            f"DELETE FROM {t} WHERE v = 3",
+            f"INSERT INTO {t} VALUES ({'UNHEX(MD5(9))' if name == 'uuid' else 'X' + repr('7A')}, 9)",
+        )
+    planted = pair.audit(names, repair_path=tmp_path / "fix.sql")
+    found = sorted((f.evidence["table"], f.category, f.key is None) for f in planted.findings)
+    assert [f for f in found if f[1] != "schema_mismatch"] == sorted(
+        [
+            (f"{schema}.{n}", c, True)
+            for n in ("vb_bin", "bin_vb", "bin_bin")
+            for c in ("missing_row",) * 2 + ("extra_row",) * 2
+        ]
+        + [(f"{schema}.uuid", c, False) for c in ("extra_row", "missing_row", "row_mismatch")]
+    )
+    pair.on_replica_only(*statements(tmp_path / "fix.sql"))
+    assert rows_found(pair.audit(names)) == []
 
 
 # --- server settings --------------------------------------------------------------------------------------

@@ -227,6 +227,7 @@ def audit_tables(
         m_defs = catalog.load_definitions(master, [n for n in names if n in m_list], m_list, own[0])
         r_defs = catalog.load_definitions(replica, [n for n in names if n in r_list], r_list, own[1])
         plans, schema_findings = catalog.compare_catalogs(names, m_defs, r_defs)
+        plans = catalog.probe_padded_keys((master, replica), plans, schema_findings, m_defs, r_defs)
         tasks = _parallelism(spark, settings)
         segments = plan_segments(master, replica, plans, tasks, settings)
         run = _Run(plans, settings, [TableResult(p.display, list(p.key) or None) for p in plans])
