@@ -36,10 +36,12 @@ def test_plan_keeps_replica_only_columns_children_and_delete_triggers(pair: Pair
     went back to its default on every changed row (a second audit passed all the same: the column is
     not compared), and the table's DELETE triggers fired for rows nobody deleted. The plan now UPDATEs
     the columns that differ and INSERTs missing rows: the replica-only column and the trigger's log are
-    as they were, bar the one extra row deleted; children under ON DELETE CASCADE stay (the plan's
+    as they were, bar the one extra row deleted; a TIMESTAMP ON UPDATE CURRENT_TIMESTAMP is written with
+    the master's value, not the repair's time; children under ON DELETE CASCADE stay (the plan's
     foreign_key_checks = 0 stops InnoDB's cascades: each table's rows are repaired by its own findings)."""
     p, c = f"{schema}.p", f"{schema}.c"
-    parent = "CREATE TABLE {p} (id INT PRIMARY KEY, v INT, note VARCHAR(20){added})"
+    at = "at TIMESTAMP NOT NULL DEFAULT '2024-01-01 00:00:00' ON UPDATE CURRENT_TIMESTAMP"
+    parent = f"CREATE TABLE {{p}} (id INT PRIMARY KEY, v INT, note VARCHAR(20), {at}{{added}})"
     cascade = f"FOREIGN KEY (pid) REFERENCES {p} (id) ON DELETE CASCADE"
     child = f"CREATE TABLE {c} (id INT PRIMARY KEY, pid INT NOT NULL, w INT, {cascade})"
     load = (
@@ -48,12 +50,13 @@ def test_plan_keeps_replica_only_columns_children_and_delete_triggers(pair: Pair
     )
     pair.master.execute("SET SESSION sql_log_bin = 0", parent.format(p=p, added=""), child, *load)
     replica_only = ", added INT NOT NULL DEFAULT 0"
-    pair.on_replica_only(parent.format(p=p, added=replica_only), child, *load, f"UPDATE {p} SET added = id * 10")
+    filled = f"UPDATE {p} SET added = id * 10, at = at"  # `at = at`: kept, not set to now
+    pair.on_replica_only(parent.format(p=p, added=replica_only), child, *load, filled)
     pair.on_replica_only(
-        f"UPDATE {p} SET v = -1 WHERE id = 7",  # children 6 and 56
-        f"UPDATE {p} SET note = 'x' WHERE id = 8",
+        f"UPDATE {p} SET v = -1, at = at WHERE id = 7",  # children 6 and 56
+        f"UPDATE {p} SET note = 'x', at = at WHERE id = 8",
         f"DELETE FROM {p} WHERE id = 9",  # and, by cascade, its children 8 and 58
-        f"INSERT INTO {p} VALUES (1000, 1, 'extra', 5)",
+        f"INSERT INTO {p} (id, v, note, added) VALUES (1000, 1, 'extra', 5)",
         f"UPDATE {c} SET w = -1 WHERE id = 3",
         f"CREATE TABLE {schema}.gone (id INT)",
         f"CREATE TRIGGER {schema}.logged AFTER DELETE ON {p} FOR EACH ROW INSERT INTO {schema}.gone VALUES (OLD.id)",

@@ -1,7 +1,8 @@
 """The repair plan: SQL that would make the replica's rows equal to the master's. Written, never run.
 
 As pt-table-sync --print: a row missing on the replica is `INSERT`ed with the master's values (as last
-re-read), a row different there is `UPDATE`d by key in the columns that differ, a row only the replica
+re-read), a row different there is `UPDATE`d by key in the columns that differ (and its TIMESTAMP and
+DATETIME columns, which ON UPDATE CURRENT_TIMESTAMP would set to the repair's time), a row only the replica
 has is `DELETE ... WHERE <key> LIMIT 1`. Never `REPLACE`: it deletes the replica's row and inserts
 another, so a column only the replica has (added by a migration, not compared) went back to its
 default and the table's DELETE triggers fired for a row nobody deleted. A keyless table gets `INSERT`s
@@ -174,9 +175,14 @@ def phase(diff: RowDiff) -> int:
     return 1 if diff.key is not None and diff.replica_row is not None else 2
 
 
+_AUTO_UPDATED = frozenset({"timestamp", "datetime", "date"})
+"""Types a column ON UPDATE CURRENT_TIMESTAMP may have on the replica (a DATE there as the master's)."""
+
+
 def written(plan: TablePlan, diff: RowDiff) -> list[int]:
-    """The positions of the values a diff's statement writes: an UPDATE's columns that differ (held
-    forms, compared as the audit did), every column for an INSERT, none for a DELETE."""
+    """The positions of the values a diff's statement writes: every column for an INSERT, none for a
+    DELETE; for an UPDATE the columns that differ (held forms, compared as the audit did) and every
+    TIMESTAMP or DATETIME: one ON UPDATE CURRENT_TIMESTAMP, unless written, takes the repair's time."""
     if diff.master_row is None:
         return []
     every = list(range(len(plan.columns)))
@@ -184,7 +190,9 @@ def written(plan: TablePlan, diff: RowDiff) -> list[int]:
         return every
     assert diff.replica_row is not None
     changed = [i for i in every if diff.master_row[i] != diff.replica_row[i]]
-    return changed or every  # the row hashes differ: a value held alike still gets the master's
+    if not changed:
+        return every  # the row hashes differ: a value held alike still gets the master's
+    return [i for i in every if i in changed or plan.columns[i].data_type in _AUTO_UPDATED]
 
 
 WholeRow = Callable[[TablePlan, RowDiff], Row | None]
