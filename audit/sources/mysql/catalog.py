@@ -172,8 +172,14 @@ def load_definitions(
 Index = list[dict[str, str | None]]
 
 
+_GENERATED = re.compile(r"\b(?:VIRTUAL|STORED|PERSISTENT)\b")
+"""EXTRA of a generated column: `VIRTUAL GENERATED`, `STORED GENERATED` (MariaDB before 10.2:
+`VIRTUAL`, `PERSISTENT`). Not MySQL 8's `DEFAULT_GENERATED`, a column with an expression default
+(`created_at ... DEFAULT CURRENT_TIMESTAMP`): taken for generated, it was never compared."""
+
+
 def _column(row: dict[str, str | None]) -> Column:
-    generated = "GENERATED" in (row.get("EXTRA") or "").upper()
+    generated = _GENERATED.search((row.get("EXTRA") or "").upper()) is not None
     return Column(
         name=str(row["COLUMN_NAME"]),
         data_type=(row.get("DATA_TYPE") or "").lower(),
