@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from audit.sources.mysql.catalog import _column, plan_table
+from audit.sources.mysql.catalog import _column, _leading_columns, _unique_keys, plan_table
 from audit.sources.mysql.values import TableDef, UniqueKey
 
 
@@ -35,3 +35,22 @@ def test_a_mysql_8_column_with_an_expression_default_is_compared_not_taken_for_g
     table = TableDef("s", "t", columns, (UniqueKey("PRIMARY", ("id",), True),))
     plan = plan_table(table, table)
     assert plan.key == ("id",) and [c.name for c in plan.columns] == ["id", "created_at", "updated_at", "n"]
+
+
+def _index(table: str, index: str, column: str, **more: str) -> dict[str, str | None]:
+    return {"TABLE_SCHEMA": "s", "TABLE_NAME": table, "INDEX_NAME": index, "COLUMN_NAME": column,
+            "NON_UNIQUE": "0", "SEQ_IN_INDEX": "1", "SUB_PART": None, **more}  # fmt: skip
+
+
+def test_an_invisible_mysql_8_index_is_neither_a_key_nor_forced() -> None:
+    """MySQL 8 rejects FORCE INDEX of an invisible index (IS_VISIBLE NO): the audit stopped on a table
+    keyed by one. Like MariaDB's IGNORED, it is not used for chunking or to lead a range."""
+    columns = {("s", "t"): [_column(_row("u", "int", ""))]}
+    indexes = {
+        ("s", "t", "u_hidden"): [_index("t", "u_hidden", "u", IS_VISIBLE="NO")],
+        ("s", "t", "u_ignored"): [_index("t", "u_ignored", "u", IGNORED="YES")],
+        ("s", "t", "u_seen"): [_index("t", "u_seen", "u", IS_VISIBLE="YES")],
+    }
+    assert [k.index for k in _unique_keys(indexes, columns)[("s", "t")]] == ["u_seen"]
+    del indexes[("s", "t", "u_seen")]
+    assert _unique_keys(indexes, columns) == {} and _leading_columns(indexes) == {}

@@ -209,7 +209,10 @@ def _indexes(server: Server, schemas: list[str], wanted: set[TableName]) -> dict
 
 
 def _ignored(cols: Index) -> bool:
-    return str(cols[0].get("IGNORED") or "NO").upper() == "YES"
+    """An index the optimizer may not use: MariaDB's IGNORED, MySQL 8's invisible (IS_VISIBLE NO, as a
+    DBA leaves one before dropping it), which FORCE INDEX names in an error that stopped the audit."""
+    first = cols[0]
+    return str(first.get("IGNORED") or "NO").upper() == "YES" or str(first.get("IS_VISIBLE") or "YES").upper() == "NO"
 
 
 def _leading_columns(indexes: dict[tuple[str, str, str], Index]) -> dict[TableName, frozenset[str]]:
