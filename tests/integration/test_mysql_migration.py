@@ -310,6 +310,34 @@ def test_a_binary_key_one_side_pads_is_compared_as_the_padded_copy(pair: Pair, s
     assert rows_found(pair.audit(names)) == []
 
 
+def test_a_text_key_copied_into_a_char_compares_without_its_trailing_spaces(
+    pair: Pair, schema: str, tmp_path: Path
+) -> None:
+    """A VARCHAR key 'a ' reads 'a' once copied into a CHAR, one key under a PAD SPACE collation (as
+    every MariaDB default is): matched by key, each such row was a row_mismatch in k on a healthy copy
+    (and the plan's UPDATE to 'a ' could never change the CHAR). Outside the key the trailing spaces
+    were already left out; in a key whose collation pads on both sides they are too."""
+    t = f"{schema}.ck"
+    load = "INSERT INTO {t} VALUES ('a ', 1), ('b', 2), ('c  ', 3), (' d', 4)"
+    migrated(
+        pair,
+        t,
+        "CREATE TABLE {t} (k VARCHAR(5) PRIMARY KEY, v INT)",
+        "CREATE TABLE {t} (k CHAR(5) PRIMARY KEY, v INT)",
+        load,
+    )
+    assert rows_found(pair.audit([t])) == []
+
+    pair.on_replica_only(f"UPDATE {t} SET v = 0 WHERE k = 'c'", f"DELETE FROM {t} WHERE k = 'a'")
+    planted = pair.audit([t], repair_path=tmp_path / "fix.sql")
+    assert rows_found(planted) == [
+        ("missing_row", b'["a"]', None),
+        ("row_mismatch", b'["c"]', {"v": {"master": 3, "replica": 0}}),
+    ]
+    pair.on_replica_only(*statements(tmp_path / "fix.sql"))
+    assert rows_found(pair.audit([t])) == []
+
+
 # --- server settings --------------------------------------------------------------------------------------
 
 

@@ -166,9 +166,9 @@ def column_expr(column: Column, peer: Column | None = None, *, key: bool = False
     its number; TIMESTAMP needs the session time zone every connection sets ('+00:00'). When the
     two sides define the column differently (`peer`, a schema_mismatch), the value is brought to a
     form both types share: exact numbers without trailing zeros, text in utf8mb4, times with 6 digits
-    (a DATE at midnight), a DOUBLE or DECIMAL as the FLOAT or DOUBLE it is compared with, and (outside
-    the key, whose values are looked up as they are) a string without the padding a CHAR or BINARY(n)
-    side cannot tell from the value.
+    (a DATE at midnight), a DOUBLE or DECIMAL as the FLOAT or DOUBLE it is compared with, and a string
+    without the padding a CHAR or BINARY(n) side cannot tell from the value: outside the key, whose
+    values are looked up as they are, but for a text key whose collations pad on both sides.
     """
     c = quote_ident(column.name)
     t = column.data_type
@@ -194,12 +194,21 @@ def column_expr(column: Column, peer: Column | None = None, *, key: bool = False
         return f"CAST({c} AS TIME(6))"
     if t in TEXT_TYPES and p in TEXT_TYPES:
         text = f"CONVERT({c} USING utf8mb4)"
-        # a CHAR drops trailing spaces: 'a ' copied into a CHAR reads 'a' there
-        return f"TRIM(TRAILING ' ' FROM {text})" if "char" in (t, p) and t != p and not key else text
+        # a CHAR drops trailing spaces: 'a ' copied into a CHAR reads 'a' there; in a key only when both
+        # collations pad (then 'a ' and 'a' are one key on each side: no two keys become one)
+        trims = "char" in (t, p) and t != p and (not key or (pads_spaces(column) and pads_spaces(peer)))
+        return f"TRIM(TRAILING ' ' FROM {text})" if trims else text
     if t in BINARY_TYPES and p in BINARY_TYPES and "binary" in (t, p) and not key:
         # a BINARY(n) pads with 0x00: 'ab' copied into a BINARY(4) reads 'ab\0\0' there
         return f"TRIM(TRAILING X'00' FROM {c})"
     return c
+
+
+def pads_spaces(column: Column) -> bool:
+    """Whether the column's collation compares 'a ' equal to 'a' (PAD SPACE): every one but MariaDB's
+    `_nopad_` and MySQL 8's `_0900_` collations."""
+    name = (column.collation or "").lower()
+    return bool(name) and "nopad" not in name and "0900" not in name
 
 
 def hashed_expr(column: Column, expr: str) -> str:
