@@ -102,3 +102,26 @@ def test_plan_deletes_a_surplus_copy_whose_columns_a_migration_retyped(pair: Pai
 
     assert pair.replica.execute(f"SELECT COUNT(*) FROM {t}") == [(3,)]
     assert [f.category for f in pair.audit([t]).findings] == ["schema_mismatch"]
+
+
+def test_plan_writes_a_binary_value_with_the_bytes_the_master_holds(pair: Pair, schema: str, tmp_path: Path) -> None:
+    """A BINARY(4) on the master, VARBINARY(4) on the replica: values are compared without the 0x00
+    padding the BINARY adds, and the plan wrote them in that form: the master's 'ab\\0\\0' became 'ab'
+    on the replica (a second audit passed; the bytes an application reads differed). The plan now
+    writes the master's n bytes, padding and all."""
+    t = f"{schema}.bin"
+    load = f"INSERT INTO {t} VALUES (1, X'6162'), (2, X'6364'), (3, X'65666768')"
+    pair.master.execute("SET SESSION sql_log_bin = 0", f"CREATE TABLE {t} (id INT PRIMARY KEY, b BINARY(4))", load)
+    pair.on_replica_only(f"CREATE TABLE {t} (id INT PRIMARY KEY, b VARBINARY(4))", load)
+    pair.on_replica_only(f"UPDATE {t} SET b = X'7A' WHERE id = 1", f"DELETE FROM {t} WHERE id = 2")
+    first = pair.audit([t], repair_path=tmp_path / "fix.sql")
+    assert sorted(f.category for f in first.findings) == ["missing_row", "row_mismatch", "schema_mismatch"]
+
+    pair.on_replica_only(*statements(tmp_path / "fix.sql"))
+
+    assert pair.replica.execute(f"SELECT id, HEX(b) FROM {t} ORDER BY id") == [
+        (1, "61620000"),
+        (2, "63640000"),
+        (3, "65666768"),
+    ]
+    assert [f.category for f in pair.audit([t]).findings] == ["schema_mismatch"]

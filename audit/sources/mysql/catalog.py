@@ -20,7 +20,7 @@ from audit.errors import ConfigError
 from audit.findings import Finding
 from audit.sources.mysql.client import Server, TableGone, decode_texts
 from audit.sources.mysql.endpoint import SYSTEM_SCHEMAS, TablePattern
-from audit.sources.mysql.sql import column_expr, key_order, literal, quote_ident, table_ref
+from audit.sources.mysql.sql import binary_length, column_expr, key_order, literal, quote_ident, table_ref
 from audit.sources.mysql.values import Column, SideSql, TableDef, TablePlan, UniqueKey
 
 TableName = tuple[str, str]
@@ -406,17 +406,11 @@ def compare_catalogs(
     return plans, findings
 
 
-def _pad_length(column: Column) -> int | None:
-    """n of a BINARY(n), whose values are padded with 0x00 to n bytes; None for any other type."""
-    m = re.fullmatch(r"binary(?:\((\d+)\))?", column.column_type.lower()) if column.data_type == "binary" else None
-    return int(m.group(1) or 1) if m else None
-
-
 def _padding(master: Column, replica: Column) -> tuple[int, int] | None:
     """(0 master / 1 replica, n) when a column is BINARY(n) on one side and, on that side (0 or 1), a
     binary string that may be shorter (VARBINARY, a narrower BINARY): its 'ab' is 'ab' and n - 2
     0x00 bytes in the copy, another key byte for byte."""
-    pads = (_pad_length(master), _pad_length(replica))
+    pads = (binary_length(master), binary_length(replica))
     if pads[0] == pads[1] or {master.data_type, replica.data_type} - {"binary", "varbinary"}:
         return None
     n = max(p or 0 for p in pads)

@@ -44,6 +44,7 @@ from audit.sources.mysql.sql import (
     DIGESTED_BYTES,
     LONG_TYPES,
     TableSql,
+    binary_length,
     decode_value,
     held_digest,
     literal,
@@ -106,6 +107,11 @@ def _update_parts(plan: TablePlan, row: Row, replica_row: Row, changed: Sequence
 
 
 def _literal_parts(column: Column, raw: bytes | None) -> Iterator[str]:
+    """A value the plan writes. A master BINARY(n)'s is compared without its 0x00 padding (sql.column_expr)
+    against a VARBINARY: it is written as the n bytes the master holds, not as 'ab' for 'ab\\0\\0'."""
+    n = binary_length(column)
+    if raw is not None and n is not None and len(raw) < n:
+        raw = raw + b"\0" * (n - len(raw))
     if raw is not None and len(raw) > DIGESTED_BYTES and column.data_type in LONG_TYPES:
         yield from _long_literal(column, raw)
     else:

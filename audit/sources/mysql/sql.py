@@ -204,6 +204,14 @@ def column_expr(column: Column, peer: Column | None = None, *, key: bool = False
     return c
 
 
+def binary_length(column: Column) -> int | None:
+    """n of a BINARY(n), whose values are padded with 0x00 to n bytes; None for any other type."""
+    if column.data_type != "binary":
+        return None
+    m = re.fullmatch(r"binary(?:\((\d+)\))?", column.column_type.lower())
+    return int(m.group(1) or 1) if m else None
+
+
 def pads_spaces(column: Column) -> bool:
     """Whether the column's collation compares 'a ' equal to 'a' (PAD SPACE): every one but MariaDB's
     `_nopad_` and MySQL 8's `_0900_` collations."""
