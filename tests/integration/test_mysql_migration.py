@@ -338,6 +338,34 @@ def test_a_text_key_copied_into_a_char_compares_without_its_trailing_spaces(
     assert rows_found(pair.audit([t])) == []
 
 
+def test_a_no_pad_text_key_with_trailing_spaces_copied_into_a_char_is_compared_as_a_multiset(
+    pair: Pair, schema: str
+) -> None:
+    """Under a NO PAD collation (MariaDB's `_nopad_`, MySQL 8's `_0900_`) 'a ' and 'a' are two keys, and
+    a CHAR copy holds the VARCHAR's 'a ' as 'a': each such row was a missing_row and an extra_row. As a
+    BINARY's padding, it cannot be undone key by key: a side holding such keys makes the table a
+    multiset of rows compared without the trailing spaces; without any, it stays compared by key."""
+    ddl = "CREATE TABLE {t} (k %s(5) COLLATE utf8mb4_nopad_bin PRIMARY KEY, v INT) CHARSET utf8mb4"
+    spaced = "INSERT INTO {t} VALUES ('a ', 1), ('b', 2), ('c  ', 3)"
+    plain = "INSERT INTO {t} VALUES ('a', 1), ('b', 2), (' c', 3)"
+    for name, load in (("spaced", spaced), ("plain", plain)):
+        migrated(pair, f"{schema}.{name}", ddl % "VARCHAR", ddl % "CHAR", load)
+    names = [f"{schema}.spaced", f"{schema}.plain"]
+    healthy = pair.audit(names)
+    assert rows_found(healthy) == []
+    how = {f.evidence["table"]: f.evidence.get("compared") for f in healthy.findings}
+    assert str(how[f"{schema}.spaced"]).startswith("as a multiset of rows: key column k is CHAR on the replica")
+    assert how[f"{schema}.plain"] is None
+
+    pair.on_replica_only(*(f"UPDATE {t} SET v = 0 WHERE v = 2" for t in names))
+    found = sorted((f.evidence["table"], f.category, f.key) for f in pair.audit(names).findings)
+    assert [f for f in found if f[1] != "schema_mismatch"] == [
+        (f"{schema}.plain", "row_mismatch", b'["b"]'),
+        (f"{schema}.spaced", "extra_row", None),
+        (f"{schema}.spaced", "missing_row", None),
+    ]
+
+
 # --- server settings --------------------------------------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ from audit.errors import ConfigError
 from audit.findings import Finding
 from audit.sources.mysql.client import Server, TableGone, decode_texts
 from audit.sources.mysql.endpoint import SYSTEM_SCHEMAS, TablePattern
-from audit.sources.mysql.sql import binary_length, column_expr, key_order, literal, quote_ident, table_ref
+from audit.sources.mysql.sql import column_expr, key_order, literal, table_ref
 from audit.sources.mysql.values import Column, SideSql, TableDef, TablePlan, UniqueKey
 
 TableName = tuple[str, str]
@@ -324,7 +324,7 @@ def _key_charset(column: Column, peer: Column) -> tuple[str, str] | None:
 
 def plan_table(master: TableDef, replica: TableDef, *, keyless: bool = False) -> TablePlan:
     """The comparison of one table present on both sides (over the columns they share); `keyless`:
-    as a multiset of rows whatever keys they hold (probe_padded_keys)."""
+    as a multiset of rows whatever keys they hold (padded_keys.py)."""
     signatures = (master.signature(), replica.signature())
     replica = in_master_spelling(master, replica)
     r_cols = {c.name: c for c in replica.columns}
@@ -404,60 +404,6 @@ def compare_catalogs(
         if plan.columns:  # none in common: no row text to hash (CONCAT_WS of nothing is an SQL error)
             plans.append(plan)
     return plans, findings
-
-
-def _padding(master: Column, replica: Column) -> tuple[int, int] | None:
-    """(0 master / 1 replica, n) when a column is BINARY(n) on one side and, on that side (0 or 1), a
-    binary string that may be shorter (VARBINARY, a narrower BINARY): its 'ab' is 'ab' and n - 2
-    0x00 bytes in the copy, another key byte for byte."""
-    pads = (binary_length(master), binary_length(replica))
-    if pads[0] == pads[1] or {master.data_type, replica.data_type} - {"binary", "varbinary"}:
-        return None
-    n = max(p or 0 for p in pads)
-    return (0 if pads[0] != n else 1), n
-
-
-def probe_padded_keys(
-    servers: tuple[Server, Server],
-    plans: Sequence[TablePlan],
-    findings: Sequence[Finding],
-    master: dict[TableName, TableDef],
-    replica: dict[TableName, TableDef],
-) -> list[TablePlan]:
-    """The plans, a table whose key a BINARY(n) pads on one side only compared as a multiset instead.
-
-    A VARBINARY key 'ab' reads 'ab' and six 0x00 bytes in a BINARY(8) copy: matched by key, each such row
-    was a missing_row and an extra_row. Padding cannot be undone key by key: 'ab' and 'ab\\0' are two
-    VARBINARY keys and one BINARY key. So the side that may hold shorter keys is asked whether it
-    does (one query; a scan when it holds none): if so the table is a multiset of rows, each value in
-    the form both types hold (sql.column_expr), and its schema_mismatch says why; if not, every key is
-    the same bytes on both sides and the table is compared by key as before (BINARY(16) UUIDs)."""
-    by_table = {f.evidence.get("table"): f for f in findings if f.category == "schema_mismatch"}
-    out = []
-    for plan in plans:
-        name = (plan.schema, plan.name)
-        m, r = master[name], in_master_spelling(master[name], replica[name])
-        m_cols, r_cols = {c.name: c for c in m.columns}, {c.name: c for c in r.columns}
-        for k in plan.key:
-            padding = _padding(m_cols[k], r_cols[k])
-            if padding is None:
-                continue
-            side, n = padding
-            sql = f"SELECT 1 FROM {table_ref(*name)} WHERE LENGTH({quote_ident(k)}) < {n} LIMIT 1"
-            try:
-                shorter = servers[side].query(sql, "looking for keys a BINARY would pad")
-            except TableGone:
-                break  # dropped since it was listed: the chunk reads report it
-            if shorter:
-                plan = plan_table(m, replica[name], keyless=True)
-                sides = ("master", "replica")
-                by_table[plan.display].evidence["compared"] = (
-                    f"as a multiset of rows: key column {k} is BINARY({n}) on the {sides[1 - side]} and holds "
-                    f"keys shorter than {n} bytes on the {sides[side]}, which a BINARY pads with 0x00"
-                )
-                break
-        out.append(plan)
-    return out
 
 
 def without_keys(plan: TablePlan) -> TablePlan:

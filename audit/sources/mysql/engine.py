@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from audit.errors import AuditError, ConfigError, SnapshotError, SourceConnectError, SourceError
 from audit.findings import Finding
-from audit.sources.mysql import catalog
+from audit.sources.mysql import catalog, padded_keys
 from audit.sources.mysql.chunks import ZERO, ChunkDone, Digest, Sides, Uncovered
 from audit.sources.mysql.client import Server, connect_pair
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings, parse_tables
@@ -227,7 +227,7 @@ def audit_tables(
         m_defs = catalog.load_definitions(master, [n for n in names if n in m_list], m_list, own[0])
         r_defs = catalog.load_definitions(replica, [n for n in names if n in r_list], r_list, own[1])
         plans, schema_findings = catalog.compare_catalogs(names, m_defs, r_defs)
-        plans = catalog.probe_padded_keys((master, replica), plans, schema_findings, m_defs, r_defs)
+        plans = padded_keys.probe((master, replica), plans, schema_findings, m_defs, r_defs)
         tasks = _parallelism(spark, settings)
         segments = plan_segments(master, replica, plans, tasks, settings)
         run = _Run(plans, settings, [TableResult(p.display, list(p.key) or None) for p in plans])
