@@ -29,10 +29,12 @@ from audit.cli.options import (
     HistoryOpt,
     InventoryOpt,
     JsonOpt,
+    NewRunIdOpt,
     OutOpt,
     PairOpt,
     QuietOpt,
     RunIdOpt,
+    SnapshotRunIdOpt,
     SparkConfOpt,
     SparkMasterOpt,
     err,
@@ -209,7 +211,7 @@ def run(
     inventory: InventoryOpt,
     out_dir: OutOpt,
     pair: PairOpt = None,
-    run_id: RunIdOpt = None,
+    run_id: NewRunIdOpt = None,
     resume: Annotated[
         str | None,
         typer.Option("--resume", help="go on with run RUN_ID from each pair's last completed stage"),
@@ -285,7 +287,7 @@ def snapshot(
     inventory: InventoryOpt,
     out_dir: OutOpt,
     pair: PairOpt = None,
-    run_id: RunIdOpt = None,
+    run_id: SnapshotRunIdOpt = None,
     spark_master: SparkMasterOpt = None,
     spark_conf: SparkConfOpt = None,
 ) -> None:
@@ -353,14 +355,27 @@ def report(
 
 @app.command()
 def verify(
-    source: Annotated[str, typer.Option("--source", help="source URL, or conn:<airflow_conn_id>")],
-    target: Annotated[str, typer.Option("--target", help="target URL, or conn:<airflow_conn_id>")],
+    source: Annotated[
+        str,
+        typer.Option("--source", help="source URL, conn:<airflow_conn_id>, or a mapping {url: ..., topology: cluster}"),
+    ],
+    target: Annotated[
+        str,
+        typer.Option("--target", help="target URL, conn:<airflow_conn_id>, or a mapping {url: ..., topology: cluster}"),
+    ],
     out_dir: OutOpt,
     kind: Annotated[str, typer.Option("--kind", help="a kind that can be verified: redis, pika, ...")] = "redis",
     strictness: Annotated[
         str, typer.Option("--strictness", help="zero_tolerance | allow_ttl_drift | allow_extra_on_target")
     ] = "zero_tolerance",
-    db: Annotated[list[int] | None, typer.Option("--db", help="only this db (repeatable; default all)")] = None,
+    db: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--db",
+            help="only this db (repeatable; default: every db either side has keys in; db 0 for Pika, "
+            "or with a cluster or sentinel side)",
+        ),
+    ] = None,
     table: Annotated[
         list[str] | None, typer.Option("--table", help="schema.table or schema.* (repeatable; kinds with tables)")
     ] = None,
@@ -373,7 +388,7 @@ def verify(
         list[str] | None,
         typer.Option("--option", help="other pair field key=value (YAML value), e.g. compare=keys (repeatable)"),
     ] = None,
-    run_id: RunIdOpt = None,
+    run_id: NewRunIdOpt = None,
     history: HistoryOpt = None,
     spark_master: SparkMasterOpt = None,
     spark_conf: SparkConfOpt = None,

@@ -35,14 +35,26 @@ OutOpt = Annotated[
     typer.Option("--out", "-o", parser=_out_dir, help="output directory (a local path); each run writes OUT/<run_id>/"),
 ]
 PairOpt = Annotated[list[str] | None, typer.Option("--pair", "-p", help="audit only this pair (repeatable)")]
-RunIdOpt = Annotated[str | None, typer.Option("--run-id", help="the run to continue (stages after snapshot)")]
-SparkMasterOpt = Annotated[str | None, typer.Option("--spark-master", help="Spark master URL (default local[*])")]
+RunIdOpt = Annotated[
+    str | None, typer.Option("--run-id", help="the run to continue, as `snapshot` printed its id (required)")
+]
+NewRunIdOpt = Annotated[
+    str | None,
+    typer.Option("--run-id", help="the new run's id (default: a fresh one); a run already there is refused"),
+]
+SnapshotRunIdOpt = Annotated[
+    str | None, typer.Option("--run-id", help="the run's id (default: a fresh one, printed for the next stages)")
+]
+SparkMasterOpt = Annotated[
+    str | None,
+    typer.Option("--spark-master", help="Spark master URL (default $REPLICA_AUDIT_SPARK_MASTER, else local[*])"),
+]
 SparkConfOpt = Annotated[list[str] | None, typer.Option("--spark-conf", help="extra Spark setting key=value")]
 HistoryOpt = Annotated[
     str | None,
     typer.Option(
         "--history",
-        help="results history store: sqlite:///path or mysql://user:pw@host:port/db "
+        help="results history store: sqlite:///path, mysql://user:pw@host:port/db or conn:<airflow_conn_id> "
         "(default $REPLICA_AUDIT_HISTORY, else OUT/history.sqlite)",
     ),
 ]
