@@ -20,7 +20,7 @@ Turning a plan into redis-cli input (`cut -f3-` keeps keys that contain spaces w
 
     grep '^DELETE 0 ' PLAN | cut -d' ' -f3- | sed 's/^/DEL /' | redis-cli -h REPLICA -n 0
     grep '^RESYNC 0 ' PLAN | cut -d' ' -f3- \\
-      | sed 's/^/MIGRATE NEW-HOST NEW-PORT "" 0 5000 COPY REPLACE KEYS /' | redis-cli -h MASTER -n 0
+      | sed 's/^/MIGRATE REPLICA REPLICA-PORT "" 0 5000 COPY REPLACE KEYS /' | redis-cli -h MASTER -n 0
 
 (MIGRATE runs on the master and copies each key with its TTL; add `AUTH2 user password` for a target
 with auth. A read-only replica refuses writes: for a replication pair the usual repair is a full
@@ -81,12 +81,18 @@ def parse_line(line: str) -> tuple[str, int, bytes] | None:
     return action, int(db), unquote(key)
 
 
+_MIGRATE = 'MIGRATE REPLICA REPLICA-PORT "" 0 5000 COPY REPLACE KEYS '
+"""The RESYNC lines' recipe: the master copies each key to the replica (docs/redis-fleets.md, "Repair plan")."""
+
+
 def _header(pair: str, run_id: str, master: str, replica: str, extra: Mapping[str, Any] | None) -> list[str]:
     lines = [
         "# replica-audit repair plan: never executed by replica-audit.",
         f"# pair {pair}, run {run_id}; master {master}; replica {replica}",
         "# RESYNC <db> <key>: copy from the master. DELETE <db> <key>: only on the replica. Keys in redis-cli quoting.",
         "# redis-cli: grep '^DELETE 0 ' PLAN | cut -d' ' -f3- | sed 's/^/DEL /' | redis-cli -h REPLICA -n 0",
+        f"# redis-cli: grep '^RESYNC 0 ' PLAN | cut -d' ' -f3- | sed 's/^/{_MIGRATE}/' | redis-cli -h MASTER -n 0",
+        "# (MIGRATE runs on the master and copies each key with its TTL; for db N, write N for each 0.)",
     ]
     if extra:
         lines.append(f"# {json.dumps(dict(extra), sort_keys=True, default=str)}")

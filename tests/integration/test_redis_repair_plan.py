@@ -1,0 +1,53 @@
+"""A Redis repair plan's header tells how to apply it with redis-cli: its two recipes, run as written
+(hosts and ports filled in) on real servers, bring the target to the source's keys."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from audit.findings import Finding
+from audit.local.redis_server import RedisServer, free_port
+from audit.sources.redis.repair import write_plan
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli not installed")
+
+
+def test_the_header_recipes_delete_the_extra_keys_and_copy_the_missing_ones(tmp_path: Path) -> None:
+    # the header showed only the DEL recipe; docs/redis-fleets.md promised MIGRATE from the source too
+    source = RedisServer(free_port(), tmp_path / "source").start()
+    target = RedisServer(free_port(), tmp_path / "target").start()
+    try:
+        src, dst = source.client(), target.client()
+        src.set(b"gone key", b"v1", px=600_000)
+        src.set(b"changed", b"new")
+        dst.set(b"changed", b"old")
+        dst.set(b"only on target", b"x")
+        findings = [
+            Finding("keyspace", "missing_on_replica", db=0, key=b"gone key"),
+            Finding("keyspace", "value_mismatch", db=0, key=b"changed"),
+            Finding("keyspace", "extra_on_replica", db=0, key=b"only on target"),
+        ]
+        plan = write_plan(findings, tmp_path, pair="p", run_id="r", master=source.url, replica=target.url)
+        recipes = [line.removeprefix("# redis-cli: ") for line in plan.path.read_text().splitlines()]
+        recipes = [r for r in recipes if r.startswith("grep ")]
+        assert [r.split()[1] for r in recipes] == ["'^DELETE", "'^RESYNC"]
+        for recipe in recipes:
+            command = (
+                recipe.replace("PLAN", str(plan.path))
+                .replace("REPLICA-PORT", str(target.port))
+                .replace("-h REPLICA", f"-h 127.0.0.1 -p {target.port}")
+                .replace("MIGRATE REPLICA", "MIGRATE 127.0.0.1")
+                .replace("-h MASTER", f"-h 127.0.0.1 -p {source.port}")
+            )
+            done = subprocess.run(["bash", "-c", command], capture_output=True, timeout=30, check=True)
+            assert b"ERR" not in done.stdout, (command, done.stdout)
+        assert sorted(dst.keys()) == [b"changed", b"gone key"]
+        assert dst.get(b"changed") == b"new" and dst.get(b"gone key") == b"v1"
+        assert dst.pttl(b"gone key") > 500_000  # copied with its TTL
+    finally:
+        target.stop()
+        source.stop()
