@@ -28,4 +28,9 @@ def daily_report(
     path = render_daily_report(out_dir, history, days, as_of)
     out.print(escape(f"daily report: {path}"))
     if new_out:  # a mistyped OUT: no history there, so the report is empty (not an error: a first day)
-        err.print(escape(f"warning: {out_dir} did not exist: the report holds no runs (--history names a store)"))
+        err.print(
+            escape(
+                f"warning: {out_dir} did not exist: the report holds no runs "
+                "(a mistyped -o? --history reads a store elsewhere)"
+            )
+        )

@@ -360,6 +360,7 @@ def test_a_daily_report_of_an_out_that_did_not_exist_says_it_holds_no_runs(tmp_p
     assert run_cli(["daily-report", "-o", str(tmp_path / "typo")], monkeypatch) == 0
     err = " ".join(capsys.readouterr().err.split())
     assert f"{tmp_path / 'typo'} did not exist: the report holds no runs" in err
+    assert "a mistyped -o? --history reads a store elsewhere" in err  # not "--history names a store": none given
     assert run_cli(["daily-report", "-o", str(tmp_path / "typo")], monkeypatch) == 0  # now it exists: a quiet day
     assert "did not exist" not in capsys.readouterr().err
 
