@@ -54,7 +54,8 @@ HistoryOpt = Annotated[
     str | None,
     typer.Option(
         "--history",
-        help="results history store: sqlite:///path, mysql://user:pw@host:port/db or conn:<airflow_conn_id> "
+        help="results history store: sqlite:////abs/path (three slashes: relative), mysql://user:pw@host:port/db "
+        "or conn:<airflow_conn_id> "
         "(default $REPLICA_AUDIT_HISTORY, else OUT/history.sqlite)",
     ),
 ]
