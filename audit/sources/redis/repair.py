@@ -82,7 +82,7 @@ def parse_line(line: str) -> tuple[str, int, bytes] | None:
 
 
 _MIGRATE = 'MIGRATE REPLICA REPLICA-PORT "" 0 5000 COPY REPLACE KEYS '
-"""The RESYNC lines' recipe: the master copies each key to the replica (docs/redis-fleets.md, "Repair plan")."""
+"""The RESYNC lines' recipe: the master copies each key to the replica (docs/redis-fleets.md, "What runs")."""
 
 
 def _header(pair: str, run_id: str, master: str, replica: str, extra: Mapping[str, Any] | None) -> list[str]:
