@@ -265,7 +265,7 @@ def test_standalone_to_cluster_migration(
     s = summary(run)["pairs"][0]
     assert s["metrics"]["recheck_unrechecked"] == (1 if compare == "keys" else 0)
     assert any(n.startswith(f"compare: {compare}") for n in s["notes"])
-    assert any("db 0 by default" in n for n in s["notes"])
+    assert any("db 0 only: no other db can be compared with a cluster" in n for n in s["notes"])
     # 800 source keys: tmp:* and other:* (400) left out; the target leaves out its tmp:/other: keys too
     assert s["coverage"]["master_keys_filtered_out"] == 400
     assert s["coverage"]["replica_keys_filtered_out"] == 399

@@ -491,3 +491,38 @@ def test_a_fleet_sides_snapshot_json_that_cannot_be_written_whole_leaves_the_ear
     assert (side / "snapshot.json").read_text() == json.dumps(earlier)  # never half a file
     assert sorted(p.name for p in side.iterdir()) == ["snapshot.json"]  # nor a temporary one left
     assert done.stdout.strip() == "ConfigError"  # the output directory named, as for any file a run writes
+
+
+# --- a migration's note on dbs -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "master, replica",
+    [
+        ("redis://old:6379", {"url": "redis://new:7000", "topology": "cluster"}),
+        ({"url": "redis://old:7000", "topology": "cluster"}, "redis://new:6379"),
+        ({"sentinels": ["s:26379"], "service": "m"}, "redis://new:6379"),
+        ("redis://old:6379", {"sentinels": ["s:26379"], "service": "m"}),
+    ],
+)
+def test_a_migration_note_suggests_setting_dbs_only_where_the_inventory_takes_them(
+    master: object, replica: object
+) -> None:
+    # a standalone -> cluster migration's note said "set dbs to compare others": the inventory refuses any
+    # db but 0 for that pair (exit 2), so an operator following the note was turned away
+    import json
+
+    from audit.inventory import parse_inventory
+    from audit.sources.redis.fleet_keyspace_check import _migration_dbs_default
+
+    def pair(**more: object) -> str:
+        one = {"name": "m", "kind": "redis", "master": master, "replica": replica, "check_replication": False}
+        return json.dumps({"pairs": [{**one, **more}]})
+
+    said = _migration_dbs_default(parse_inventory(pair()).pairs[0])  # type: ignore[arg-type]
+    try:
+        parse_inventory(pair(dbs=[1]))
+        takes_other_dbs = True
+    except ConfigError:
+        takes_other_dbs = False
+    assert ("set dbs" in said) == takes_other_dbs, said

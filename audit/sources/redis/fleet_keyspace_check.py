@@ -57,7 +57,7 @@ from audit.sources.redis.keyspace_check import (
     recheck_failed,
     recheck_unreadable,
 )
-from audit.sources.redis.model import RedisPair
+from audit.sources.redis.model import RedisPair, topology_of
 from audit.sources.redis.recheck import RecheckStats, set_confirmed_live
 from audit.sources.redis.resp import RespPipe
 from audit.sources.redis.topology import Shard, Topology
@@ -200,7 +200,7 @@ class FleetKeyspaceCheck(Check):
                 f"replication audit: each shard's master against each of its replicas; dbs {sides_dbs['master']}"
             )
         else:
-            default = "" if self.pair.dbs else " (db 0 by default: set dbs to compare others)"
+            default = "" if self.pair.dbs else _migration_dbs_default(self.pair)
             notes.append(
                 f"migration: keys compared by (db, key) whichever node holds them; dbs compared: master "
                 f"{sides_dbs['master']}, replica {sides_dbs['replica']}; a cluster side is db 0{default}"
@@ -474,3 +474,11 @@ def _spark_schema(schema: Any) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)
+
+
+def _migration_dbs_default(pair: RedisPair) -> str:
+    """What the note says of a migration's dbs left out: db 0, and whether `dbs` can name others (a cluster
+    side has db 0 only, so the inventory refuses any other db for the pair)."""
+    if any(topology_of(v) == "cluster" for v in (pair.master, pair.replica) if v is not None):
+        return " (db 0 only: no other db can be compared with a cluster)"
+    return " (db 0 by default: set dbs to compare others)"
