@@ -67,8 +67,35 @@ def server_url(
     return f"{scheme}://{auth}{host}:{port or kind.default_port}{path}"
 
 
-def store_fields(conn_id: str, conn_type: str, host: str | None, extra: Mapping[str, Any]) -> dict[str, str]:
+def extra_mapping(conn_id: str, extra: Any) -> dict[str, Any]:
+    """A connection's extra as a mapping: the JSON text Airflow stores (or a mapping already), None or empty
+    for none. Text that is not JSON, or JSON other than an object, is refused naming the connection: Airflow
+    reads either as no extra at all (logging a traceback), which silently dropped a MySQL connection's TLS
+    files (the audit then logged in without TLS) and a Redis connection's `tls`. The text is not quoted in
+    the message: an extra may hold secrets."""
+    if extra is None or (isinstance(extra, str) and not extra.strip()):
+        return {}
+    if isinstance(extra, str):
+        try:
+            extra = json.loads(extra)
+        except ValueError as e:
+            where = f" ({e.msg}, character {e.pos + 1})" if isinstance(e, json.JSONDecodeError) else ""
+            raise ConfigError(
+                f"conn:{conn_id}: its extra is not JSON{where}: fix the connection's extra field"
+            ) from None
+    if not isinstance(extra, Mapping):
+        raise ConfigError(
+            f"conn:{conn_id}: its extra is a JSON {type(extra).__name__}, not an object: "
+            'fix the connection\'s extra field (e.g. {"tls": true})'
+        )
+    return dict(extra)
+
+
+def store_fields(
+    conn_id: str, conn_type: str, host: str | None, extra: Mapping[str, Any] | str | None
+) -> dict[str, str]:
     """The store connection's fields (`store_dir` always; `broker_log`, `ha_status`, `ha_addr` when set)."""
+    extra = extra_mapping(conn_id, extra)
     fields = {name: str(v) for name in STORE_FIELDS if (v := extra_field(extra, conn_type, name)) not in (None, "")}
     store = fields.get("store_dir") or extra_field(extra, conn_type, "path") or host
     if not store:
@@ -92,9 +119,10 @@ def connection_endpoint(
     login: str | None = None,
     password: str | None = None,
     schema: str | None = None,
-    extra: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | str | None = None,
 ) -> str:
-    """The endpoint string of a connection; ConfigError naming the connection for an unknown type or no path."""
+    """The endpoint string of a connection; ConfigError naming the connection for an unknown type, no path
+    or an extra that is not a JSON object (:func:`extra_mapping`)."""
     ctype = (conn_type or "").lower()
     known = conn_types()
     kind = known.get(ctype)
@@ -103,7 +131,7 @@ def connection_endpoint(
             f"conn:{conn_id}: connection type {conn_type!r} is not one replica-audit reads "
             f"(known: {', '.join(sorted(known))})"
         )
-    extra = extra or {}
+    extra = extra_mapping(conn_id, extra)
     if kind.family == "store":
         return store_endpoint_text(store_fields(conn_id, ctype, host, extra))
     host = _required_host(conn_id, host)
@@ -151,14 +179,6 @@ def _check_host(conn_id: str, host: str) -> None:
 
 def endpoint_from_json(conn_id: str, conn: Mapping[str, Any]) -> str:
     """`AIRFLOW_CONN_<ID>` in Airflow's JSON form (`{"conn_type": ..., "host": ..., "extra": {...}}`) -> endpoint."""
-    extra = conn.get("extra") or {}
-    if isinstance(extra, str):
-        import json
-
-        try:
-            extra = json.loads(extra)
-        except ValueError:
-            raise ConfigError(f"conn:{conn_id}: extra is not JSON") from None
     port = conn.get("port")
     try:
         port_number = int(port) if port not in (None, "") else None
@@ -172,7 +192,7 @@ def endpoint_from_json(conn_id: str, conn: Mapping[str, Any]) -> str:
         login=conn.get("login"),
         password=conn.get("password"),
         schema=conn.get("schema"),
-        extra=extra,
+        extra=conn.get("extra"),
     )
 
 
@@ -226,12 +246,8 @@ def _endpoint_from_conn_uri(conn_id: str, value: str) -> str:
         port = parts.port
     except ValueError as e:
         raise ConfigError(f"conn:{conn_id}: AIRFLOW_CONN_{conn_id.upper()} is not a connection URI ({e})") from None
-    extra: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
-    if "__extra__" in extra:
-        try:
-            extra = json.loads(extra["__extra__"])
-        except ValueError:
-            raise ConfigError(f"conn:{conn_id}: __extra__ is not JSON") from None
+    query: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
+    extra = query["__extra__"] if "__extra__" in query else query  # JSON text: read by connection_endpoint
     return connection_endpoint(
         conn_id,
         parts.scheme.replace("-", "_"),
@@ -240,7 +256,7 @@ def _endpoint_from_conn_uri(conn_id: str, value: str) -> str:
         login=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password else None,
         schema=unquote(parts.path.lstrip("/")) or None,
-        extra=extra if isinstance(extra, dict) else {},
+        extra=extra,
     )
 
 

@@ -162,6 +162,12 @@ def test_connection_types_resolve_and_only_source_errors_retry(airflow_env: dict
         # no host: once read as 127.0.0.1
         AIRFLOW_CONN_NO_HOST_DB=json.dumps({"conn_type": "mysql", "login": "reader", "password": "pw", "port": 3307}),
         AIRFLOW_CONN_NO_HOST_PIKA=json.dumps({"conn_type": "replica_audit_pika", "host": ""}),
+        # an extra that is not a JSON object: Airflow's extra_dejson reads it as {}, which dropped the TLS
+        AIRFLOW_CONN_BAD_EXTRA_DB=json.dumps(
+            {"conn_type": "replica_audit_mysql", "host": "db", "password": "pw", "extra": '{"ssl_ca": "/ca.pem",}'}
+        ),
+        AIRFLOW_CONN_LIST_EXTRA=json.dumps({"conn_type": "replica_audit_redis", "host": "h", "extra": "[1]"}),
+        AIRFLOW_CONN_BAD_EXTRA_STORE=json.dumps({"conn_type": "replica_audit_rocketmq", "extra": "{store_dir: /s}"}),
     )
     result = in_airflow(
         env,
@@ -179,7 +185,7 @@ def resolve(conn_id):
     except ConfigError as e:
         return "ConfigError: " + str(e)
 ids = ["cache_new", "pika_a", "orders_db", "rmq_a", "rmq_empty", "legacy_redis", "legacy_mysql", "legacy_fs",
-       "something_else", "nope", "no_host_db", "no_host_pika"]
+       "something_else", "nope", "no_host_db", "no_host_pika", "bad_extra_db", "list_extra", "bad_extra_store"]
 print(json.dumps({
     "resolved": {i: resolve(i) for i in ids},
     "hooks": [RedisAuditHook("cache_new").get_conn(), MySQLAuditHook("orders_db").get_conn(),
@@ -206,6 +212,9 @@ print(json.dumps({
     assert r["nope"] == "ConfigError: conn:nope: no such Airflow connection"
     for conn_id in ("no_host_db", "no_host_pika"):
         assert r[conn_id].startswith(f"ConfigError: conn:{conn_id}: the connection has no host"), r[conn_id]
+    for conn_id in ("bad_extra_db", "bad_extra_store"):
+        assert r[conn_id].startswith(f"ConfigError: conn:{conn_id}: its extra is not JSON ("), r[conn_id]
+    assert r["list_extra"].startswith("ConfigError: conn:list_extra: its extra is a JSON list, not an object")
     assert result["hooks"] == [r["cache_new"], r["orders_db"], "/data/rmq/store"]
     assert result["rmq_fields"] == {"store_dir": "/data/rmq/store", "broker_log": "/l"}
     assert (result["retry_source"], result["retry_other"], result["retry_airflow"]) == ("retry", "fail", "fail")

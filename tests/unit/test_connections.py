@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from audit.connections import connection_endpoint, env_conn_resolver
@@ -93,3 +95,48 @@ def test_an_inventory_url_without_host_given_as_a_connection_is_refused(
     monkeypatch.setenv("AIRFLOW_CONN_X", value)
     with pytest.raises(ConfigError, match=r"^conn:x: AIRFLOW_CONN_X is a \w+:// URL with no host"):
         env_conn_resolver("x")
+
+
+BAD_JSON = '{"ssl_ca": "/ca.pem",}'
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (BAD_JSON, r"its extra is not JSON \(Expecting property name .*character 22\)"),
+        ("{'tls': true}", r"its extra is not JSON \("),
+        ("[1]", r"its extra is a JSON list, not an object"),
+        ("true", r"its extra is a JSON bool, not an object"),
+        (["ssl_ca"], r"its extra is a JSON list, not an object"),
+    ],
+)
+@pytest.mark.parametrize("conn_type", ["replica_audit_mysql", "replica_audit_redis", "replica_audit_rocketmq"])
+def test_an_extra_that_is_not_a_json_object_is_refused_naming_the_connection(
+    conn_type: str, extra: object, said: str
+) -> None:
+    # Airflow reads such an extra as {}: the audit then logged in without the TLS the extra asked for
+    with pytest.raises(ConfigError, match=rf"^conn:c: {said}"):
+        connection_endpoint("c", conn_type, host="h", port=1, login="u", password="pw", extra=extra)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        json.dumps({"conn_type": "replica_audit_mysql", "host": "h", "password": "pw", "extra": BAD_JSON}),
+        '{"conn_type": "replica_audit_redis", "host": "h", "extra": [1]}',
+        "replica-audit-mysql://u:pw@h:3306?__extra__=%7B%22ssl_ca%22%3A",
+        "replica-audit-redis://u:pw@h:6379?__extra__=%5B1%5D",
+    ],
+)
+def test_an_environment_connections_bad_extra_is_refused_in_either_form(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_X", value)
+    with pytest.raises(ConfigError, match=r"^conn:x: its extra is (not JSON|a JSON list)") as raised:
+        env_conn_resolver("x")
+    assert "pw" not in str(raised.value) and "ca.pem" not in str(raised.value)
+
+
+def test_an_empty_extra_is_no_extra() -> None:
+    for extra in (None, "", "  ", "{}", {}):
+        assert connection_endpoint("c", "replica_audit_redis", host="h", port=1, extra=extra) == "redis://h:1"

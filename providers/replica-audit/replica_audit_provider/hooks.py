@@ -38,7 +38,9 @@ def _endpoint(conn: Any) -> str:
         login=conn.login,
         password=conn.password,
         schema=conn.schema,
-        extra=conn.extra_dejson,
+        # the extra as stored, not `extra_dejson`: that reads malformed JSON as {} (a traceback in the log),
+        # which dropped a connection's TLS; audit.connections.extra_mapping refuses it, naming the connection
+        extra=conn.extra,
     )
 
 
@@ -162,7 +164,7 @@ class RocketMQStoreHook(_AuditHook):
         """`store_dir`, and `broker_log`, `ha_status`, `broker_status`, `ha_addr` when set: an inventory's RocketMQ
         endpoint."""
         conn = self.get_connection(self.audit_conn_id)
-        return ac.store_fields(conn.conn_id, conn.conn_type or "", conn.host, conn.extra_dejson)
+        return ac.store_fields(conn.conn_id, conn.conn_type or "", conn.host, conn.extra)
 
     def _probe(self) -> str:
         fields = self.fields()
