@@ -185,6 +185,7 @@ def run_stage(
     spec = kind_spec(pair.kind)
     state = _state_for(stage, pair, run)
     with _running(run, stage, pair.name):
+        _open_stage(run, state, stage)
         started = time.time()
         verdict = None
         try:
@@ -214,6 +215,20 @@ def _running(run: RunDir, stage: str, pair: str) -> Iterator[None]:
         yield
     finally:
         _unmark_stage(run, stage, pair)
+
+
+def _open_stage(run: RunDir, state: PairState, stage: str) -> None:
+    """Forget what this stage and the later ones concluded in an earlier attempt (an Airflow task cleared
+    and run again, a retry) and save that before any work. A stage killed midway never reaches the
+    `except` of :func:`run_stage` (a lost worker, SIGKILL, Airflow's execution_timeout and task kill,
+    which raise BaseExceptions): the pair must then read as unfinished, not with the earlier attempt's
+    gate verdict, which the verdict and report tasks published as this run's pass."""
+    for done in STAGES[STAGES.index(stage) :]:
+        state.stages.pop(done, None)
+    state.gate = None
+    if stage != "gate":
+        state.counts = {}  # consolidated again by the recheck
+    run.save_state(state)
 
 
 def _files_of(run: RunDir, pair: str) -> list[Path]:
