@@ -168,6 +168,10 @@ def test_connection_types_resolve_and_only_source_errors_retry(airflow_env: dict
         ),
         AIRFLOW_CONN_LIST_EXTRA=json.dumps({"conn_type": "replica_audit_redis", "host": "h", "extra": "[1]"}),
         AIRFLOW_CONN_BAD_EXTRA_STORE=json.dumps({"conn_type": "replica_audit_rocketmq", "extra": "{store_dir: /s}"}),
+        # variables Airflow cannot read: it skips them and says the connection does not exist
+        AIRFLOW_CONN_BAD_PORT=json.dumps({"conn_type": "replica_audit_redis", "host": "h", "port": "63 79"}),
+        AIRFLOW_CONN_CUT_JSON='{"conn_type": "replica_audit_redis", "host": "h", "password": "Pw-secret-1"',
+        AIRFLOW_CONN_BAD_URI_PORT="replica-audit-redis://:Pw-secret-1@h:99999",
     )
     result = in_airflow(
         env,
@@ -185,7 +189,8 @@ def resolve(conn_id):
     except ConfigError as e:
         return "ConfigError: " + str(e)
 ids = ["cache_new", "pika_a", "orders_db", "rmq_a", "rmq_empty", "legacy_redis", "legacy_mysql", "legacy_fs",
-       "something_else", "nope", "no_host_db", "no_host_pika", "bad_extra_db", "list_extra", "bad_extra_store"]
+       "something_else", "nope", "no_host_db", "no_host_pika", "bad_extra_db", "list_extra", "bad_extra_store",
+       "bad_port", "cut_json", "bad_uri_port"]
 print(json.dumps({
     "resolved": {i: resolve(i) for i in ids},
     "hooks": [RedisAuditHook("cache_new").get_conn(), MySQLAuditHook("orders_db").get_conn(),
@@ -215,6 +220,11 @@ print(json.dumps({
     for conn_id in ("bad_extra_db", "bad_extra_store"):
         assert r[conn_id].startswith(f"ConfigError: conn:{conn_id}: its extra is not JSON ("), r[conn_id]
     assert r["list_extra"].startswith("ConfigError: conn:list_extra: its extra is a JSON list, not an object")
+    said = "ConfigError: conn:{}: Airflow could not read it: AIRFLOW_CONN_{}"
+    assert r["bad_port"] == said.format("bad_port", "BAD_PORT") + ": port '63 79' is not a number"
+    assert r["cut_json"] == said.format("cut_json", "CUT_JSON") + " is not valid JSON"
+    assert r["bad_uri_port"].startswith(said.format("bad_uri_port", "BAD_URI_PORT") + " is not a connection URI")
+    assert "Pw-secret-1" not in json.dumps(r)
     assert result["hooks"] == [r["cache_new"], r["orders_db"], "/data/rmq/store"]
     assert result["rmq_fields"] == {"store_dir": "/data/rmq/store", "broker_log": "/l"}
     assert (result["retry_source"], result["retry_other"], result["retry_airflow"]) == ("retry", "fail", "fail")

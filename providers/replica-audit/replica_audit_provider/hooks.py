@@ -206,10 +206,28 @@ def airflow_conn_resolver(conn_id: str) -> str:
     A missing connection or an unsupported type raises ConfigError: a configuration mistake, not
     something a retry fixes.
     """
-    from audit import ConfigError
 
     try:
         conn = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
-        raise ConfigError(f"conn:{conn_id}: no such Airflow connection") from None
+        raise _not_found(conn_id) from None
     return _endpoint(conn)
+
+
+def _not_found(conn_id: str) -> Exception:
+    """Airflow skips an `AIRFLOW_CONN_<ID>` it cannot read (a debug-level log line) and says the connection
+    does not exist, so a typo in the variable read as "no such connection": read it as replica-audit
+    reads it outside Airflow (audit.connections.env_conn_resolver) to name what is wrong in it."""
+    from audit import ConfigError
+
+    variable = f"AIRFLOW_CONN_{conn_id.upper()}"
+    if not os.environ.get(variable):
+        return ConfigError(f"conn:{conn_id}: no such Airflow connection")
+    try:
+        ac.env_conn_resolver(conn_id)
+    except ConfigError as e:
+        why = str(e).removeprefix(f"conn:{conn_id}: ")
+        return ConfigError(
+            f"conn:{conn_id}: Airflow could not read it: {why if variable in why else f'{variable}: {why}'}"
+        )
+    return ConfigError(f"conn:{conn_id}: Airflow could not read {variable} as a connection")
