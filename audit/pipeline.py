@@ -14,6 +14,7 @@ bug the traceback) and the other pairs are audited; the run's exit status says w
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -185,7 +186,10 @@ def run_stage(
     spec = kind_spec(pair.kind)
     state = _state_for(stage, pair, run)
     with _running(run, stage, pair.name):
+        again = stage == "snapshot" and _snapshot_finished(run, pair.name)
         _open_stage(run, state, stage)
+        if again:
+            _drop_snapshots(run, pair.name)
         started = time.time()
         verdict = None
         try:
@@ -229,6 +233,31 @@ def _open_stage(run: RunDir, state: PairState, stage: str) -> None:
     if stage != "gate":
         state.counts = {}  # consolidated again by the recheck
     run.save_state(state)
+
+
+def _snapshot_finished(run: RunDir, pair: str) -> bool:
+    """Whether the pair's snapshot stage finished in this run before: a snapshot started now is then a run
+    again (an Airflow task or DAG run cleared, `snapshot --run-id R` repeated), not a continuation. A state
+    that cannot be read says nothing: the snapshot goes on as before."""
+    try:
+        earlier = run.load_state(pair)
+    except AuditError:
+        return False
+    return earlier is not None and "snapshot" in earlier.stages
+
+
+def _drop_snapshots(run: RunDir, pair: str) -> None:
+    """Delete the pair's earlier snapshots, so a snapshot run again reads the servers again. A kind keeps a
+    side whose snapshot is complete (what continues an interrupted snapshot, a --resume or a retry, from
+    its checkpoints), which made a cleared DAG run certify the data the first attempt read, hours before,
+    and pass on a divergence planted since."""
+    where = run.root / "snapshots" / pair
+    try:
+        shutil.rmtree(where)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise ConfigError(f"pair {pair}: cannot delete the earlier snapshots {where}: {e.strerror or e}") from None
 
 
 def _files_of(run: RunDir, pair: str) -> list[Path]:
