@@ -451,9 +451,10 @@ def test_a_stage_rerun_on_a_finished_run_keeps_it_from_prune_while_it_runs_and_u
             assert run_cli(["prune", "-o", str(out), "--keep-days", "0", "--keep-snapshot-days", "0"], monkeypatch) == 0
             assert "kept mid: not finished" in capsys.readouterr().err.replace("\n", " ")
             assert (out / "mid" / "manifest.json").is_file() and (out / "mid" / "snapshots").is_dir()
-            # a report by hand meanwhile (of the run as it is: the pair's earlier audit, whose gate failed)
-            # once ended the run under the stage, for a prune to delete; it now names the stage and leaves it
-            assert run_cli(["report", "-i", str(inv), "-o", str(out), "--run-id", "mid"], monkeypatch) == 1
+            # a report by hand meanwhile (of the run as it is: the pair mid-snapshot, its earlier conclusions
+            # forgotten, so exit 3) once ended the run under the stage, for a prune to delete; it now names
+            # the stage and leaves it unfinished
+            assert run_cli(["report", "-i", str(inv), "-o", str(out), "--run-id", "mid"], monkeypatch) == 3
             assert f"still running: snapshot of pair assets (pid {stage.pid})" in caplog.text
             assert "ended_at" not in _manifest(out, "mid")
         finally:
