@@ -131,9 +131,9 @@ def connection_endpoint(
             f"conn:{conn_id}: connection type {conn_type!r} is not one replica-audit reads "
             f"(known: {', '.join(sorted(known))})"
         )
-    extra = extra_mapping(conn_id, extra)
     if kind.family == "store":
-        return store_endpoint_text(store_fields(conn_id, ctype, host, extra))
+        return store_endpoint_text(store_fields(conn_id, ctype, host, extra))  # reads the extra itself
+    extra = extra_mapping(conn_id, extra)
     host = _required_host(conn_id, host)
     _check_host(conn_id, host)
     port = _checked_port(conn_id, port)
