@@ -84,8 +84,9 @@ def running(manifest: dict[str, Any]) -> list[str]:
     marks = manifest.get(RUNNING)
     if not isinstance(marks, dict):
         return []
-    return [
-        f"{key.rsplit('/', 1)[1]} of pair {key.rsplit('/', 1)[0]} (pid {entry['pid']})"
-        for key, entry in sorted(marks.items())
-        if isinstance(entry, dict) and "/" in key and _alive(entry)
-    ]
+    said = []
+    for key, entry in sorted(marks.items()):
+        pair, slash, stage = key.rpartition("/")  # as _key wrote it
+        if isinstance(entry, dict) and slash and _alive(entry):
+            said.append(f"{stage} of pair {pair} (pid {entry['pid']})")
+    return said
