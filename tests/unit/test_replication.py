@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from audit.diagnose import catalog, diagnose
 from audit.sources.redis.info import parse_client_list, parse_info, replicas_listed
-from audit.sources.redis.replication import Sample, replication_findings, wrong_master
+from audit.sources.redis.replication import (
+    SAMPLE_GAP_S,
+    UNACKED_GAP_S,
+    Sample,
+    replication_findings,
+    second_sample_gap_s,
+    wrong_master,
+)
 
 MASTER = """# Replication\r
 role:master\r
@@ -120,3 +127,14 @@ def test_offsets_for_the_report_come_from_both_sides_samples() -> None:
     offsets = offsets_of(samples)
     assert offsets.samples == [(1000, 500.0, 480.0), (2100, 700.0, 700.0)]
     assert offsets.last == (700.0, 700.0)
+
+
+def test_the_second_sample_waits_longer_when_the_first_lists_a_replica_with_no_ack() -> None:
+    """`lag` is whole seconds of a cached clock: 1.1 s apart, a lag that only grows could read 4 twice
+    (a CI run saw exactly that: no diagnosis). Only an unacked entry after a write pays the longer wait."""
+    assert second_sample_gap_s([sample(0, lag=4)]) == UNACKED_GAP_S >= 3
+    acked = MASTER.replace("port=0,state=online,offset=0", "port=0,state=online,offset=275")
+    healthy = Sample(0, parse_info(acked.format(lag=0, offset=275)), parse_info(REPLICA.format(link="up", offset=275)))
+    nothing_written = sample(0, lag=4, m_off=0)
+    assert second_sample_gap_s([healthy, nothing_written]) == SAMPLE_GAP_S < UNACKED_GAP_S
+    assert second_sample_gap_s([healthy, sample(0)]) == UNACKED_GAP_S

@@ -24,7 +24,8 @@ from audit.sources.pika.model import PikaPair
 from audit.sources.pika.replication import PikaSample, lag_total, pika_replication_findings, wrong_master
 from audit.sources.redis.client import connected_sides, info_text
 from audit.sources.redis.info import parse_info
-from audit.sources.redis.replication_check import SAMPLE_GAP_S, host_port
+from audit.sources.redis.replication import SAMPLE_GAP_S
+from audit.sources.redis.replication_check import host_port
 from audit.urls import redact_url
 
 SIDES = ("master", "replica")

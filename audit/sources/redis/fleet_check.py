@@ -43,8 +43,8 @@ from audit.sources.redis.fleet_health import (
 )
 from audit.sources.redis.fleet_state import SIDES, endpoint_of, load_side, topology_json
 from audit.sources.redis.model import RedisPair
-from audit.sources.redis.replication import Sample, lag_of
-from audit.sources.redis.replication_check import SAMPLE_GAP_S, take_sample
+from audit.sources.redis.replication import Sample, lag_of, second_sample_gap_s
+from audit.sources.redis.replication_check import take_sample
 from audit.sources.redis.topology import Node, Shard, Topology, discover
 
 TOPOLOGY_SLOT = "topology"
@@ -246,7 +246,8 @@ class ShardReplicationCheck(Check):
     def recheck(self, ctx: StageContext) -> None:
         first: dict[str, Any] = ctx.data.get("first") or {}
         oldest = min((v["at_ms"] for v in first.values()), default=time.time() * 1000)
-        time.sleep(max(0.0, SAMPLE_GAP_S - (time.time() * 1000 - oldest) / 1000))
+        gap = second_sample_gap_s([Sample(**v) for v in first.values()])
+        time.sleep(max(0.0, gap - (time.time() * 1000 - oldest) / 1000))
         per_replica: list[tuple[Shard, Node, list[Sample]]] = []
         for shard, replica in self._pairs(ctx):
             earlier = first.get(f"{shard.name} {replica.addr}")

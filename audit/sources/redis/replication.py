@@ -16,6 +16,12 @@ from typing import Any
 from audit.findings import Finding
 from audit.sources.redis.info import as_int, parse_client_list, replicas_listed
 
+SAMPLE_GAP_S = 1.1
+UNACKED_GAP_S = 3.0
+"""How far apart the two samples are when the first lists a replica with no ack. `lag` counts whole
+seconds of the server's cached clock, so two samples 1.1 s apart can read the same lag twice when the
+first INFO was answered late; 3 s apart, a lag that only grows has grown."""
+
 
 @dataclass(frozen=True, slots=True)
 class Sample:
@@ -129,6 +135,19 @@ def replication_findings(
     return out
 
 
+def unacked_entries(sample: Sample) -> list[dict[str, Any]]:
+    """The master's replica entries with offset=0 once something was written (`master_repl_offset` > 0);
+    with nothing written since the replicas attached, offset=0 is all there is to acknowledge."""
+    if as_int(sample.master.get("master_repl_offset")) == 0:
+        return []
+    return [e for e in replicas_listed(sample.master) if e.get("offset") == 0]
+
+
+def second_sample_gap_s(first_samples: Sequence[Sample]) -> float:
+    """How long after the first samples to take the second ones (UNACKED_GAP_S if any lists no ack)."""
+    return UNACKED_GAP_S if any(unacked_entries(s) for s in first_samples) else SAMPLE_GAP_S
+
+
 def _unacked_replicas(samples: Sequence[Sample]) -> list[Finding]:
     """Entries the master lists with offset=0: replicas that never sent REPLCONF ACK.
 
@@ -138,13 +157,9 @@ def _unacked_replicas(samples: Sequence[Sample]) -> list[Finding]:
     REDIS_SYNC_NO_ACK (a replica that just attached has offset=0 until its first ack, a second later).
     """
     first, last = samples[0], samples[-1]
-    if as_int(last.master.get("master_repl_offset")) == 0:
-        return []  # nothing written since the replicas attached: offset=0 is all there is to acknowledge
     clients = parse_client_list(last.master_clients_raw or "")
     out = []
-    for entry in replicas_listed(last.master):
-        if entry.get("offset") != 0:
-            continue
+    for entry in unacked_entries(last):
         earlier = next(
             (
                 e

@@ -24,12 +24,17 @@ from audit.kernel.state import Offsets
 from audit.sources.redis.client import connected_sides
 from audit.sources.redis.info import as_int
 from audit.sources.redis.model import RedisPair
-from audit.sources.redis.replication import Sample, lag_of, replication_findings, wrong_master
+from audit.sources.redis.replication import (
+    Sample,
+    lag_of,
+    replication_findings,
+    second_sample_gap_s,
+    wrong_master,
+)
 from audit.sources.redis.snapshot import capture_state
 from audit.urls import redact_url
 
 SIDES = ("master", "replica")
-SAMPLE_GAP_S = 1.1
 _REPL_FIELDS = (
     "role",
     "master_host",
@@ -120,7 +125,7 @@ class ReplicationCheck(Check):
     def recheck(self, ctx: StageContext) -> None:
         with self._clients(ctx) as clients:
             first = Sample(**ctx.data["first_sample"])
-            time.sleep(max(0.0, SAMPLE_GAP_S - (time.time() * 1000 - first.at_ms) / 1000))
+            time.sleep(max(0.0, second_sample_gap_s([first]) - (time.time() * 1000 - first.at_ms) / 1000))
             samples = [first, take_sample(clients["master"], clients["replica"])]
         replica_port = host_port(str(ctx.url("replica")))[1]
         gate = self.pair.gate
