@@ -12,12 +12,13 @@ demo: setup
 SRC := audit dags providers tests bench scripts
 
 # The suite in TEST_WORKERS pytest-xdist workers: most of its time is spent waiting on servers, Spark and
-# Airflow, not computing; a module's tests stay together (tests/conftest.py, _group_for_xdist). The
+# Airflow, not computing. `--dist loadfile`: a module's tests stay in one worker, in order, so its
+# module-scoped servers and runs are set up once (tests/unit/test_xdist_groups.py checks it). The
 # slowest tests are listed at the end, to keep the suite's time in sight.
 TEST_WORKERS ?= 3
 
 test: setup lint
-	@$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup --durations=15 tests
+	@$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 # The fast tests: no server, no Airflow (Spark local runs in-process).
 unit: setup

@@ -68,30 +68,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _group_for_xdist(items)
     if settings.get_current_profile_name() == "fuzz":
         return
     skip = pytest.mark.skip(reason="long fuzzing: run by `make fuzz`")
     for item in items:
         if item.get_closest_marker("fuzz") is not None:
             item.add_marker(skip)
-
-
-AIRFLOW_FIRST_GROUP = {"test_dags.py", "test_standalone.py"}
-"""The Airflow tests run in two workers, these modules in one and the others in the other. In one worker
-they were the suite's longest path: the seven of them among its 15 slowest tests alone took 17 of its
-38 minutes (a slow hour). In four workers, each installing the provider and migrating an Airflow DB,
-the installs had cost more than the spread saved."""
-
-
-def _group_for_xdist(items: list[pytest.Item]) -> None:
-    """`make test` runs with pytest-xdist `--dist loadgroup`: a module's tests stay in one worker, in order
-    (they share module-scoped servers and some build on each other's data); the Airflow tests in two
-    (AIRFLOW_FIRST_GROUP)."""
-    for item in items:
-        path = Path(str(item.fspath))
-        if path.parent.name == "dags":
-            group = "airflow-1" if path.name in AIRFLOW_FIRST_GROUP else "airflow-2"
-        else:
-            group = str(path.relative_to(REPO))
-        item.add_marker(pytest.mark.xdist_group(group))
