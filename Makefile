@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test unit lint bench fuzz clean
+.PHONY: setup demo test test-slow unit lint bench fuzz clean
 setup:
 	@bash scripts/setup.sh
 
@@ -18,7 +18,13 @@ SRC := audit dags providers tests bench scripts
 TEST_WORKERS ?= 3
 
 test: setup lint
-	@$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
+	@$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --durations=15 -m "not slow" tests
+
+# The tests marked `slow`, left out of `make test` (and so of CI): each starts a Spark standalone cluster
+# or a Connect server of its own, or builds the driver's class archive, about 10 CPU-minutes together.
+# Run them before changing audit/diff/ or the Connect server (README, "Tests").
+test-slow: setup
+	@$(PY) -m pytest -q -ra -n 2 --dist loadfile --durations=10 -m slow tests
 
 # The fast tests: no server, no Airflow (Spark local runs in-process).
 unit: setup

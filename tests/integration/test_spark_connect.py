@@ -126,6 +126,7 @@ def _rocketmq_stale_slave(root: Path) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_redis_pika_and_rocketmq_pairs_audited_on_the_server(server: str, tmp_path: Path) -> None:
     master, replica = start_pair(tmp_path / "redis")
     try:
@@ -154,6 +155,7 @@ def test_redis_pika_and_rocketmq_pairs_audited_on_the_server(server: str, tmp_pa
     assert statuses == {"cache": "failed", "pika-gap": "failed", "mq": "failed"}
 
 
+@pytest.mark.slow
 def test_cluster_shards_snapshotted_in_tasks_on_the_server(server: str, tmp_path: Path) -> None:
     cluster = start_cluster(tmp_path / "cluster", password=PASSWORD)
     try:
@@ -172,6 +174,7 @@ def test_cluster_shards_snapshotted_in_tasks_on_the_server(server: str, tmp_path
     assert PASSWORD not in (root / "summary.json").read_text() + (root / "work/sessions/state.json").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not mariadb_available(), reason="mariadbd not installed (apt-get install mariadb-server)")
 def test_mysql_rows_split_over_tasks_on_the_server(server: str, tmp_path: Path) -> None:
     master, replica = start_mariadb_pair(tmp_path / "mariadb")

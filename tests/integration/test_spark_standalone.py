@@ -163,6 +163,7 @@ def _run(cmd: list[str], cluster: StandaloneCluster) -> dict[str, Any]:
     return loaded
 
 
+@pytest.mark.slow
 def test_spark_stages_on_a_standalone_cluster(cluster: StandaloneCluster, inputs: tuple[Path, int]) -> None:
     """The master given as the CLI gives it (`configure`, i.e. --spark-master / REPLICA_AUDIT_SPARK_MASTER)."""
     work, records = inputs
@@ -170,6 +171,7 @@ def test_spark_stages_on_a_standalone_cluster(cluster: StandaloneCluster, inputs
     _check(out, cluster, work, records)
 
 
+@pytest.mark.slow
 def test_spark_submit_to_a_standalone_cluster(cluster: StandaloneCluster, inputs: tuple[Path, int]) -> None:
     """Launched by spark-submit: get_spark() takes its master and settings and adds no local sizing."""
     work, records = inputs

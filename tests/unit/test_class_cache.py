@@ -81,6 +81,7 @@ def _session(env: dict[str, str], log: Path) -> subprocess.CompletedProcess[str]
     return subprocess.run([sys.executable, "-c", SESSION], env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_built_archive_is_mapped_and_a_foreign_classpath_starts_without_it_silently(tmp_path) -> None:  # type: ignore[no-untyped-def]
     env = {**os.environ, "REPLICA_AUDIT_CACHE_DIR": str(tmp_path / "cache")}
