@@ -25,7 +25,7 @@ from audit.sources.pika.replication import PikaSample, lag_total, pika_replicati
 from audit.sources.redis.client import connected_sides, info_text
 from audit.sources.redis.info import parse_info
 from audit.sources.redis.replication import SAMPLE_GAP_S
-from audit.sources.redis.replication_check import host_port
+from audit.sources.redis.replication_check import host_port, sleep_until
 from audit.urls import redact_url
 
 SIDES = ("master", "replica")
@@ -137,7 +137,7 @@ class PikaReplicationCheck(Check):
 
     def recheck(self, ctx: StageContext) -> None:
         first = ctx.data["first_sample"]
-        time.sleep(max(0.0, SAMPLE_GAP_S - (time.time() * 1000 - first["at_ms"]) / 1000))
+        sleep_until(first["at_ms"], SAMPLE_GAP_S)
         raw_samples = [first, self._sample(ctx)]
         samples = [sample_of(r) for r in raw_samples]
         dbs = ctx.state.dbs or [0]

@@ -44,7 +44,7 @@ from audit.sources.redis.fleet_health import (
 from audit.sources.redis.fleet_state import SIDES, endpoint_of, load_side, topology_json
 from audit.sources.redis.model import RedisPair
 from audit.sources.redis.replication import Sample, lag_of, second_sample_gap_s
-from audit.sources.redis.replication_check import take_sample
+from audit.sources.redis.replication_check import sleep_until, take_sample
 from audit.sources.redis.topology import Node, Shard, Topology, discover
 
 TOPOLOGY_SLOT = "topology"
@@ -244,15 +244,14 @@ class ShardReplicationCheck(Check):
         ctx.data.update(first=first, lost=lost)
 
     def recheck(self, ctx: StageContext) -> None:
-        first: dict[str, Any] = ctx.data.get("first") or {}
-        oldest = min((v["at_ms"] for v in first.values()), default=time.time() * 1000)
-        gap = second_sample_gap_s([Sample(**v) for v in first.values()])
-        time.sleep(max(0.0, gap - (time.time() * 1000 - oldest) / 1000))
+        first = {key: Sample(**v) for key, v in (ctx.data.get("first") or {}).items()}
+        oldest = min((s.at_ms for s in first.values()), default=time.time() * 1000)
+        sleep_until(oldest, second_sample_gap_s(list(first.values())))
         per_replica: list[tuple[Shard, Node, list[Sample]]] = []
         for shard, replica in self._pairs(ctx):
             earlier = first.get(f"{shard.name} {replica.addr}")
             if earlier is not None:
-                per_replica.append((shard, replica, [Sample(**earlier), self._sample(shard, replica)]))
+                per_replica.append((shard, replica, [earlier, self._sample(shard, replica)]))
         gate = self.pair.gate
         ctx.add_findings(shard_replication_findings(per_replica, gate.max_lag_bytes, gate.max_lag_seconds))
         lags = [lag_of(samples[-1], r.port) for _, r, samples in per_replica]

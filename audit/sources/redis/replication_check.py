@@ -71,6 +71,11 @@ def take_sample(master: redis.Redis, replica: redis.Redis) -> Sample:
     )
 
 
+def sleep_until(first_at_ms: float, gap_s: float) -> None:
+    """Sleep until `gap_s` seconds after the first sample (at once if that time has passed)."""
+    time.sleep(max(0.0, gap_s - (time.time() * 1000 - first_at_ms) / 1000))
+
+
 def offsets_of(samples: list[Sample]) -> Offsets:
     """The master's replication offset and the replica's processed offset at each sample."""
     points = [
@@ -125,7 +130,7 @@ class ReplicationCheck(Check):
     def recheck(self, ctx: StageContext) -> None:
         with self._clients(ctx) as clients:
             first = Sample(**ctx.data["first_sample"])
-            time.sleep(max(0.0, second_sample_gap_s([first]) - (time.time() * 1000 - first.at_ms) / 1000))
+            sleep_until(first.at_ms, second_sample_gap_s([first]))
             samples = [first, take_sample(clients["master"], clients["replica"])]
         replica_port = host_port(str(ctx.url("replica")))[1]
         gate = self.pair.gate
