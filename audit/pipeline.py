@@ -233,6 +233,11 @@ def _open_stage(run: RunDir, state: PairState, stage: str) -> None:
     if stage != "gate":
         state.counts = {}  # consolidated again by the recheck
     run.save_state(state)
+    # and what they wrote: the report and the run's datasets would list the earlier attempt's findings and
+    # metrics beside a pair that now reads unfinished
+    stale = [run.metrics_file(state.pair)] + ([run.findings_file(state.pair)] if stage != "gate" else [])
+    for path in stale:
+        path.unlink(missing_ok=True)
 
 
 def _snapshot_finished(run: RunDir, pair: str) -> bool:

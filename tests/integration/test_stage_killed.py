@@ -79,3 +79,32 @@ def test_a_stage_killed_midway_leaves_its_pair_unfinished_not_passed(
     fifo.unlink()
     summary = finish_run(inv, run, inv.pairs)
     assert summary["exit_code"] != 0 and summary["pairs"][0]["status"] != "passed", summary["pairs"]
+
+
+def test_a_diff_killed_midway_leaves_no_findings_of_the_earlier_attempt(dirfiles_kind: None, tmp_path: Path) -> None:
+    master, replica = make_dirs(tmp_path)
+    (replica / "same.txt").write_bytes(b"changed")
+    inv_path = inventory(tmp_path / "inv.yaml", master, replica)
+    inv = load_inventory(str(inv_path))
+    out, run_id = tmp_path / "out", "manual__2026-11-25T11_00_00_00_00"
+    run = start_run(inv, out, run_id)
+    for s in STAGES:
+        run_stage(s, inv.pair("assets"), run)
+    assert pair_verdict(run, "assets")["status"] == "failed"
+    assert run.findings_file("assets").exists() and run.metrics_file("assets").exists()
+
+    fifo = run.snapshot("assets", "master") / "files.json"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    args = [sys.executable, "-c", STAGE, str(inv_path), str(out), run_id, "diff"]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _kill_once_inside(proc, fifo)
+
+    # the earlier attempt's findings and metrics are gone with its verdict: a report now would list them
+    # beside a pair that reads unfinished
+    assert not run.findings_file("assets").exists()
+    assert not run.metrics_file("assets").exists()
+    fifo.unlink()
+    summary = finish_run(inv, run, inv.pairs)
+    (pair,) = summary["pairs"]
+    assert pair["status"] == "incomplete" and pair["findings_sample"] == {} and pair["diagnoses"] == {}, pair
