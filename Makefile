@@ -39,7 +39,7 @@ bench: setup
 	@$(VENV)/bin/pip install -q duckdb >/dev/null 2>&1 || echo "bench: duckdb not installed: its baseline is skipped"
 	@$(PY) bench/e2e_bench.py --spark-connect && $(PY) bench/snapshot_bench.py --sides && $(PY) bench/pacing_bench.py \
 		&& $(PY) bench/diff_bench.py && $(PY) bench/pika_binlog_bench.py --spark --memory \
-		&& $(PY) bench/pika_layers_bench.py && $(PY) bench/rmq_commitlog_bench.py && $(PY) bench/memory_bench.py \
+		&& $(PY) bench/pika_diff_bench.py && $(PY) bench/pika_layers_bench.py && $(PY) bench/rmq_commitlog_bench.py && $(PY) bench/memory_bench.py \
 		&& $(PY) bench/fleet_snapshot_bench.py && $(PY) bench/mysql_bench.py --spark && $(PY) bench/digest_bench.py
 
 # The binary log readers' property tests with FUZZ_SCALE (default 40) times the CI examples, random seeds,

@@ -1,5 +1,5 @@
 """Scan a generated master/slave binlog pair and diff it the way the Pika source does (Spark scan per side,
-the binlog diff with each intermediate result staged as Parquet)."""
+the binlog diff with each intermediate result staged as the check stages it)."""
 
 from __future__ import annotations
 
@@ -20,13 +20,9 @@ def scan_sides(spark: Any, root: Path, sides: tuple[str, str] = ("m", "s")) -> t
 
 
 def diff_binlogs(spark: Any, m: Any, s: Any, work: Path, dbs: int) -> Any:
-    """The binlog diff's BinlogDiff, staged under `work` as the Pika binlog check stages it."""
+    """The binlog diff's BinlogDiff, staged as the Pika binlog check stages it (under `work` on a cluster)."""
+    from audit.diff.materialize import stager
     from audit.sources.pika.binlog_check import file_bases, file_ends
     from audit.sources.pika.binlog_diff import binlog_findings
 
-    def stage(df: Any, name: str) -> Any:
-        path = str(work / f"{name}.parquet")
-        df.write.mode("overwrite").parquet(path)
-        return spark.read.parquet(path)
-
-    return binlog_findings(m, s, dbs, file_bases(file_ends(m, s)), stage)
+    return binlog_findings(m, s, dbs, file_bases(file_ends(m, s)), stager(spark, work))

@@ -281,21 +281,16 @@ class BinlogCheck(Check):
     def diff(self, ctx: StageContext) -> None:
         from pyspark.sql import functions as F
 
+        from audit.diff.materialize import stager
         from audit.sources.pika.binlog_diff import binlog_findings, damage_findings
         from audit.sources.pika.layers import shipped_frontier
 
         spark = ctx.spark()
         started = time.time()
         work = ctx.work_dir()
-
-        def stage(df: DataFrame, name: str) -> DataFrame:
-            path = str(work / f"{name}.parquet")
-            df.write.mode("overwrite").parquet(path)
-            return spark.read.parquet(path)
-
         m, s = scans(ctx)
         bases = file_bases(file_ends(m, s))
-        result = binlog_findings(m, s, len(ctx.data["dbs"]), bases, stage)
+        result = binlog_findings(m, s, len(ctx.data["dbs"]), bases, stager(spark, work))
         found = result.findings.unionByName(damage_findings(m, "master")).unionByName(damage_findings(s, "replica"))
         found.write.mode("overwrite").parquet(str(work / FINDINGS))  # staged by recheck, with each range's keys
         ctx.data["frontier"] = {str(db): pos for db, pos in shipped_frontier(result.matched).items()}

@@ -6,8 +6,9 @@ one left unmatched:
 
 1. by position and content: (db, end position, digest of the record and of the one before) equal: healthy;
 2. by content alone, the k-th unmatched occurrence of a content key on one side with the k-th on the
-   other, the key being the record with both neighbours, then with one, then alone: the same record at
-   another position, i.e. the slave's offsets are shifted by a gap or a replay;
+   other, the key being the record with both neighbours, then with one; then the record alone, at a
+   shift the matched records near it show: the same record at another position, i.e. the slave's
+   offsets are shifted by a gap or a replay;
 3. by position alone: same place, different content (`divergent_entry`).
 
 What remains on the master is missing on the slave (`missing_range`), unless it lies after the last
@@ -20,13 +21,13 @@ Positions are numbers `filenum << 32 | offset` (the findings' start_num/end_num 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from audit.diff.findings import to_findings
+from audit.diff.materialize import Stage
 
 _KEYS = ["db", "seq"]
 
@@ -127,21 +128,62 @@ def _side(df: DataFrame, p: str) -> DataFrame:
 
 def _pairs(m: DataFrame, s: DataFrame, on: list[tuple[str, str]], how: str) -> DataFrame:
     cond = [F.col("m_db") == F.col("s_db")] + [F.col(a) == F.col(b) for a, b in on]
-    return m.join(s, cond).select(
+    return _paired(m.join(s, cond), how)
+
+
+def _paired(joined: DataFrame, how: str) -> DataFrame:
+    return joined.select(
         F.col("m_db").alias("db"), "m_seq", "s_seq", "m_epos", "s_epos", "m_spos", "s_spos", F.lit(how).alias("how")
     )
+
+
+SHIFT_BUCKET = 4096
+"""Records per bucket of the master's sequence: a record that matched by nothing but its own content pairs
+only at a shift (slave seq - master seq) that matched records in its bucket or the two next to it show."""
+
+
+def _near_shifts(matched: DataFrame) -> DataFrame:
+    """(_db, _b, _d): the shifts matched records show around each bucket of master sequence numbers."""
+    bucket = F.floor(F.col("m_seq") / SHIFT_BUCKET)
+    seen = matched.select(F.col("db").alias("_db"), bucket.alias("b"), (F.col("s_seq") - F.col("m_seq")).alias("_d"))
+    near = F.explode(F.array(F.col("b") - 1, F.col("b"), F.col("b") + 1)).alias("_b")
+    return seen.distinct().select("_db", near, "_d").distinct()
+
+
+def _pairs_at_known_shifts(m: DataFrame, s: DataFrame, matched: DataFrame) -> DataFrame:
+    """The last content pass: a record alone (no neighbour in common) pairs with the slave record of the same
+    content exactly one nearby shift away. Pairing the k-th occurrence anywhere in the db, as the passes
+    with context do, paired a record lost in a gap with a copy replayed thousands of records later: each
+    pair hid one lost and one replayed record, and cut both findings into pieces. Each record keeps one
+    partner: the smallest shift first."""
+    near = _near_shifts(matched)
+    at = m.join(near, (F.col("m_db") == F.col("_db")) & (F.floor(F.col("m_seq") / SHIFT_BUCKET) == F.col("_b")))
+    cond = (
+        (F.col("m_db") == F.col("s_db"))
+        & (F.col("m_seq") + F.col("_d") == F.col("s_seq"))
+        & (F.col("m_digest") == F.col("s_digest"))
+    )
+    candidates = at.join(s, cond)
+    first = {
+        p: Window.partitionBy(f"{p}db", f"{p}seq").orderBy(F.abs(F.col("_d")), f"{q}seq")
+        for p, q in (("m_", "s_"), ("s_", "m_"))
+    }
+    one_each = (
+        candidates.withColumn("_m1", F.row_number().over(first["m_"]))
+        .where(F.col("_m1") == 1)
+        .withColumn("_s1", F.row_number().over(first["s_"]))
+        .where(F.col("_s1") == 1)
+    )
+    return _paired(one_each, "content")
 
 
 def _anti(df: DataFrame, matched: DataFrame, p: str) -> DataFrame:
     return df.join(matched.select(F.col("db").alias(f"{p}db"), f"{p}seq"), [f"{p}db", f"{p}seq"], "left_anti")
 
 
-Stage = Callable[[DataFrame, str], DataFrame]
-"""Materialise a DataFrame under a name and return it re-read (the caller picks where); identity is fine
-for small data. Without it every action would recompute the whole alignment from the raw scans."""
-
-
 def _no_stage(df: DataFrame, name: str) -> DataFrame:
+    """Identity, fine for small data. Without staging (audit/diff/materialize.py) every action would
+    recompute the whole alignment from the raw scans."""
     return df
 
 
@@ -151,24 +193,37 @@ def align(m_good: DataFrame, s_good: DataFrame, stage: Stage = _no_stage) -> Ali
     # put identical records at identical offsets by chance, and only the neighbour tells them apart
     exact = stage(_pairs(m, s, [("m_epos", "s_epos"), ("m_ctxl", "s_ctxl")], "position"), "exact")
     m1, s1 = stage(_anti(m, exact, "m_"), "m_rest1"), stage(_anti(s, exact, "s_"), "s_rest1")
+    both_left = not (s1.isEmpty() or m1.isEmpty())  # the common case: a healthy pair is aligned by position
     # Content passes, most specific first: a record with its two neighbours, with its left one, with its
     # right one, alone. Repeated commands (INCR x) only pair up once their context has; records at the edge
     # of a gap or a replay keep one neighbour and match in the one-sided passes.
-    shifted_parts = []
+    shifted_parts: list[DataFrame] = []
     for n, ctx in enumerate(("ctx3", "ctxl", "ctxr", "digest")):
-        if s1.isEmpty() or m1.isEmpty():
-            break  # the common case: a healthy pair is fully aligned by position
-        occ = {p: Window.partitionBy(f"{p}db", f"{p}{ctx}").orderBy(f"{p}seq") for p in ("m_", "s_")}
-        m1o = m1.withColumn("m_occ", F.row_number().over(occ["m_"]))
-        s1o = s1.withColumn("s_occ", F.row_number().over(occ["s_"]))
-        found = stage(_pairs(m1o, s1o, [(f"m_{ctx}", f"s_{ctx}"), ("m_occ", "s_occ")], "content"), f"shifted{n}")
+        if not both_left:
+            break
+        if ctx == "digest":
+            matched_so_far = exact.unionByName(_union(shifted_parts)) if shifted_parts else exact
+            found = stage(_pairs_at_known_shifts(m1, s1, matched_so_far), f"shifted{n}")
+        else:
+            occ = {p: Window.partitionBy(f"{p}db", f"{p}{ctx}").orderBy(f"{p}seq") for p in ("m_", "s_")}
+            m1o = m1.withColumn("m_occ", F.row_number().over(occ["m_"]))
+            s1o = s1.withColumn("s_occ", F.row_number().over(occ["s_"]))
+            on = [(f"m_{ctx}", f"s_{ctx}"), ("m_occ", "s_occ")]
+            found = stage(_pairs(m1o, s1o, on, "content"), f"shifted{n}")
         shifted_parts.append(found)
         m1, s1 = stage(_anti(m1, found, "m_"), f"m_rest{n + 2}"), stage(_anti(s1, found, "s_"), f"s_rest{n + 2}")
-    shifted = exact.limit(0)
-    for part in shifted_parts:
-        shifted = shifted.unionByName(part)
+        both_left = not (s1.isEmpty() or m1.isEmpty())
+    shifted = _union(shifted_parts) if shifted_parts else exact.limit(0)
     m2, s2 = m1, s1
-    divergent = stage(m2.join(s2, (F.col("m_db") == F.col("s_db")) & (F.col("m_epos") == F.col("s_epos"))), "divergent")
+    at_same_place = m2.join(s2, (F.col("m_db") == F.col("s_db")) & (F.col("m_epos") == F.col("s_epos")))
+    if not both_left:  # one side fully matched: nothing diverges in place, and the rests stand as they are
+        return Alignment(
+            matched=exact.unionByName(shifted),
+            m_rest=m2.withColumnRenamed("m_db", "db"),
+            s_rest=s2.withColumnRenamed("s_db", "db"),
+            divergent=at_same_place.limit(0).withColumnRenamed("m_db", "db").drop("s_db"),
+        )
+    divergent = stage(at_same_place, "divergent")
     div_keys = divergent.select(F.col("m_db").alias("db"), "m_seq", "s_seq")
     return Alignment(
         matched=exact.unionByName(shifted),
@@ -176,6 +231,13 @@ def align(m_good: DataFrame, s_good: DataFrame, stage: Stage = _no_stage) -> Ali
         s_rest=stage(_anti(s2, div_keys, "s_").withColumnRenamed("s_db", "db"), "s_rest"),
         divergent=divergent.withColumnRenamed("m_db", "db").drop("s_db"),
     )
+
+
+def _union(parts: list[DataFrame]) -> DataFrame:
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out
 
 
 def islands(df: DataFrame, p: str) -> DataFrame:
