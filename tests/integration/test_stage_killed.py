@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from audit import finish_run, load_inventory, run_stage, start_run
+from audit.inventory import Inventory
+from audit.layout import RunDir
 from audit.pipeline import STAGES
 from audit.report.summary import pair_verdict
 from tests.conftest import REPO
@@ -50,17 +52,30 @@ def _kill_once_inside(proc: subprocess.Popen[bytes], fifo: Path) -> None:
     os.close(fd)
 
 
+def _audited(tmp_path: Path, master: Path, replica: Path) -> tuple[Path, Inventory, RunDir]:
+    """Every stage of the dirfiles pair run once, in a run named as Airflow names one."""
+    inv_path = inventory(tmp_path / "inv.yaml", master, replica)
+    inv = load_inventory(str(inv_path))
+    run = start_run(inv, tmp_path / "out", "manual__2026-11-25T10_00_00_00_00")
+    for s in STAGES:
+        run_stage(s, inv.pair("assets"), run)
+    return inv_path, inv, run
+
+
+def _kill_inside(stage: str, fifo: Path, inv_path: Path, run: RunDir) -> None:
+    """Run `stage` again on `run` in a process of its own, blocked on `fifo`, and SIGKILL it there."""
+    os.mkfifo(fifo)
+    args = [sys.executable, "-c", STAGE, str(inv_path), str(run.out), run.run_id, stage]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _kill_once_inside(proc, fifo)
+
+
 @pytest.mark.parametrize("stage", ["snapshot", "diff"])
 def test_a_stage_killed_midway_leaves_its_pair_unfinished_not_passed(
     dirfiles_kind: None, tmp_path: Path, stage: str
 ) -> None:
     master, replica = make_dirs(tmp_path)
-    inv_path = inventory(tmp_path / "inv.yaml", master, replica)
-    inv = load_inventory(str(inv_path))
-    out, run_id = tmp_path / "out", "manual__2026-11-25T10_00_00_00_00"
-    run = start_run(inv, out, run_id)
-    for s in STAGES:
-        run_stage(s, inv.pair("assets"), run)
+    inv_path, inv, run = _audited(tmp_path, master, replica)
     assert pair_verdict(run, "assets")["status"] == "passed"
 
     # the same run again (the DAG run cleared); this time the stage hangs and is killed
@@ -69,10 +84,7 @@ def test_a_stage_killed_midway_leaves_its_pair_unfinished_not_passed(
     else:
         fifo = run.snapshot("assets", "master") / "files.json"  # the diff reads the snapshot's listing
         fifo.unlink()
-    os.mkfifo(fifo)
-    args = [sys.executable, "-c", STAGE, str(inv_path), str(out), run_id, stage]
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _kill_once_inside(proc, fifo)
+    _kill_inside(stage, fifo, inv_path, run)
 
     verdict = pair_verdict(run, "assets")
     assert verdict["status"] == "incomplete", verdict  # was "passed": the earlier attempt's gate
@@ -84,21 +96,13 @@ def test_a_stage_killed_midway_leaves_its_pair_unfinished_not_passed(
 def test_a_diff_killed_midway_leaves_no_findings_of_the_earlier_attempt(dirfiles_kind: None, tmp_path: Path) -> None:
     master, replica = make_dirs(tmp_path)
     (replica / "same.txt").write_bytes(b"changed")
-    inv_path = inventory(tmp_path / "inv.yaml", master, replica)
-    inv = load_inventory(str(inv_path))
-    out, run_id = tmp_path / "out", "manual__2026-11-25T11_00_00_00_00"
-    run = start_run(inv, out, run_id)
-    for s in STAGES:
-        run_stage(s, inv.pair("assets"), run)
+    inv_path, inv, run = _audited(tmp_path, master, replica)
     assert pair_verdict(run, "assets")["status"] == "failed"
     assert run.findings_file("assets").exists() and run.metrics_file("assets").exists()
 
     fifo = run.snapshot("assets", "master") / "files.json"
     fifo.unlink()
-    os.mkfifo(fifo)
-    args = [sys.executable, "-c", STAGE, str(inv_path), str(out), run_id, "diff"]
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _kill_once_inside(proc, fifo)
+    _kill_inside("diff", fifo, inv_path, run)
 
     # the earlier attempt's findings and metrics are gone with its verdict: a report now would list them
     # beside a pair that reads unfinished
