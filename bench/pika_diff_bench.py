@@ -1,7 +1,7 @@
 """The Pika binlog diff (the diff stage of a files-only Pika pair), next to the same diff staged the way it
 was before, in the same process run.
 
-    .venv/bin/python bench/pika_diff_bench.py [--records 1000000] [--dbs 1] [--repeat 3] [--healthy]
+    .venv/bin/python bench/pika_diff_bench.py [--records 1000000] [--dbs 1] [--repeat 3] [--healthy] [--before REV]
 
 Writes (once; cached under the temp dir, keyed by the options) a master binlog of `--records` records per
 database (SET/HSET/INCR/LPUSH/PEXPIRE on 10k keys, 40-byte values, 64 MiB files) and a slave binlog
@@ -11,7 +11,9 @@ then, alternately, `--repeat` times each:
 
 - "files (before)": every intermediate frame of the alignment written as Parquet and read back (what the
   check did before, and still does on a cluster);
-- "current": the check's own staging (audit/diff/materialize.py: a local checkpoint on a local master).
+- "current": the check's own staging (audit/diff/materialize.py: a local checkpoint on a local master);
+- with `--before REV`: REV's binlog diff (audit/sources/pika/binlog_diff.py at REV, imported beside this
+  tree's) with this tree's staging: what the alignment itself changed.
 
 Both skip the passes with nothing left to match; how many frames were staged is printed.
 
@@ -23,13 +25,17 @@ both sides, the findings found (which must agree), the process tree's CPU second
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from datasets import peak_rss_mb
@@ -37,6 +43,7 @@ from pika_binlog_bench import tree_cpu_s
 
 from audit.local.pika_binlog import BinlogWriter
 
+ROOT = Path(__file__).resolve().parent.parent
 FILE_SIZE = 64 << 20
 T0 = 1_700_000_000
 GAP, REPLAY = 1_000, 500
@@ -86,18 +93,39 @@ def files_stage(spark: Any, work: Path) -> Callable[[Any, str], Any]:
     return stage
 
 
-def diff_once(spark: Any, m: Any, s: Any, dbs: int, work: Path, mode: str) -> tuple[float, dict[str, int]]:
+def revision_module(rev: str) -> ModuleType:
+    """`audit/sources/pika/binlog_diff.py` as it is at `rev`, imported beside this tree's (its own imports
+    resolve to this tree's modules)."""
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{rev}:audit/sources/pika/binlog_diff.py"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    path = Path(tempfile.mkdtemp(prefix="pika-diff-rev-")) / "binlog_diff_at_rev.py"
+    path.write_bytes(source)
+    spec = importlib.util.spec_from_file_location("binlog_diff_at_rev", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def diff_once(
+    spark: Any, m: Any, s: Any, dbs: int, work: Path, mode: str, at_rev: ModuleType | None = None
+) -> tuple[float, dict[str, int]]:
     from pyspark.sql import functions as F
 
     from audit.diff.materialize import stager
-    from audit.sources.pika import binlog_diff
+    from audit.sources.pika import binlog_diff as this_tree
     from audit.sources.pika.binlog_check import file_bases, file_ends
 
+    binlog_diff = at_rev if mode == "rev" and at_rev is not None else this_tree
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     started = time.perf_counter()
     bases = file_bases(file_ends(m, s))
-    stage = stager(spark, work) if mode == "current" else files_stage(spark, work)
+    stage = files_stage(spark, work) if mode == "files" else stager(spark, work)
     staged: list[str] = []
 
     def counted(df: Any, name: str) -> Any:
@@ -121,6 +149,7 @@ def main() -> None:
     ap.add_argument("--dbs", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3, help="runs per mode, alternated")
     ap.add_argument("--healthy", action="store_true", help="a faithful slave (no gap, no replay)")
+    ap.add_argument("--before", metavar="REV", help="also REV's binlog diff, with this tree's staging")
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at start")
     shape = "healthy" if args.healthy else "gap-replay"
@@ -144,14 +173,19 @@ def main() -> None:
         scans.append(spark.read.parquet(str(path)))
     records = sum(df.where("row_kind = 'record'").count() for df in scans)
     work = Path(tempfile.mkdtemp(prefix="pika-diff-work-"))
-    times: dict[str, list[float]] = {"files (before)": [], "current": []}
+    modes = {"files (before)": "files", "current": "current"}
+    at_rev = None
+    if args.before:
+        at_rev = revision_module(args.before)
+        modes = {f"{args.before[:12]}": "rev", **modes}
+    times: dict[str, list[float]] = {name: [] for name in modes}
     cpu: dict[str, float] = {name: 0.0 for name in times}
     found: dict[str, dict[str, int]] = {}
     diff_once(spark, scans[0], scans[1], args.dbs, work, "current")  # warm-up: the JVM's first compiles
     for _ in range(args.repeat):
         for name in times:
             before = sum(tree_cpu_s())
-            took, found[name] = diff_once(spark, scans[0], scans[1], args.dbs, work, name.split()[0])
+            took, found[name] = diff_once(spark, scans[0], scans[1], args.dbs, work, modes[name], at_rev)
             cpu[name] += sum(tree_cpu_s()) - before
             times[name].append(took)
     shutil.rmtree(work, ignore_errors=True)
@@ -161,11 +195,13 @@ def main() -> None:
         best = min(runs)
         print(
             f"{name:<16} {best:>8.2f} {statistics.median(runs):>9.2f} {records / best:>11,.0f}"
-            f" {cpu[name] / args.repeat:>10.1f} {STAGED[name.split()[0]]:>6}  {dict(sorted(found[name].items()))}"
+            f" {cpu[name] / args.repeat:>10.1f} {STAGED[modes[name]]:>6}  {dict(sorted(found[name].items()))}"
         )
     base, now = min(times["files (before)"]), min(times["current"])
-    agree = found["current"] == found["files (before)"]
-    print(f"\ncurrent / before: {now / base:.2f}x the time; findings agree: {agree}")
+    agree = all(f == found["current"] for f in found.values())
+    print(f"\ncurrent / files: {now / base:.2f}x the time; findings agree: {agree}")
+    if args.before:
+        print(f"current / {args.before}: {now / min(times[args.before[:12]]):.2f}x the time")
     print(f"load average now {os.getloadavg()[0]:.1f}; peak RSS of this process {peak_rss_mb():,.0f} MB")
 
 

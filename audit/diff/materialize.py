@@ -6,7 +6,8 @@ Where a stage goes depends on where the tasks run:
 - a local master (`local`, `local[N]`, `local[*]`, a Spark Connect server on one): the executors are the
   driver's own JVM, so Spark's local checkpoint (blocks in memory, spilled to local disk under pressure) is
   exactly as durable as the job, and it costs one job without the Parquet writer's encoding and commit
-  protocol (docs/performance.md, "Pika binlog diff");
+  protocol (docs/performance.md, "Pika binlog diff"). The blocks go once the frames are garbage
+  collected (Spark's ContextCleaner; a Connect server when its client releases them);
 - any cluster: a Parquet directory under the pair's work directory, read back. An executor lost midway
   would take local-checkpoint blocks with it, and Spark cannot recompute them.
 """

@@ -64,23 +64,33 @@ def live_slave_files(records: DataFrame) -> DataFrame:
 
 
 def with_seq(good: DataFrame) -> DataFrame:
-    """A sequence number per db, contiguous across files: the file's base (records before it) + index."""
-    per_file = good.groupBy("db", "filenum").agg(F.count("*").alias("n"))
-    w = Window.partitionBy("db").orderBy("filenum").rowsBetween(Window.unboundedPreceding, -1)
-    bases = per_file.withColumn("base", F.coalesce(F.sum("n").over(w), F.lit(0))).drop("n")
-    seq = good.join(F.broadcast(bases), ["db", "filenum"]).withColumn("seq", F.col("base") + F.col("idx")).drop("base")
-    return with_neighbours(seq)
+    """A sequence number per db, contiguous across files (the file's base, the records before it, plus the
+    record's index in its file), and `prev_digest`/`next_digest`, the content around each record.
 
-
-def with_neighbours(df: DataFrame) -> DataFrame:
-    """`prev_digest`/`next_digest`: the content around each record, by two joins on seq±1 (no per-db window,
-    which would put a whole database's log in one task)."""
-    near = df.select(F.col("db").alias("_db"), F.col("seq").alias("_seq"), F.col("digest").alias("_d"))
-    prev = near.withColumnRenamed("_d", "prev_digest")
-    nxt = near.withColumnRenamed("_d", "next_digest")
-    out = df.join(prev, (F.col("db") == F.col("_db")) & (F.col("seq") - 1 == F.col("_seq")), "left").drop("_db", "_seq")
-    return out.join(nxt, (F.col("db") == F.col("_db")) & (F.col("seq") + 1 == F.col("_seq")), "left").drop(
-        "_db", "_seq"
+    Neighbours come from a window within each file (one file's records in one task, never a whole db's
+    log) and, at a file's edges, from the files before and after it: one small row per file carries its
+    record count and its first and last content."""
+    per_file = good.groupBy("db", "filenum").agg(
+        F.count("*").alias("n"),
+        F.min_by("digest", "idx").alias("first_digest"),
+        F.max_by("digest", "idx").alias("last_digest"),
+    )
+    files = Window.partitionBy("db").orderBy("filenum")
+    before = files.rowsBetween(Window.unboundedPreceding, -1)
+    edges = per_file.select(
+        "db",
+        "filenum",
+        F.coalesce(F.sum("n").over(before), F.lit(0)).alias("_base"),
+        F.lag("last_digest").over(files).alias("_prev_file_last"),
+        F.lead("first_digest").over(files).alias("_next_file_first"),
+    )
+    in_file = Window.partitionBy("db", "filenum").orderBy("idx")
+    return (
+        good.join(F.broadcast(edges), ["db", "filenum"])
+        .withColumn("seq", F.col("_base") + F.col("idx"))
+        .withColumn("prev_digest", F.coalesce(F.lag("digest").over(in_file), F.col("_prev_file_last")))
+        .withColumn("next_digest", F.coalesce(F.lead("digest").over(in_file), F.col("_next_file_first")))
+        .drop("_base", "_prev_file_last", "_next_file_first")
     )
 
 
@@ -187,12 +197,22 @@ def _no_stage(df: DataFrame, name: str) -> DataFrame:
     return df
 
 
+def _by_position(m: DataFrame, s: DataFrame, stage: Stage) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """The first pass: same place, same content, same content before it (repetitive logs, a gap of whole
+    INCR/SET cycles, put identical records at identical offsets by chance, and only the neighbour tells
+    them apart). One full outer join, staged once, gives the pairs and both sides' rests: a position is
+    unique on its side, so the pairing is one to one."""
+    on = (F.col("m_db") == F.col("s_db")) & (F.col("m_epos") == F.col("s_epos")) & (F.col("m_ctxl") == F.col("s_ctxl"))
+    outer = stage(m.join(s, on, "full_outer"), "by_position")
+    paired = _paired(outer.where(F.col("m_seq").isNotNull() & F.col("s_seq").isNotNull()), "position")
+    m_rest = outer.where(F.col("s_seq").isNull()).select(*m.columns)
+    s_rest = outer.where(F.col("m_seq").isNull()).select(*s.columns)
+    return paired, m_rest, s_rest
+
+
 def align(m_good: DataFrame, s_good: DataFrame, stage: Stage = _no_stage) -> Alignment:
     m, s = _side(m_good, "m_"), _side(s_good, "s_")
-    # same place, same content, same content before it: repetitive logs (a gap of whole INCR/SET cycles)
-    # put identical records at identical offsets by chance, and only the neighbour tells them apart
-    exact = stage(_pairs(m, s, [("m_epos", "s_epos"), ("m_ctxl", "s_ctxl")], "position"), "exact")
-    m1, s1 = stage(_anti(m, exact, "m_"), "m_rest1"), stage(_anti(s, exact, "s_"), "s_rest1")
+    exact, m1, s1 = _by_position(m, s, stage)
     both_left = not (s1.isEmpty() or m1.isEmpty())  # the common case: a healthy pair is aligned by position
     # Content passes, most specific first: a record with its two neighbours, with its left one, with its
     # right one, alone. Repeated commands (INCR x) only pair up once their context has; records at the edge
