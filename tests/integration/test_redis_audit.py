@@ -86,19 +86,28 @@ def test_healthy_pair_under_concurrent_writes_has_no_findings(tmp_path, monkeypa
         master.stop()
 
 
-def _audit_db_beside_a_sync_client(master, replica, db, tmp_path, monkeypatch) -> tuple[int, Path]:  # type: ignore[no-untyped-def]
-    """Audit one db of the pair through the CLI once the SYNC client is online and has been for 1.5 s.
+def _audit_db_beside_a_sync_client(master, replica, db, tmp_path, monkeypatch, replconf_after=True) -> tuple[int, Path]:  # type: ignore[no-untyped-def]
+    """Audit one db of the pair through the CLI once the SYNC client is online and, if it sends one after
+    the payload (`replconf_after`), has sent its REPLCONF.
 
-    Online, not only connected: until the master's BGSAVE for it ends, the client waits (`wait_bgsave`),
-    and one that comes online between the audit's two samples shows a lag of 0 in both, which the
-    catalog rightly does not call REDIS_SYNC_NO_ACK yet. Under a loaded suite that BGSAVE took over 3 s.
+    Online is not enough: until the master's BGSAVE for it ends, the client waits (`wait_bgsave`); once
+    the master has sent the payload it reads `online`, but `redis-cli --replica` sends its one REPLCONF
+    only when it has read the payload through, and that REPLCONF sets the lag back to 0. An audit whose
+    two samples straddle it reads a lag of 0 twice, which the catalog rightly does not call
+    REDIS_SYNC_NO_ACK yet. Under a loaded suite the REPLCONF came more than 1.5 s after `online`, so
+    the wait is for the client's last command to be no longer SYNC (CLIENT LIST; the pair's own replica
+    shows REPLCONF or PSYNC, never SYNC), not a time.
     """
     deadline = time.monotonic() + 60
-    while not any(
-        isinstance(e, dict) and e.get("offset") == 0 and e.get("state") == "online"
-        for e in master.client(0).info("replication").values()
+    conn = master.client(0)
+    while not (
+        any(
+            isinstance(e, dict) and e.get("offset") == 0 and e.get("state") == "online"
+            for e in conn.info("replication").values()
+        )
+        and not (replconf_after and any(c.get("cmd") == "sync" for c in conn.client_list(_type="replica")))
     ):
-        assert time.monotonic() < deadline, "the SYNC client never came online"
+        assert time.monotonic() < deadline, "the SYNC client never came online and sent its REPLCONF"
         time.sleep(0.1)
     time.sleep(1.5)
     inv = write_inventory(tmp_path / "inv.yaml", [pair_entry("p", master, replica, dbs=[db])])
@@ -411,7 +420,7 @@ def test_a_sync_replica_that_announced_its_port_is_diagnosed(redis_pair, tmp_pat
         sock.sendall(b"*3\r\n$8\r\nREPLCONF\r\n$14\r\nlistening-port\r\n$4\r\n7777\r\n")
         assert sock.recv(64).startswith(b"+OK")
         sock.sendall(b"*1\r\n$4\r\nSYNC\r\n")
-        code, root = _audit_db_beside_a_sync_client(master, replica, 7, tmp_path, monkeypatch)
+        code, root = _audit_db_beside_a_sync_client(master, replica, 7, tmp_path, monkeypatch, replconf_after=False)
     finally:
         sock.close()
     [f] = findings(root)
