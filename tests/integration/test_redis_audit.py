@@ -44,6 +44,27 @@ def test_planted_divergences_found_and_nothing_else(fresh_pair, tmp_path, monkey
     assert (root / "snapshots" / "p" / "master" / "snapshot.json").exists()
 
 
+def test_empty_streams_are_compared(fresh_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # XRANGE of an empty stream and of a missing key both answer []: an empty stream is still a key
+    master, replica = fresh_pair
+    m = master.client()
+    m.set("plain", "1")
+    for name in ("both", "gone-on-replica"):
+        m.xgroup_create(name, "g", id="$", mkstream=True)
+    wait_in_sync(master, replica)
+    r = replica.client()
+    r.config_set("replica-read-only", "no")
+    r.delete("gone-on-replica")
+    r.xgroup_create("only-on-replica", "g", id="$", mkstream=True)
+    inv = write_inventory(tmp_path / "inv.yaml", [pair_entry("p", master, replica)])
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 1
+    root = latest_run(tmp_path / "out")
+    got = sorted((f["category"], f["key"]) for f in findings(root))
+    assert got == [("extra_on_replica", b"only-on-replica"), ("missing_on_replica", b"gone-on-replica")]
+    coverage = summary(root)["pairs"][0]["coverage"]
+    assert coverage["keys_compared"] == 2 and coverage["master_keys_vanished"] == 0
+
+
 def _writer(master: RedisServer, stop: threading.Event) -> None:
     c = master.client()
     rnd = random.Random(1)

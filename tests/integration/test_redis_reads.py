@@ -92,6 +92,30 @@ def test_keys_that_vanish_or_change_type_mid_read_are_handled(server) -> None:  
     assert KeyReader(pipe, 10, 64).read([b"gone"])[0].status == VANISHED
 
 
+def test_an_empty_stream_is_a_key_not_a_vanished_one(server) -> None:  # type: ignore[no-untyped-def]
+    c = server.client(9)
+    c.xgroup_create("made-empty", "g", id="$", mkstream=True)  # exists with no entry
+    entry = c.xadd("emptied", {"a": "1"})
+    c.xdel("emptied", entry)
+    for i in range(20):
+        c.xadd("trimmed", {"i": i})
+    c.xadd("one", {"a": "1"})
+
+    def trim() -> None:  # after the first page (full) and XLEN, before the re-read: emptied, not gone
+        c.xtrim("trimmed", maxlen=0, approximate=False)
+
+    # replies: 1 SELECT, 2 TYPE/PTTL, 3 the first pages, 4 XLEN of the long stream
+    pipe = InterferingPipe(connect(server.url, role="test"), actions={3: trim})
+    pipe.execute([(b"SELECT", b"9")])
+    states = {s.key: s for s in KeyReader(pipe, 10, 64).read([b"made-empty", b"emptied", b"trimmed", b"one"])}
+    for k in (b"made-empty", b"emptied"):
+        assert (states[k].status, states[k].type, states[k].length) == (OK, "stream", 0), states[k]
+        assert states[k].digest == states[b"made-empty"].digest != states[b"one"].digest
+    assert (states[b"trimmed"].status, states[b"trimmed"].type) == (UNSTABLE, "stream")
+    c.delete("made-empty")
+    assert KeyReader(pipe, 10, 64).read([b"made-empty"])[0].status == VANISHED
+
+
 def test_max_keys_per_s_caps_the_snapshot_rate(server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     c = server.client(9)
     c.mset({f"k{i}": i for i in range(2000)})

@@ -9,7 +9,8 @@ whatever its type. A key longer than one page is read again from its start after
 (HLEN, SCARD, ZCARD, LLEN, XLEN), page by page, and the length is what tells a page read while the
 key changed; memory per key stays bounded by the page size whatever the key's size. A key that
 changes type or is rewritten between the reads gets status ``unstable`` (the recheck decides); a key
-that disappears gets ``vanished``.
+that disappears gets ``vanished``. An empty page means the key went, but for a stream, which may exist
+empty: TYPE tells which.
 
 :class:`BatchPlan` is the batch's state between the two requests, so a caller can keep several batches
 in flight on one connection (the snapshot does); :meth:`KeyReader.read` is the one-batch-at-a-time
@@ -264,7 +265,9 @@ class KeyReader:
             elif whole:
                 n = len(whole) if type_ in _ONE_ITEM_PER_ELEMENT else len(whole) // 2
                 add(k, _TYPE_NAMES[type_], ttl, exp, n, _ONE_PAGE[type_](whole), OK, None, read_at)
-            else:  # an empty page: the key went between TYPE and the read (no collection is empty)
+            elif type_ == b"stream":  # a stream may be empty (XDEL, XTRIM, XGROUP CREATE MKSTREAM)
+                add(k, "stream", ttl, exp, *_empty_stream(k, call, OK), read_at)
+            else:  # an empty page: the key went between TYPE and the read (no other collection is empty)
                 add(k, "", None, None, 0, None, VANISHED, None, read_at)
         if s_keys:
             n = len(s_keys)
@@ -307,8 +310,8 @@ class KeyReader:
         if isinstance(length, ReplyError):
             err = str(length)
             return 0, None, UNSTABLE if err.startswith("WRONGTYPE") else ERROR, err
-        if length == 0:
-            return 0, None, VANISHED, None
+        if length == 0:  # a full first page, then none: emptied (a stream) or gone meanwhile
+            return _empty_stream(key, call, UNSTABLE) if type_ == b"stream" else (0, None, VANISHED, None)
         try:
             digest, complete = self._digest(key, type_, length, call)
         except ReplyError as e:
@@ -358,6 +361,20 @@ def _whole_first_page(type_: bytes, page: Any, page_size: int) -> list[Any] | No
     if type_ in _SCAN_CMD:
         return page[1] if page[0] == b"0" else None
     return page if len(page) < page_size else None
+
+
+def _empty_stream(key: bytes, call: Call, status: str) -> tuple[int, str | None, str, str | None]:
+    """(length, digest, status, error) of a stream XRANGE or XLEN found empty: XRANGE and XLEN answer
+    a missing key the same way, so TYPE tells an empty stream (a key that exists, `status`) from a
+    key that went between the reads (vanished) or came back as another type (unstable)."""
+    type_ = call((b"TYPE", key))
+    if isinstance(type_, ReplyError):
+        return 0, None, ERROR, str(type_)
+    if type_ == b"none":
+        return 0, None, VANISHED, None
+    if type_ != b"stream":
+        return 0, None, UNSTABLE, None
+    return 0, stream_hexdigest([]), status, None
 
 
 def _next_stream_id(entry_id: bytes) -> bytes:
