@@ -94,7 +94,8 @@ def test_a_master_value_that_moved_is_not_the_same() -> None:
     assert not _same_master_value(state(b"k", expire_at_ms=10_000), state(b"k"), 2000)
 
 
-V1, V2 = ("string", 1, "a", False), ("string", 1, "b", False)
+V1, V2 = ("string", 1, "a", None), ("string", 1, "b", None)
+T1, T1_SKEWED, T_FAR = ("string", 1, "a", 100_000), ("string", 1, "a", 101_500), ("string", 1, "a", 700_000)
 
 
 @pytest.mark.parametrize(
@@ -108,12 +109,17 @@ V1, V2 = ("string", 1, "a", False), ("string", 1, "b", False)
         ([(10, V1), (20, V2)], (20, V1), False),  # exactly at a sample: that sample's value
         ([(10, None), (20, None)], (12, None), True),  # absent on both
         ([(10, None), (20, None)], (12, V1), False),
+        # expiry: absolute times, equal within the tolerance (the reads' skew), else a value of its own
+        ([(10, T1), (20, T1_SKEWED)], (15, T1_SKEWED), True),
+        ([(10, T1), (20, T1)], (15, T_FAR), False),
+        ([(10, T1), (20, T1)], (15, V1), False),  # an expiry on one side only
+        ([(10, T1), (20, T_FAR)], (15, T1), None),  # the master's expiry moved inside the bracket
     ],
 )
 def test_bracketing_the_replicas_offset(
     samples: list[tuple[int, Any]], replica: tuple[int, Any], expected: bool | None
 ) -> None:
-    agrees, _ = bracket([Sample(o, v) for o, v in samples], Sample(*replica))
+    agrees, _ = bracket([Sample(o, v) for o, v in samples], Sample(*replica), 2000)
     assert agrees is expected
 
 
@@ -121,9 +127,9 @@ def test_an_offset_of_another_replication_stream_brackets_nothing() -> None:
     # a replica re-pointed at another server mid-audit counts its offset in that server's stream: it
     # fell between two samples of this master's and its differing value was judged a divergence
     samples = [Sample(10, V1, "aaaa"), Sample(20, V1, "aaaa")]
-    assert bracket(samples, Sample(15, V2, "bbbb")) == (None, None)
-    assert bracket(samples, Sample(15, V2, "aaaa"))[0] is False
-    assert bracket([Sample(10, V1), Sample(20, V1)], Sample(15, V1, "bbbb"))[0] is True  # no id: offsets only
+    assert bracket(samples, Sample(15, V2, "bbbb"), 2000) == (None, None)
+    assert bracket(samples, Sample(15, V2, "aaaa"), 2000)[0] is False
+    assert bracket([Sample(10, V1), Sample(20, V1)], Sample(15, V1, "bbbb"), 2000)[0] is True  # no id: offsets only
 
 
 def test_split_for_recheck_parts_complement_each_other_however_often_evaluated(spark) -> None:  # type: ignore[no-untyped-def]

@@ -28,8 +28,8 @@ from audit.sources.redis.digest import OrderedDigest, UnorderedDigest
 from audit.sources.redis.info import as_int, parse_info
 from audit.sources.redis.resp import Command, RespPipe
 
-Value = tuple[str, int, str, bool] | None
-"""(type, length, digest, expires) of a key, or None when it does not exist."""
+Value = tuple[str, int, str, int | None] | None
+"""(type, length, digest, absolute expiry in ms or None) of a key, or None when it does not exist."""
 
 _FULL_READ: dict[str, tuple[bytes, ...]] = {
     "string": (b"GET",),
@@ -67,7 +67,9 @@ def read_at_offset(pipe: RespPipe, key: bytes, type_: str, offset_field: str) ->
     """The key's value with the server's replication offset, or None if the read was not atomic."""
     info: Command = (b"INFO", b"replication")
     read = (*_FULL_READ[type_][:1], key, *_FULL_READ[type_][1:])
+    started = time.time()
     first, kind, pttl, value, last = pipe.execute([info, (b"TYPE", key), (b"PTTL", key), read, info])
+    read_at = int((started + time.time()) * 500)  # midpoint, in ms
     stated = parse_info(first)
     before, after = as_int(stated.get(offset_field)), as_int(parse_info(last).get(offset_field))
     if before is None or before != after or isinstance(kind, ReplyError):
@@ -76,21 +78,32 @@ def read_at_offset(pipe: RespPipe, key: bytes, type_: str, offset_field: str) ->
     if kind == b"none":
         return Sample(before, None, replid)
     if kind.decode() != type_ or isinstance(value, ReplyError):
-        return Sample(before, (kind.decode(), -1, "", False), replid)  # another type now: a value all the same
+        return Sample(before, (kind.decode(), -1, "", None), replid)  # another type now: a value all the same
     length, digest = _digest(type_, value)
-    return Sample(before, (type_, length, digest, isinstance(pttl, int) and pttl >= 0), replid)
+    expire_at = read_at + pttl if isinstance(pttl, int) and pttl >= 0 else None
+    return Sample(before, (type_, length, digest, expire_at), replid)
 
 
-def bracket(samples: list[Sample], replica: Sample) -> tuple[bool | None, Sample | None]:
+def same_value(a: Value, b: Value, tolerance_ms: int) -> bool:
+    """One value: type, length and digest equal, and the expiry on both or neither, within the tolerance
+    (absolute expiry times from two reads differ by the reads' clock skew, as in the diff)."""
+    if a is None or b is None:
+        return a is b
+    if a[:3] != b[:3] or (a[3] is None) != (b[3] is None):
+        return False
+    return a[3] is None or b[3] is None or abs(a[3] - b[3]) <= tolerance_ms
+
+
+def bracket(samples: list[Sample], replica: Sample, tolerance_ms: int) -> tuple[bool | None, Sample | None]:
     """Whether the replica's value is the master's at its offset, and the master sample that says so
     (None, None: no two samples around the replica's offset with one value, yet). Only samples of the
     replica's own replication stream count: an offset of another stream is no position in this one."""
     samples = [s for s in samples if same_stream(s.replid, replica.replid)]
     for a, b in pairwise(samples):
-        if a.offset <= replica.offset <= b.offset and a.value == b.value:
-            return replica.value == a.value, a
+        if a.offset <= replica.offset <= b.offset and same_value(a.value, b.value, tolerance_ms):
+            return same_value(replica.value, a.value, tolerance_ms), a
     exact = [s for s in samples if s.offset == replica.offset]
-    return (replica.value == exact[0].value, exact[0]) if exact else (None, None)
+    return (same_value(replica.value, exact[0].value, tolerance_ms), exact[0]) if exact else (None, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +122,14 @@ def judge(
     type_: str,
     timeout_s: float,
     paced: tuple[Pacer | None, Pacer | None] = (None, None),
+    *,
+    tolerance_ms: int,
 ) -> Verdict | None:
     """Whether the replica holds the master's value at the replica's own offset; None if not decided in time.
 
     `paced`: each side's reads held to its max_keys_per_s (a read of the key counts one), as every read
-    of the audit is; without a cap the loop reads as fast as the servers answer, for at most `timeout_s`."""
+    of the audit is; without a cap the loop reads as fast as the servers answer, for at most `timeout_s`.
+    `tolerance_ms`: the pair's ttl_tolerance_ms, as the diff compares expiry times."""
     if type_ not in _FULL_READ:
         return None
     for pipe in (master, replica):
@@ -132,7 +148,7 @@ def judge(
             r_pacer.before_batch(1)
         r = read_at_offset(replica, key, type_, "slave_repl_offset")
         if r is not None and samples:
-            agrees, at = bracket(samples, r)
+            agrees, at = bracket(samples, r, tolerance_ms)
             if agrees is not None and at is not None:
                 return Verdict(agrees, at.value, r.value, r.offset)
     return None

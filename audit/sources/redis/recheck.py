@@ -348,7 +348,7 @@ def recheck(
     pending = {k: v for k, v in pending.items() if k not in unreadable}
     if judge_hot_keys and pending and isinstance(master, RespPipe) and isinstance(replica, RespPipe):
         small = {k: s for k, s in pending.items() if _fits_one_read(s, page, window_bytes)}
-        left = _judge_hot(small, (master, replica), divergent, stats, judge_hot_keys, ack_wait_s, paced)
+        left = _judge_hot(small, (master, replica), divergent, stats, judge_hot_keys, ack_wait_s, tolerance_ms, paced)
         pending = {k: s for k, s in pending.items() if k not in small or k in left}
     stats.in_flight = len(pending)
     stats.divergent = len(divergent)
@@ -375,6 +375,7 @@ def _judge_hot(
     stats: RecheckStats,
     limit: int,
     budget_s: float,
+    tolerance_ms: int,
     paced: tuple[Pacer | None, Pacer | None] = (None, None),
 ) -> dict[Key, KeyState | None]:
     """Keys still moving after the rounds, judged at the replica's own offset (audit/sources/redis/hotkeys.py)."""
@@ -386,7 +387,7 @@ def _judge_hot(
         remaining = deadline - time.monotonic()
         verdict = None
         if n < limit and last is not None and remaining > 0:
-            verdict = judge(*pipes, k[0], k[1], last.type, min(remaining, 1.0), paced)
+            verdict = judge(*pipes, k[0], k[1], last.type, min(remaining, 1.0), paced, tolerance_ms=tolerance_ms)
         if verdict is None:
             left[k] = last
         elif verdict.agrees:
@@ -398,11 +399,13 @@ def _judge_hot(
 
 
 def _state(key: bytes, value: Any) -> KeyState | None:
-    """A bracketed value as the state the diff's rule classifies (expiry kept only as present or not)."""
+    """A bracketed value as the state the diff's rule classifies."""
     if value is None:
         return None
-    type_, length, digest, expires = value
-    return KeyState(key, type_, None, 0 if expires else None, length, digest, "ok", None, int(time.time() * 1000))
+    type_, length, digest, expire_at = value
+    now = int(time.time() * 1000)
+    ttl = None if expire_at is None else max(expire_at - now, 0)
+    return KeyState(key, type_, ttl, expire_at, length, digest, "ok", None, now)
 
 
 def _divergent_frame(
