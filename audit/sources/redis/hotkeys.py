@@ -9,8 +9,11 @@ M_a <= R <= M_b; if the key held the same value at M_a and at M_b, that is its v
 replica must hold it. A difference is then a divergence, however often the key is written; samples that
 do not bracket R with one value are simply taken again, until a deadline.
 
-What this cannot see: a key written to a value and back within one bracket (a few hundred microseconds).
-Keys larger than one page are left to the paged reader (one pipeline must read the whole value).
+What this cannot tell: a key written to a value and back within one bracket (a few hundred microseconds)
+while the replica's offset fell in between; the replica then holds the passing value, and is judged
+divergent. The recheck's rounds have the same blind spot over a whole round, which is why a round's
+suspects come here (audit/sources/redis/recheck.py). Keys larger than one page are left to the paged
+reader (one pipeline must read the whole value).
 """
 
 from __future__ import annotations
@@ -26,7 +29,10 @@ from audit.pacing import Pacer
 from audit.sources.redis.ack import same_stream
 from audit.sources.redis.digest import OrderedDigest, UnorderedDigest
 from audit.sources.redis.info import as_int, parse_info
+from audit.sources.redis.keys import KeyState
 from audit.sources.redis.resp import Command, RespPipe
+
+Key = tuple[int, bytes]
 
 Value = tuple[str, int, str, int | None] | None
 """(type, length, digest, absolute expiry in ms or None) of a key, or None when it does not exist."""
@@ -152,3 +158,43 @@ def judge(
             if agrees is not None and at is not None:
                 return Verdict(agrees, at.value, r.value, r.offset)
     return None
+
+
+def fits_one_read(state: KeyState | None, page: int, window_bytes: int) -> bool:
+    """Whether the judge may read the key whole in one command: one page of elements, or one window of
+    a string (absent: nothing to read). A bigger key read whole, again and again, would block the
+    server and hold the value in memory: it is left to the recheck's rounds."""
+    if state is None:
+        return True
+    return state.length <= (window_bytes if state.type == "string" else page)
+
+
+def judge_keys(
+    keys: dict[Key, str],
+    pipes: tuple[RespPipe, RespPipe],
+    budget_s: float,
+    tolerance_ms: int,
+    paced: tuple[Pacer | None, Pacer | None] = (None, None),
+) -> dict[Key, Verdict]:
+    """Each key, read as the type given, judged in turn (at most 1 s a key) until `budget_s` is spent;
+    a key the judge could not decide in its time has no verdict."""
+    verdicts: dict[Key, Verdict] = {}
+    deadline = time.monotonic() + budget_s
+    for (db, key), type_ in keys.items():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        verdict = judge(*pipes, db, key, type_, min(remaining, 1.0), paced, tolerance_ms=tolerance_ms)
+        if verdict is not None:
+            verdicts[(db, key)] = verdict
+    return verdicts
+
+
+def as_state(key: bytes, value: Value) -> KeyState | None:
+    """A judged value as the state the diff's rule classifies."""
+    if value is None:
+        return None
+    type_, length, digest, expire_at = value
+    now = int(time.time() * 1000)
+    ttl = None if expire_at is None else max(expire_at - now, 0)
+    return KeyState(key, type_, ttl, expire_at, length, digest, "ok", None, now)

@@ -7,9 +7,13 @@ audit/diff/keyspace.py's `classify`; a test holds the two to the same cases):
 - with the replication stream to go by (a :class:`~audit.sources.redis.ack.ReplicaAck`): the first round
   runs at once; after the master's read the recheck waits until the replica has applied the master's
   position, reads the replica, then the master again. A key the replica now agrees with (either master
-  read) has converged; one that still differs while the master's value stayed the same is a confirmed
-  divergence at once, however hot the key; one whose master value moved is in flight and read again in
-  the next round;
+  read) has converged; one whose master value moved is in flight and read again in the next round. One
+  that still differs while both master reads agree is a confirmed divergence at once if the master
+  wrote nothing between them (its position did not move). Else the key may have moved and come back
+  between the two reads while the replica, read in between, held the state it passed through: it is a
+  suspect, judged at the replica's own offset (audit/sources/redis/hotkeys.py) when it fits one read,
+  else (or without a verdict in time) confirmed when a second round finds it differing with the same
+  values on both sides;
 - without it (two independent servers): rounds `interval_s` apart; a key that differs while the master's
   value did not change since its previous read survives the round; one whose master value changed is in
   flight this round and read again in the next. What still differs after the last round is reported.
@@ -20,9 +24,10 @@ by `max_in_flight` when a pair sets it), never silently dropped.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,6 +38,7 @@ from audit.diff.keyspace import VALUE_COLUMNS
 from audit.diff.spark import arrow_frame
 from audit.pacing import Pacer, PaceSettings
 from audit.sources.redis.ack import ReplicaAck, wait_for
+from audit.sources.redis.hotkeys import Verdict, as_state, fits_one_read, judge_keys
 from audit.sources.redis.keys import ERROR, UNSTABLE, VANISHED, KeyReader, KeyState
 from audit.sources.redis.resp import RespPipe
 from audit.sources.redis.snapshot import SNAPSHOT_SCHEMA
@@ -207,6 +213,10 @@ class _Round:
     converged: int = 0
     unreadable: set[Key] = field(default_factory=set)
     """Keys read again because a read was an error reply: an unreadable key never counts as converged."""
+    suspects: dict[Key, tuple[KeyState | None, KeyState | None]] = field(default_factory=dict)
+    """Keys that differed with the master's two reads alike while the master wrote meanwhile: the key may
+    have moved and come back between them (a key deleted and created again, a member added and removed),
+    and the replica, read in between, have held the state it passed through. Not judged yet."""
 
 
 def _errored(*states: KeyState | None) -> bool:
@@ -225,9 +235,13 @@ def _round_with_ack(
 ) -> _Round:
     out = _Round()
     before = read_keys(m_reader, keys, paced[0])
-    acked = wait_for(ack, r_reader.pipe, ack.mark(m_reader.pipe), ack_wait_s)
+    mark = ack.mark(m_reader.pipe)
+    acked = wait_for(ack, r_reader.pipe, mark, ack_wait_s)
     replica = read_keys(r_reader, keys, paced[1])
     after = read_keys(m_reader, keys, paced[0])
+    # Nothing written since `mark`: the replica, at `mark` or later, is at `mark`, where the master held
+    # what `after` read. Else a key alike in both master reads may still have changed between them.
+    quiet = acked and ack.mark(m_reader.pipe) == mark
     for k in keys:
         r = replica.get(k)
         if _errored(before.get(k), r, after.get(k)):
@@ -239,10 +253,47 @@ def _round_with_ack(
         ):
             out.converged += 1
         elif acked and _same_master_value(before.get(k), after.get(k), tolerance_ms):
-            out.divergent[k] = (after.get(k), r)
+            (out.divergent if quiet else out.suspects)[k] = (after.get(k), r)
         else:
             out.again[k] = after.get(k)
     return out
+
+
+Judge = Callable[[dict[Key, str]], dict[Key, Verdict]]
+"""Judges keys (read as the type given) at the replica's offset (audit/sources/redis/hotkeys.py)."""
+
+
+def _settle(
+    result: _Round,
+    earlier: dict[Key, tuple[KeyState | None, KeyState | None]],
+    judge: Judge | None,
+    fits: Callable[[KeyState | None], bool],
+    tolerance_ms: int,
+) -> dict[Key, tuple[KeyState | None, KeyState | None]]:
+    """Decide a round's suspects; return those seen for the first time (the next round's `earlier`).
+
+    A key the judge may read whole is judged at the replica's own offset, between two master reads a
+    few hundred microseconds apart. Any other (a key bigger than a page, no judge, no verdict in time)
+    is a divergence once a second round finds it differing with the same values on both sides."""
+    small = {}
+    for k, (m, r) in result.suspects.items():
+        m, r = _present(m), _present(r)
+        if (shown := m or r) is not None and fits(m) and fits(r):
+            small[k] = shown.type
+    judged = judge(small) if judge is not None and small else {}
+    first_seen = {}
+    for k, (m, r) in result.suspects.items():
+        if (verdict := judged.get(k)) is not None:
+            if verdict.agrees:
+                result.converged += 1
+            else:
+                result.divergent[k] = (as_state(k[1], verdict.master), as_state(k[1], verdict.replica))
+        elif (seen := earlier.get(k)) is not None and all(map(_same_master_value, seen, (m, r), (tolerance_ms,) * 2)):
+            result.divergent[k] = (m, r)
+        else:
+            first_seen[k] = (m, r)
+            result.again[k] = m
+    return first_seen
 
 
 def _round_without_ack(
@@ -323,8 +374,16 @@ def recheck(
     m_reader, r_reader = (_reader(side, page, window_bytes) for side in (master, replica))
     paced = pacers(max_keys_per_s)
     unreadable: set[Key] = set()
+    suspected: dict[Key, tuple[KeyState | None, KeyState | None]] = {}
     if not (isinstance(m_reader, KeyReader) and isinstance(r_reader, KeyReader)):
         ack, judge_hot_keys = None, 0
+    judging: Judge | None = None
+    if judge_hot_keys and isinstance(master, RespPipe) and isinstance(replica, RespPipe):
+        pipes = (master, replica)
+        judging = functools.partial(
+            judge_keys, pipes=pipes, budget_s=ack_wait_s, tolerance_ms=tolerance_ms, paced=paced
+        )
+    fits = functools.partial(fits_one_read, page=page, window_bytes=window_bytes)
     for n in range(rounds):
         if not pending:
             break
@@ -334,6 +393,7 @@ def recheck(
         if ack is not None:
             assert isinstance(m_reader, KeyReader) and isinstance(r_reader, KeyReader)
             result = _round_with_ack(keys, m_reader, r_reader, ack, ack_wait_s, tolerance_ms, mode, paced)
+            suspected = _settle(result, suspected, judging, fits, tolerance_ms)
         else:
             last = n == rounds - 1
             result = _round_without_ack(keys, pending, m_reader, r_reader, tolerance_ms, last, mode, paced)
@@ -346,66 +406,32 @@ def recheck(
         stats.per_round_remaining.append(len(pending))
     stats.unreadable = len(unreadable & pending.keys())
     pending = {k: v for k, v in pending.items() if k not in unreadable}
-    if judge_hot_keys and pending and isinstance(master, RespPipe) and isinstance(replica, RespPipe):
-        small = {k: s for k, s in pending.items() if _fits_one_read(s, page, window_bytes)}
-        left = _judge_hot(small, (master, replica), divergent, stats, judge_hot_keys, ack_wait_s, tolerance_ms, paced)
-        pending = {k: s for k, s in pending.items() if k not in small or k in left}
+    if judging is not None and pending:
+        hot = [(k, s.type) for k, s in pending.items() if s is not None and fits(s)][:judge_hot_keys]
+        _judge_still_moving(judging(dict(hot)), pending, divergent, stats)
     stats.in_flight = len(pending)
     stats.divergent = len(divergent)
     return _divergent_frame(spark, divergent, tolerance_ms, mode), stats
 
 
-def _reader(side: RespPipe | DbReader, page: int, window_bytes: int) -> Reader:
-    return KeyReader(side, page, window_bytes) if isinstance(side, RespPipe) else side
-
-
-def _fits_one_read(state: KeyState | None, page: int, window_bytes: int) -> bool:
-    """Whether the hot-key judge may read the key whole in one command (audit/sources/redis/hotkeys.py):
-    one page of elements, or one window of a string. A bigger key read whole, again and again, would
-    block the server and hold the value in memory: it stays in flight, counted, not judged."""
-    if state is None:
-        return False
-    return state.length <= (window_bytes if state.type == "string" else page)
-
-
-def _judge_hot(
+def _judge_still_moving(
+    verdicts: dict[Key, Verdict],
     pending: dict[Key, KeyState | None],
-    pipes: tuple[RespPipe, RespPipe],
     divergent: dict[Key, tuple[KeyState | None, KeyState | None]],
     stats: RecheckStats,
-    limit: int,
-    budget_s: float,
-    tolerance_ms: int,
-    paced: tuple[Pacer | None, Pacer | None] = (None, None),
-) -> dict[Key, KeyState | None]:
-    """Keys still moving after the rounds, judged at the replica's own offset (audit/sources/redis/hotkeys.py)."""
-    from audit.sources.redis.hotkeys import judge
-
-    left: dict[Key, KeyState | None] = {}
-    deadline = time.monotonic() + budget_s
-    for n, (k, last) in enumerate(pending.items()):
-        remaining = deadline - time.monotonic()
-        verdict = None
-        if n < limit and last is not None and remaining > 0:
-            verdict = judge(*pipes, k[0], k[1], last.type, min(remaining, 1.0), paced, tolerance_ms=tolerance_ms)
-        if verdict is None:
-            left[k] = last
-        elif verdict.agrees:
+) -> None:
+    """The judge's verdicts on keys still moving after the rounds: each judged key leaves `pending`."""
+    for k, verdict in verdicts.items():
+        del pending[k]
+        if verdict.agrees:
             stats.converged += 1
         else:
             stats.confirmed += 1
-            divergent[k] = (_state(k[1], verdict.master), _state(k[1], verdict.replica))
-    return left
+            divergent[k] = (as_state(k[1], verdict.master), as_state(k[1], verdict.replica))
 
 
-def _state(key: bytes, value: Any) -> KeyState | None:
-    """A bracketed value as the state the diff's rule classifies."""
-    if value is None:
-        return None
-    type_, length, digest, expire_at = value
-    now = int(time.time() * 1000)
-    ttl = None if expire_at is None else max(expire_at - now, 0)
-    return KeyState(key, type_, ttl, expire_at, length, digest, "ok", None, now)
+def _reader(side: RespPipe | DbReader, page: int, window_bytes: int) -> Reader:
+    return KeyReader(side, page, window_bytes) if isinstance(side, RespPipe) else side
 
 
 def _divergent_frame(
