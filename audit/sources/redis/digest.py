@@ -14,6 +14,8 @@ what the read commands return:
 | set    | sum mod 2**128 of H(member)                                       | none   |
 | zset   | sum mod 2**128 of H(float64 score bytes, seed=H(member))          | none   |
 
+A stream's consumer groups and last id are not part of its digest: XRANGE does not return them.
+
 Unordered types fold element digests with an addition, so HSCAN/SSCAN/ZSCAN pages can be folded in
 any order in constant memory; the element count goes into the final digest, and a caller that sees
 more elements than the length command reported knows the scan returned duplicates (a rehash in
