@@ -164,6 +164,8 @@ def test_cluster_replication_audit_finds_each_planted_divergence(
     assert any("master: cluster (CLUSTER SHARDS), 3 shards, 3 replicas" in n for n in s["notes"])
     assert any(n.startswith("compare: full") for n in s["notes"])
     assert s["coverage"]["shards"] == 3 and s["coverage"]["master_keys"] == 600  # one added, one dropped
+    # every finding was kept by the recheck: summed over the shards, as the other recheck counts are
+    assert s["coverage"]["recheck_divergent"] == s["coverage"]["recheck_confirmed_live"] == len(planted)
     plan = (run / s["artifacts"]["repair plan"]).read_text().splitlines()
     actions = {parse_line(line) for line in plan if parse_line(line)}
     assert actions == {
@@ -264,6 +266,7 @@ def test_standalone_to_cluster_migration(
     assert got == expected
     s = summary(run)["pairs"][0]
     assert s["metrics"]["recheck_unrechecked"] == (1 if compare == "keys" else 0)
+    assert s["metrics"]["recheck_divergent"] == len(expected) - s["metrics"]["recheck_unrechecked"]
     assert any(n.startswith(f"compare: {compare}") for n in s["notes"])
     assert any("db 0 only: no other db can be compared with a cluster" in n for n in s["notes"])
     # 800 source keys: tmp:* and other:* (400) left out; the target leaves out its tmp:/other: keys too

@@ -328,7 +328,7 @@ class FleetKeyspaceCheck(Check):
             mode=self.extras.compare,
             max_keys_per_s=s.snapshot_options().pace_settings().max_keys_per_s,
         )
-        for name in ("candidates", "converged", "in_flight", "confirmed", "unreadable"):
+        for name in ("candidates", "converged", "in_flight", "confirmed", "divergent", "unreadable"):
             setattr(stats, name, getattr(stats, name) + getattr(st, name))
         stats.rounds_run = max(stats.rounds_run, st.rounds_run)
         stats.live = stats.live or st.live
