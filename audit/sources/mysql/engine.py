@@ -255,7 +255,7 @@ def audit_tables(
         run.uncovered.append({"table": plans[i].display, "reason": reason})
     behind = f"the replica had not applied the master's GTID position within {settings.gtid_wait_s}s when re-read"
     for d, reason in [
-        *((d, "written on the master in every recheck round") for d in rechecked.in_flight),
+        *((d, _in_flight_reason(d)) for d in rechecked.in_flight),
         *((d, behind) for d in rechecked.behind),
     ]:
         run.uncovered.append({"table": plans[d.table].display, "row": _bound(d.key), "reason": reason})
@@ -295,6 +295,15 @@ def audit_tables(
         repair_path=repair_path,
         repair_statements=statements,
     )
+
+
+def _in_flight_reason(diff: RowDiff) -> str:
+    if diff.suspect:
+        return (
+            "differed while the master was being written (it may have changed and come back while the "
+            "replica was read), and no second round in a row found it again"
+        )
+    return "written on the master in every recheck round"
 
 
 def _deliver(findings: Iterable[Finding], sink: FindingsSink | None) -> tuple[list[Finding], dict[str, int]]:

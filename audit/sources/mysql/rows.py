@@ -4,10 +4,12 @@ A row that differs once may only be in flight. Each round re-reads the remaining
 master (in a snapshot whose GTID position it notes), on the replica once it has applied that position,
 then on the master again. A row equal on both sides is dropped (converged); a row the master changed
 between its two reads is being written and cannot be judged this round (in flight); a row the master
-held still while the replica, at or past the master's first read, shows another value is a divergence
-of the replica. A replica that has not applied the master's position within `gtid_wait_s` (stopped,
-or too far behind) judges nothing: its differing rows are `behind`, and left uncovered if they still are
-after the last round. Keyless tables are re-compared as multisets; a surplus must persist in every round.
+read alike twice while the replica, at or past the master's first read, shows another value is a
+divergence of the replica if the master was written by no one meanwhile, else a `suspect`, confirmed by
+a second round in a row (row_diff.judged). A replica that has not applied the master's position within
+`gtid_wait_s` (stopped, or too far behind) judges nothing: its differing rows are `behind`, and left
+uncovered if they still are after the last round. Keyless tables are re-compared as multisets; a surplus
+must persist in every round.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from audit.findings import Finding
 from audit.sources.mysql.chunks import Sides, TableWork
 from audit.sources.mysql.client import Row, TableGone
 from audit.sources.mysql.endpoint import MySQLSettings
-from audit.sources.mysql.row_diff import Key, RowDiff
+from audit.sources.mysql.row_diff import Key, RowDiff, judged
 from audit.sources.mysql.sql import decode_value, held_digest, json_value
 from audit.sources.mysql.values import Column, TablePlan
 
@@ -117,9 +119,20 @@ class RecheckResult:
 Reads = dict[Key, tuple[Row, int]]
 
 
-def _read(work: TableWork, keys: Sequence[Key]) -> tuple[Reads, Reads, Reads, bool]:
-    """(master before, replica, master after) rows of `keys`, and whether the replica had reached the
-    master's position (noted with the first read) when it was read."""
+@dataclass(frozen=True)
+class Round:
+    """One round's reads of some keys: (master before, replica, master after), whether the replica had
+    reached the master's position (noted with the first read) when read, and whether the master was
+    written by no one between its two reads (its position the same after the second)."""
+
+    before: Reads
+    replica: Reads
+    after: Reads
+    reached: bool
+    quiet: bool
+
+
+def _read(work: TableWork, keys: Sequence[Key]) -> Round:
     sides = work.sides
     with sides.master.snapshot():
         position = sides.master.gtid_position() if work.check_replication else ""
@@ -127,7 +140,9 @@ def _read(work: TableWork, keys: Sequence[Key]) -> tuple[Reads, Reads, Reads, bo
     reached = sides.replica.wait_for(position, work.settings.gtid_wait_s) if work.check_replication else True
     replica = work.rows_by_key("replica", keys)
     after = work.rows_by_key("master", keys)
-    return before, replica, after, reached
+    # without replication (a verification) the target holds what it holds, however the source moves
+    quiet = not work.check_replication or sides.master.gtid_position() == position
+    return Round(before, replica, after, reached, quiet)
 
 
 def _row(read: tuple[Row, int] | None) -> Row | None:
@@ -138,20 +153,21 @@ def _hash(read: tuple[Row, int] | None) -> int | None:
     return read[1] if read else None
 
 
-def _recheck_keyed(work: TableWork, diffs: list[RowDiff], result: RecheckResult) -> list[RowDiff]:
-    """One round over one table's keyed rows: what still differs (in flight ones included, marked)."""
+def _recheck_keyed(work: TableWork, diffs: list[RowDiff], result: RecheckResult, first: bool) -> list[RowDiff]:
+    """One round over one table's keyed rows: what still differs (in flight and suspect ones included, marked)."""
     left: list[RowDiff] = []
     step = work.keys_per_fetch(3)  # master before, replica, master after: held at once
     for i in range(0, len(diffs), step):
         batch = diffs[i : i + step]
-        before, replica, after, reached = _read(work, [d.key for d in batch if d.key is not None])
+        read = _read(work, [d.key for d in batch if d.key is not None])
         for d in batch:
             assert d.key is not None
-            fresh = reread(d, before.get(d.key), replica.get(d.key), after.get(d.key))
+            fresh = reread(d, read.before.get(d.key), read.replica.get(d.key), read.after.get(d.key))
             if fresh is None:
                 result.converged += 1
-            else:
-                left.append(fresh if reached else replace(fresh, behind=True))
+                continue
+            fresh = judged(d, fresh, quiet=read.quiet, first=first)
+            left.append(fresh if read.reached else replace(fresh, behind=True))
     return left
 
 
@@ -209,7 +225,8 @@ def recheck(
             keyed = [d for d in table_diffs if d.key is not None]
             keyless = [d for d in table_diffs if d.key is None]
             try:
-                left = _recheck_keyed(work, keyed, result) if keyed else []
+                first = round_no == 0
+                left = _recheck_keyed(work, keyed, result, first) if keyed else []
                 left += _recheck_keyless(work, keyless, result) if keyless else []
             except TableGone as e:  # the other tables' rows are still judged
                 result.altered[table] = str(e)
@@ -217,7 +234,7 @@ def recheck(
             remaining += left
         result.rounds_run += 1
         result.remaining_per_round.append(len(remaining))
-    result.persisting = [d for d in remaining if not d.in_flight and not d.behind]
-    result.in_flight = [d for d in remaining if d.in_flight and not d.behind]
+    result.persisting = [d for d in remaining if not d.in_flight and not d.suspect and not d.behind]
+    result.in_flight = [d for d in remaining if (d.in_flight or d.suspect) and not d.behind]
     result.behind = [d for d in remaining if d.behind]
     return result

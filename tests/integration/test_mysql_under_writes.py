@@ -1,0 +1,143 @@
+"""Kind mysql, the recheck of differing rows while the master is written, on a real MariaDB GTID pair.
+
+A round reads the master, waits until the replica has applied the master's position, reads the
+replica, then the master again. Two master reads alike do not show that a row stood still between
+them: it may have changed and come back (set and set back, deleted and inserted again) while the
+replica, read in between, held the value it passed through. The writes here are made at the moments
+that expose this, between the recheck's reads (real writes on the real master, replicated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from audit.local.mariadb_server import mariadb_available, wait_in_sync
+from audit.sources.mysql import catalog
+from audit.sources.mysql.chunks import Sides, TableWork
+from audit.sources.mysql.client import Server, connect_pair
+from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings
+from audit.sources.mysql.row_diff import RowDiff
+from audit.sources.mysql.rows import RecheckResult, recheck
+from audit.sources.mysql.values import TablePlan
+from tests.integration.mysql_pair import FAST, Pair, start_module_pair
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not mariadb_available(), reason="mariadbd not installed (apt-get install mariadb-server)"),
+]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    yield from start_module_pair(tmp_path_factory.mktemp("mysql-under-writes"))
+
+
+@pytest.fixture()
+def schema(pair: Pair) -> str:
+    return pair.new_schema()
+
+
+@pytest.fixture()
+def sides(pair: Pair) -> Iterator[Sides]:
+    ends = (MySQLEndpoint.from_url(pair.master_url), MySQLEndpoint.from_url(pair.replica_url))
+    opened = Sides(*connect_pair(*ends))
+    yield opened
+    opened.close()
+
+
+def plans_of(sides: Sides, schema: str, *tables: str) -> list[TablePlan]:
+    names = [(schema, t) for t in tables]
+    defs = (catalog.load_definitions(s, names, {}) for s in (sides.master, sides.replica))
+    plans, _ = catalog.compare_catalogs(names, *defs)
+    return plans
+
+
+def on_master(pair: Pair, *statements: str) -> None:
+    """Written on the master and applied by the replica before the auditor reads on."""
+    pair.master.execute(*statements)
+    wait_in_sync(pair.master, pair.replica)
+
+
+def around_replica_reads(monkeypatch: pytest.MonkeyPatch, act: Callable[[str], None]) -> None:
+    """act("before") and act("after") around each recheck read of the replica's rows by key."""
+    real = TableWork.rows_by_key
+
+    def wrapped(self: TableWork, side: str, keys: Any, server: Server | None = None) -> Any:
+        if side == "replica":
+            act("before")
+        try:
+            return real(self, side, keys, server)  # type: ignore[arg-type]
+        finally:
+            if side == "replica":
+                act("after")
+
+    monkeypatch.setattr(TableWork, "rows_by_key", wrapped)
+
+
+def keyed(pair: Pair, schema: str) -> None:
+    on_master(
+        pair,
+        f"CREATE TABLE {schema}.k (id INT PRIMARY KEY, s VARCHAR(10))",
+        f"INSERT INTO {schema}.k SELECT seq, 'orig' FROM {schema}.seq_1_to_100",
+        f"CREATE TABLE {schema}.other (id INT PRIMARY KEY, n INT)",
+        f"INSERT INTO {schema}.other VALUES (1, 0)",
+    )
+
+
+def run(sides: Sides, plans: list[TablePlan], diffs: list[RowDiff], rounds: int) -> RecheckResult:
+    settings: MySQLSettings = FAST.model_copy(update={"recheck_rounds": rounds})
+    return recheck(sides, plans, diffs, settings, check_replication=True)
+
+
+def keys(diffs: list[RowDiff]) -> list[Any]:
+    return sorted(d.key or () for d in diffs)
+
+
+def test_a_row_set_and_set_back_around_the_replica_read_is_not_confirmed(
+    pair: Pair, schema: str, sides: Sides, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A healthy row the chunk compare saw differ (it was being written), re-read in one round: the
+    master reads 'orig' twice, the replica, read in between, holds the 'tmp' the master passed
+    through. It was confirmed as a row_mismatch (replica 'tmp'), though the replica was in step."""
+    keyed(pair, schema)
+    plans = plans_of(sides, schema, "k")
+
+    def set_and_set_back(when: str) -> None:
+        on_master(pair, f"UPDATE {schema}.k SET s = '{'tmp' if when == 'before' else 'orig'}' WHERE id = 7")
+
+    around_replica_reads(monkeypatch, set_and_set_back)
+    result = run(sides, plans, [RowDiff(0, (7,), None, None, None, None)], rounds=1)
+    assert result.persisting == []
+    assert keys(result.in_flight) == [(7,)]  # undecided: uncovered, never a pass
+
+
+def test_divergences_are_confirmed_while_the_master_writes_other_rows(
+    pair: Pair, schema: str, sides: Sides, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real divergences, re-read while the master writes elsewhere in every round: two rounds that find
+    the same values on both sides confirm them; one such round alone leaves them undecided."""
+    keyed(pair, schema)
+    pair.on_replica_only(
+        f"DELETE FROM {schema}.k WHERE id = 8",
+        f"UPDATE {schema}.k SET s = 'x' WHERE id = 9",
+        f"INSERT INTO {schema}.k VALUES (500, 'extra')",
+    )
+    plans = plans_of(sides, schema, "k")
+    written = [0]
+
+    def elsewhere(when: str) -> None:
+        written[0] += 1
+        on_master(pair, f"UPDATE {schema}.other SET n = {written[0]}")
+
+    around_replica_reads(monkeypatch, elsewhere)
+    diffs = [RowDiff(0, (k,), None, None, None, None) for k in (8, 9, 500)]
+    confirmed = run(sides, plans, diffs, rounds=3)
+    assert keys(confirmed.persisting) == [(8,), (9,), (500,)] and confirmed.in_flight == []
+    once = run(sides, plans, diffs, rounds=1)
+    assert once.persisting == [] and keys(once.in_flight) == [(8,), (9,), (500,)]
+    monkeypatch.undo()  # a master written by no one: one round is exact, and confirms
+    quiet = run(sides, plans, diffs, rounds=1)
+    assert keys(quiet.persisting) == [(8,), (9,), (500,)] and quiet.in_flight == []
