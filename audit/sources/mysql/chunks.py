@@ -353,19 +353,15 @@ class TableWork:
                 )
 
     # --- keyless tables ----------------------------------------------------------------------------------
-    def _surplus(self) -> dict[int, int]:
-        """Row hash -> master copies minus replica copies, where they differ: both sides' counts come
+    def copies(self) -> dict[int, tuple[int, int]]:
+        """Row hash -> (master copies, replica copies), where they differ: both sides' counts come
         sorted by hash and are merged as they stream, so memory holds the differences only."""
         doing = "counting the copies of each row"
         m_rows, r_rows = self.sides.both(
             lambda s: s.start_stream(self.sql["master"].hash_counts(), doing),
             lambda s: s.start_stream(self.sql["replica"].hash_counts(), doing),
         )
-        surplus: dict[int, int] = {}
-        for h, m, r in merge_counts(m_rows, r_rows):
-            if m != r:
-                surplus[h] = m - r
-        return surplus
+        return {h: (m, r) for h, m, r in merge_counts(m_rows, r_rows) if m != r}
 
     def _samples(self, side: Side, wanted: set[int]) -> dict[int, Row]:
         out: dict[int, Row] = {}
@@ -379,7 +375,7 @@ class TableWork:
 
     def multiset(self) -> Iterator[RowDiff]:
         """A keyless table as a multiset: rows whose number of copies differs, with the surplus."""
-        surplus = self._surplus()
+        surplus = {h: m - r for h, (m, r) in self.copies().items()}
         if not surplus:
             return
         ms, rs = self.sides.both(

@@ -8,8 +8,8 @@ read alike twice while the replica, at or past the master's first read, shows an
 divergence of the replica if the master was written by no one meanwhile, else a `suspect`, confirmed by
 a second round in a row (row_diff.judged). A replica that has not applied the master's position within
 `gtid_wait_s` (stopped, or too far behind) judges nothing: its differing rows are `behind`, and left
-uncovered if they still are after the last round. Keyless tables are re-compared as multisets; a surplus
-must persist in every round.
+uncovered if they still are after the last round. Keyless tables are re-compared as multisets
+(recheck_keyless.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from audit.findings import Finding
 from audit.sources.mysql.chunks import Sides, TableWork
 from audit.sources.mysql.client import Row, TableGone
 from audit.sources.mysql.endpoint import MySQLSettings
+from audit.sources.mysql.recheck_keyless import recheck_keyless
 from audit.sources.mysql.row_diff import Key, RowDiff, judged
 from audit.sources.mysql.sql import decode_value, held_digest, json_value
 from audit.sources.mysql.values import Column, TablePlan
@@ -185,22 +186,6 @@ def reread(
     return RowDiff(diff.table, diff.key, m1, r, _hash(master_before), _hash(replica), in_flight=m1 != m2)
 
 
-def _recheck_keyless(work: TableWork, diffs: list[RowDiff], result: RecheckResult) -> list[RowDiff]:
-    reached = work.open_snapshots() is not False
-    try:
-        now = {(d.master_hash, d.replica_hash): d for d in work.multiset()}
-    finally:
-        work.close_snapshots()
-    left = []
-    for d in diffs:
-        current = now.get((d.master_hash, d.replica_hash))
-        if current is None:
-            result.converged += 1
-        else:
-            left.append(replace(current, copies=min(current.copies, d.copies), behind=not reached))
-    return left
-
-
 def recheck(
     sides: Sides,
     plans: Sequence[TablePlan],
@@ -227,7 +212,10 @@ def recheck(
             try:
                 first = round_no == 0
                 left = _recheck_keyed(work, keyed, result, first) if keyed else []
-                left += _recheck_keyless(work, keyless, result) if keyless else []
+                if keyless:
+                    kept, converged = recheck_keyless(work, keyless, first)
+                    left += kept
+                    result.converged += converged
             except TableGone as e:  # the other tables' rows are still judged
                 result.altered[table] = str(e)
                 continue
