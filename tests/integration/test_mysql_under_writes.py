@@ -214,3 +214,29 @@ def test_keyless_divergences_are_confirmed_while_the_master_writes_other_rows(
     assert len(confirmed.persisting) == 3 and confirmed.in_flight == []
     once = run(sides, plans, diffs, rounds=1)
     assert once.persisting == [] and len(once.in_flight) == 3
+
+
+# --- coverage --------------------------------------------------------------------------------------------
+
+
+def test_rows_of_chunks_left_uncovered_are_not_counted_as_compared(pair: Pair, schema: str) -> None:
+    """A replica whose SQL thread is stopped while the master writes the first rows: their chunks are
+    uncovered, and rows_compared claimed them too (every row of the table, none of these compared)."""
+    from audit.local.mariadb_server import wait_link_up
+
+    on_master(
+        pair,
+        f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {schema}.t SELECT seq, seq FROM {schema}.seq_1_to_2000",
+    )
+    pair.replica.execute("STOP SLAVE SQL_THREAD")
+    try:
+        pair.master.execute(f"UPDATE {schema}.t SET v = -v WHERE id <= 300")
+        result = pair.audit([f"{schema}.t"], FAST.model_copy(update={"gtid_wait_s": 0.3}))
+    finally:
+        pair.replica.execute("START SLAVE SQL_THREAD")
+        wait_link_up(pair.replica)
+    m = result.metrics
+    assert result.findings == [] and m["chunks_uncovered"] >= 1 and m["chunks_equal"] >= 1
+    assert m["master_rows"] == 2000 and 0 < m["uncovered_rows"] < 2000
+    assert m["rows_compared"] == 2000 - m["uncovered_rows"]

@@ -55,6 +55,9 @@ class TableResult:
     master: Digest = ZERO
     replica: Digest = ZERO
     uncovered: list[str] = field(default_factory=list)
+    compared: int = 0
+    """Rows of the chunks judged (equal or different), the larger side's count of each: an uncovered
+    chunk's rows are counted on each side but were not compared."""
 
     def as_dict(self, hash_function: str) -> dict[str, Any]:
         return {
@@ -156,6 +159,8 @@ class _Run:
             r.chunks += 1
             r.master, r.replica = r.master + event.master, r.replica + event.replica
             setattr(r, f"chunks_{event.status}", getattr(r, f"chunks_{event.status}") + 1)
+            if event.status != "uncovered":
+                r.compared += max(event.master.count, event.replica.count)
         elif isinstance(event, RowDiff):
             full = len(self.candidates) >= self.settings.recheck_max_rows
             (self.overflow if full else self.candidates).append(event)
@@ -252,6 +257,7 @@ def audit_tables(
     for i in sorted(altered):
         reason = gone.get(i, "definition changed during the audit")
         run.results[i].uncovered.append(reason)
+        run.results[i].compared = 0  # its rows are not judged
         run.uncovered.append({"table": plans[i].display, "reason": reason})
     behind = f"the replica had not applied the master's GTID position within {settings.gtid_wait_s}s when re-read"
     for d, reason in [
@@ -378,7 +384,7 @@ def _metrics(
         "chunks_uncovered": sum(r.chunks_uncovered for r in res),
         "master_rows": sum(r.master.count for r in res),
         "replica_rows": sum(r.replica.count for r in res),
-        "rows_compared": sum(max(r.master.count, r.replica.count) for r in res),
+        "rows_compared": sum(r.compared for r in res),
         "master_rows_shipped": run.rows_read["master"],
         "replica_rows_shipped": run.rows_read["replica"],
         "row_candidates": len(run.candidates) + len(run.overflow),
