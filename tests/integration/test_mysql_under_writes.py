@@ -240,3 +240,27 @@ def test_rows_of_chunks_left_uncovered_are_not_counted_as_compared(pair: Pair, s
     assert result.findings == [] and m["chunks_uncovered"] >= 1 and m["chunks_equal"] >= 1
     assert m["master_rows"] == 2000 and 0 < m["uncovered_rows"] < 2000
     assert m["rows_compared"] == 2000 - m["uncovered_rows"]
+
+
+def test_chunks_keep_their_size_while_the_replica_is_behind(pair: Pair, schema: str) -> None:
+    """Chunks are sized to a time target of their checksums. The wait for a stopped replica counted as
+    checksum time: every chunk shrank to min_chunk_rows and waited again (40 chunks of 50 rows, each
+    a wait; a second a chunk by default, hours for a large table)."""
+    from audit.local.mariadb_server import wait_link_up
+
+    on_master(
+        pair,
+        f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {schema}.t SELECT seq, seq FROM {schema}.seq_1_to_2000",
+    )
+    pair.replica.execute("STOP SLAVE SQL_THREAD")
+    try:
+        pair.master.execute(f"UPDATE {schema}.t SET v = -v")
+        settings = FAST.model_copy(update={"gtid_wait_s": 0.3, "chunk_time_s": 0.1})
+        result = pair.audit([f"{schema}.t"], settings)
+    finally:
+        pair.replica.execute("START SLAVE SQL_THREAD")
+        wait_link_up(pair.replica)
+    m = result.metrics
+    assert result.findings == [] and m["chunks_uncovered"] == m["chunks"] and m["uncovered_rows"] == 2000
+    assert m["chunks"] <= 20, m["chunks"]

@@ -167,6 +167,7 @@ class TableWork:
         self.sql = {s: TableSql(plan, s, settings.hash_function) for s in ("master", "replica")}
         self.pacer = Pacer(PaceSettings(max_keys_per_s=settings.max_rows_per_s)) if settings.max_rows_per_s else None
         self._behind = False
+        self._waited = 0.0
         self.row_bytes = held_row_bytes(plan)
         # a row read by a text key may be spelt otherwise ('A' read for 'a'): matched to the key asked for
         # by the server's own equality; without ranges the sides' collations differ, and only bytes match
@@ -228,16 +229,20 @@ class TableWork:
     def _wait(self, position: str) -> bool:
         """The replica's bounded wait; after one that timed out, the next ones wait at most a second."""
         bound = min(1.0, self.settings.gtid_wait_s) if self._behind else self.settings.gtid_wait_s
+        t0 = time.perf_counter()
         reached = self.sides.replica.wait_for(position, bound)
+        self._waited += time.perf_counter() - t0
         self._behind = not reached
         return reached
 
     def chunk(self, lower: Bound, upper: Bound) -> Iterator[Event]:
         """One chunk's events; its snapshots stay open until the next chunk (or close_snapshots)."""
-        t0 = time.perf_counter()
+        t0, self._waited = time.perf_counter(), 0.0
         try:
             m, r, reached = self._open_and_checksum(lower, upper)
-            seconds = time.perf_counter() - t0
+            # the checksums' time, which sizes the next chunk: not the wait for a lagging replica, which
+            # shrank every chunk to min_chunk_rows, each then waiting again (a second each once behind)
+            seconds = time.perf_counter() - t0 - self._waited
             if m == r:
                 yield ChunkDone(self.index, lower, upper, m, r, "equal", seconds)
             elif reached is False:
