@@ -182,8 +182,9 @@ class TableWork:
         m, r = self.sides.both(lambda s: s.one(m_sql, "a chunk checksum"), lambda s: s.one(r_sql, "a chunk checksum"))
         return _digest(m), _digest(r)
 
-    def open_snapshots(self) -> bool | None:
-        """Both snapshots, the replica's once it has applied the master's position: reached or not."""
+    def open_snapshots(self) -> tuple[bool | None, str]:
+        """Both snapshots, the replica's once it has applied the master's position: (reached or not
+        (None without check_replication), that position)."""
         position = ""
         self.sides.master.begin()
         if self.check_replication:
@@ -196,7 +197,7 @@ class TableWork:
             return reached
 
         try:
-            return self.sides.both(lambda s: None, replica)[1]
+            return self.sides.both(lambda s: None, replica)[1], position
         except BaseException:
             self.sides.master.end()
             raise

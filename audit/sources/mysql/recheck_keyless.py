@@ -61,21 +61,17 @@ def recheck_keyless(work: TableWork, diffs: list[RowDiff], first: bool) -> tuple
 
 
 def _read(work: TableWork, later: Server, wanted: set[int]) -> _Reads:
-    sides, check = work.sides, work.check_replication
+    reached, position = work.open_snapshots()
     try:
-        sides.master.begin()
-        position = sides.master.gtid_position() if check else ""
-        reached = sides.replica.wait_for(position, work.settings.gtid_wait_s) if check else True
-        sides.replica.begin()
         later.begin()
         # without replication (a verification) the target holds what it holds, however the source moves
-        quiet = not check or later.gtid_position() == position
+        quiet = not work.check_replication or later.gtid_position() == position
         copies = work.copies()
         after = _master_copies(work, later, wanted)
     finally:
         work.close_snapshots()
         later.end()
-    return _Reads(copies, after, reached, quiet)
+    return _Reads(copies, after, reached is not False, quiet)
 
 
 def _master_copies(work: TableWork, server: Server, wanted: set[int]) -> dict[int, int]:
