@@ -264,3 +264,31 @@ def test_chunks_keep_their_size_while_the_replica_is_behind(pair: Pair, schema: 
     m = result.metrics
     assert result.findings == [] and m["chunks_uncovered"] == m["chunks"] and m["uncovered_rows"] == 2000
     assert m["chunks"] <= 20, m["chunks"]
+
+
+def test_rows_the_recheck_left_undecided_are_counted_in_uncovered_rows(
+    pair: Pair, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows the recheck could not judge (the replica stopped before it) are uncovered, one entry each, and
+    were counted as 0 rows: the summary said "2 table ranges or rows not compared (0 rows)"."""
+    import audit.sources.mysql.engine as engine
+    from audit.local.mariadb_server import wait_link_up
+
+    keyed(pair, schema)
+    pair.on_replica_only(f"UPDATE {schema}.k SET s = 'x' WHERE id IN (5, 6)")
+    real = engine.recheck
+
+    def replica_stopped_first(*args: Any, **kwargs: Any) -> Any:
+        pair.replica.execute("STOP SLAVE SQL_THREAD")
+        pair.master.execute(f"UPDATE {schema}.other SET n = 1")  # a position the replica will not reach
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "recheck", replica_stopped_first)
+    try:
+        result = pair.audit([f"{schema}.k"], FAST.model_copy(update={"gtid_wait_s": 0.3, "recheck_rounds": 1}))
+    finally:
+        pair.replica.execute("START SLAVE SQL_THREAD")
+        wait_link_up(pair.replica)
+    assert result.findings == [] and [u["row"] for u in result.uncovered] == [["5"], ["6"]]
+    assert result.metrics["uncovered"] == 2 and result.metrics["uncovered_rows"] == 2
+    assert result.metrics["rows_compared"] == 98

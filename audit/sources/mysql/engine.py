@@ -257,14 +257,17 @@ def audit_tables(
     for i in sorted(altered):
         reason = gone.get(i, "definition changed during the audit")
         run.results[i].uncovered.append(reason)
+        run.uncovered.append({"table": plans[i].display, "rows": run.results[i].compared, "reason": reason})
         run.results[i].compared = 0  # its rows are not judged
-        run.uncovered.append({"table": plans[i].display, "reason": reason})
     behind = f"the replica had not applied the master's GTID position within {settings.gtid_wait_s}s when re-read"
     for d, reason in [
         *((d, _in_flight_reason(d)) for d in rechecked.in_flight),
         *((d, behind) for d in rechecked.behind),
     ]:
-        run.uncovered.append({"table": plans[d.table].display, "row": _bound(d.key), "reason": reason})
+        undecided = 0 if d.table in altered else d.copies  # an altered table's rows are uncovered above
+        run.results[d.table].compared -= undecided
+        entry = {"table": plans[d.table].display, "row": _bound(d.key), "rows": undecided, "reason": reason}
+        run.uncovered.append(entry)
     checked = settings.recheck_rounds > 0
 
     def kept() -> Iterator[tuple[RowDiff, bool]]:
