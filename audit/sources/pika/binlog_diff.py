@@ -128,8 +128,12 @@ class Alignment:
 def _side(df: DataFrame, p: str) -> DataFrame:
     """Every column prefixed by side, `db` too: the two sides share lineage, so bare names would be ambiguous."""
     cols = ["db", "seq", "spos", "epos", "digest", "exec_time", "command", "key", "filenum", "start", "end"]
+    # A log's last record has no "both neighbours" (null, never equal in a join): a slave behind has just
+    # not written its next record yet, so it pairs by its left neighbour before it pairs, by its right one,
+    # as last with the master's last record (right after a gap, the slave's last record is the master's).
+    right = F.col("next_digest").isNotNull()
     ctx = {
-        "ctx3": F.xxhash64(F.col("prev_digest"), F.col("digest"), F.col("next_digest")),
+        "ctx3": F.when(right, F.xxhash64(F.col("prev_digest"), F.col("digest"), F.col("next_digest"))),
         "ctxl": F.xxhash64(F.col("prev_digest"), F.col("digest")),
         "ctxr": F.xxhash64(F.col("digest"), F.col("next_digest")),
     }
