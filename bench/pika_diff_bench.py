@@ -12,8 +12,9 @@ then, alternately, `--repeat` times each:
 - "files (before)": every intermediate frame of the alignment written as Parquet and read back (what the
   check did before, and still does on a cluster);
 - "current": the check's own staging (audit/diff/materialize.py: a local checkpoint on a local master);
-- with `--before REV`: REV's binlog diff (audit/sources/pika/binlog_diff.py at REV, imported beside this
-  tree's) with this tree's staging: what the alignment itself changed.
+- with `--before REV`: REV's binlog diff (audit/sources/pika/binlog_diff.py and, from when the alignment
+  moved there, binlog_align.py, at REV, imported beside this tree's) with this tree's staging: what the
+  alignment itself changed.
 
 Both skip the passes with nothing left to match; how many frames were staged is printed.
 
@@ -94,16 +95,31 @@ def files_stage(spark: Any, work: Path) -> Callable[[Any, str], Any]:
 
 
 def revision_module(rev: str) -> ModuleType:
-    """`audit/sources/pika/binlog_diff.py` as it is at `rev`, imported beside this tree's (its own imports
-    resolve to this tree's modules)."""
-    source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{rev}:audit/sources/pika/binlog_diff.py"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    path = Path(tempfile.mkdtemp(prefix="pika-diff-rev-")) / "binlog_diff_at_rev.py"
+    """`audit/sources/pika/binlog_diff.py` as it is at `rev`, imported beside this tree's (its other imports
+    resolve to this tree's modules), with `rev`'s own alignment (binlog_align.py) where it has one."""
+    align = _source_at(rev, "audit/sources/pika/binlog_align.py")
+    name = "audit.sources.pika.binlog_align"
+    ours = sys.modules.get(name)
+    if align is not None:
+        sys.modules[name] = _load("binlog_align_at_rev", align)  # what rev's `from ... import` reads
+    try:
+        diff = _source_at(rev, "audit/sources/pika/binlog_diff.py")
+        assert diff is not None, f"{rev} has no audit/sources/pika/binlog_diff.py"
+        return _load("binlog_diff_at_rev", diff)
+    finally:
+        if ours is not None:
+            sys.modules[name] = ours
+
+
+def _source_at(rev: str, path: str) -> bytes | None:
+    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"], capture_output=True)
+    return shown.stdout if shown.returncode == 0 else None
+
+
+def _load(name: str, source: bytes) -> ModuleType:
+    path = Path(tempfile.mkdtemp(prefix="pika-diff-rev-")) / f"{name}.py"
     path.write_bytes(source)
-    spec = importlib.util.spec_from_file_location("binlog_diff_at_rev", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there

@@ -1,0 +1,174 @@
+"""The alignment of a Pika master's binlog records with its slave's, per database (docs/formats/pika-binlog.md,
+"What the comparison reports"): which slave record holds each master record, and what is left on each
+side. audit/sources/pika/binlog_diff.py numbers the records and turns what is left into findings.
+
+The passes, each over what the previous one left unmatched:
+
+1. by position and content: (db, end position, digest of the record and of the one before) equal: healthy;
+2. by content alone, the k-th unmatched occurrence of a content key on one side with the k-th on the
+   other, the key being the record with both neighbours, then with one; then the record alone, at a
+   shift the matched records near it show: the same record at another position, i.e. the slave's
+   offsets are shifted by a gap or a replay;
+3. by position alone: same place, different content (`divergent_entry`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from audit.diff.materialize import Stage
+
+
+@dataclass(frozen=True)
+class Alignment:
+    matched: DataFrame  # db, m_seq, s_seq, m_epos, s_epos, how
+    m_rest: DataFrame  # master records matched by nothing
+    s_rest: DataFrame  # slave records matched by nothing
+    divergent: DataFrame  # db, m_*, s_* at the same position with different content
+
+    @property
+    def horizon(self) -> DataFrame:
+        """Per db, the last master record the slave holds: master records after it are lag, not loss."""
+        return self.matched.groupBy("db").agg(F.max("m_seq").alias("horizon"))
+
+
+def _side(df: DataFrame, p: str) -> DataFrame:
+    """Every column prefixed by side, `db` too: the two sides share lineage, so bare names would be ambiguous."""
+    cols = ["db", "seq", "spos", "epos", "digest", "exec_time", "command", "key", "filenum", "start", "end"]
+    # A log's last record has no "both neighbours" (null, never equal in a join): a slave behind has just
+    # not written its next record yet, so it pairs by its left neighbour before it pairs, by its right one,
+    # as last with the master's last record (right after a gap, the slave's last record is the master's).
+    right = F.col("next_digest").isNotNull()
+    ctx = {
+        "ctx3": F.when(right, F.xxhash64(F.col("prev_digest"), F.col("digest"), F.col("next_digest"))),
+        "ctxl": F.xxhash64(F.col("prev_digest"), F.col("digest")),
+        "ctxr": F.xxhash64(F.col("digest"), F.col("next_digest")),
+    }
+    return df.select(*[F.col(c).alias(p + c) for c in cols], *[e.alias(p + n) for n, e in ctx.items()])
+
+
+def _pairs(m: DataFrame, s: DataFrame, on: list[tuple[str, str]], how: str) -> DataFrame:
+    cond = [F.col("m_db") == F.col("s_db")] + [F.col(a) == F.col(b) for a, b in on]
+    return _paired(m.join(s, cond), how)
+
+
+def _paired(joined: DataFrame, how: str) -> DataFrame:
+    return joined.select(
+        F.col("m_db").alias("db"), "m_seq", "s_seq", "m_epos", "s_epos", "m_spos", "s_spos", F.lit(how).alias("how")
+    )
+
+
+SHIFT_BUCKET = 4096
+"""Records per bucket of the master's sequence: a record that matched by nothing but its own content pairs
+only at a shift (slave seq - master seq) that matched records in its bucket or the two next to it show."""
+
+
+def _near_shifts(matched: DataFrame) -> DataFrame:
+    """(_db, _b, _d): the shifts matched records show around each bucket of master sequence numbers."""
+    bucket = F.floor(F.col("m_seq") / SHIFT_BUCKET)
+    seen = matched.select(F.col("db").alias("_db"), bucket.alias("b"), (F.col("s_seq") - F.col("m_seq")).alias("_d"))
+    near = F.explode(F.array(F.col("b") - 1, F.col("b"), F.col("b") + 1)).alias("_b")
+    return seen.distinct().select("_db", near, "_d").distinct()
+
+
+def _pairs_at_known_shifts(m: DataFrame, s: DataFrame, matched: DataFrame) -> DataFrame:
+    """The last content pass: a record alone (no neighbour in common) pairs with the slave record of the same
+    content exactly one nearby shift away. Pairing the k-th occurrence anywhere in the db, as the passes
+    with context do, paired a record lost in a gap with a copy replayed thousands of records later: each
+    pair hid one lost and one replayed record, and cut both findings into pieces. Each record keeps one
+    partner: the smallest shift first."""
+    near = _near_shifts(matched)
+    at = m.join(near, (F.col("m_db") == F.col("_db")) & (F.floor(F.col("m_seq") / SHIFT_BUCKET) == F.col("_b")))
+    cond = (
+        (F.col("m_db") == F.col("s_db"))
+        & (F.col("m_seq") + F.col("_d") == F.col("s_seq"))
+        & (F.col("m_digest") == F.col("s_digest"))
+    )
+    candidates = at.join(s, cond)
+    first = {
+        p: Window.partitionBy(f"{p}db", f"{p}seq").orderBy(F.abs(F.col("_d")), f"{q}seq")
+        for p, q in (("m_", "s_"), ("s_", "m_"))
+    }
+    one_each = (
+        candidates.withColumn("_m1", F.row_number().over(first["m_"]))
+        .where(F.col("_m1") == 1)
+        .withColumn("_s1", F.row_number().over(first["s_"]))
+        .where(F.col("_s1") == 1)
+    )
+    return _paired(one_each, "content")
+
+
+def _anti(df: DataFrame, matched: DataFrame, p: str) -> DataFrame:
+    return df.join(matched.select(F.col("db").alias(f"{p}db"), f"{p}seq"), [f"{p}db", f"{p}seq"], "left_anti")
+
+
+def no_stage(df: DataFrame, name: str) -> DataFrame:
+    """Identity, fine for small data. Without staging (audit/diff/materialize.py) every action would
+    recompute the whole alignment from the raw scans."""
+    return df
+
+
+def _by_position(m: DataFrame, s: DataFrame, stage: Stage) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """The first pass: same place, same content, same content before it (repetitive logs, a gap of whole
+    INCR/SET cycles, put identical records at identical offsets by chance, and only the neighbour tells
+    them apart). One full outer join, staged once, gives the pairs and both sides' rests: a position is
+    unique on its side, so the pairing is one to one."""
+    on = (F.col("m_db") == F.col("s_db")) & (F.col("m_epos") == F.col("s_epos")) & (F.col("m_ctxl") == F.col("s_ctxl"))
+    outer = stage(m.join(s, on, "full_outer"), "by_position")
+    paired = _paired(outer.where(F.col("m_seq").isNotNull() & F.col("s_seq").isNotNull()), "position")
+    m_rest = outer.where(F.col("s_seq").isNull()).select(*m.columns)
+    s_rest = outer.where(F.col("m_seq").isNull()).select(*s.columns)
+    return paired, m_rest, s_rest
+
+
+def align(m_good: DataFrame, s_good: DataFrame, stage: Stage = no_stage) -> Alignment:
+    m, s = _side(m_good, "m_"), _side(s_good, "s_")
+    exact, m1, s1 = _by_position(m, s, stage)
+    both_left = not (s1.isEmpty() or m1.isEmpty())  # the common case: a healthy pair is aligned by position
+    # Content passes, most specific first: a record with its two neighbours, with its left one, with its
+    # right one, alone. Repeated commands (INCR x) only pair up once their context has; records at the edge
+    # of a gap or a replay keep one neighbour and match in the one-sided passes.
+    shifted_parts: list[DataFrame] = []
+    for n, ctx in enumerate(("ctx3", "ctxl", "ctxr", "digest")):
+        if not both_left:
+            break
+        if ctx == "digest":
+            matched_so_far = exact.unionByName(_union(shifted_parts)) if shifted_parts else exact
+            found = stage(_pairs_at_known_shifts(m1, s1, matched_so_far), f"shifted{n}")
+        else:
+            occ = {p: Window.partitionBy(f"{p}db", f"{p}{ctx}").orderBy(f"{p}seq") for p in ("m_", "s_")}
+            m1o = m1.withColumn("m_occ", F.row_number().over(occ["m_"]))
+            s1o = s1.withColumn("s_occ", F.row_number().over(occ["s_"]))
+            on = [(f"m_{ctx}", f"s_{ctx}"), ("m_occ", "s_occ")]
+            found = stage(_pairs(m1o, s1o, on, "content"), f"shifted{n}")
+        shifted_parts.append(found)
+        m1, s1 = stage(_anti(m1, found, "m_"), f"m_rest{n + 2}"), stage(_anti(s1, found, "s_"), f"s_rest{n + 2}")
+        both_left = not (s1.isEmpty() or m1.isEmpty())
+    shifted = _union(shifted_parts) if shifted_parts else exact.limit(0)
+    m2, s2 = m1, s1
+    at_same_place = m2.join(s2, (F.col("m_db") == F.col("s_db")) & (F.col("m_epos") == F.col("s_epos")))
+    if not both_left:  # one side fully matched: nothing diverges in place, and the rests stand as they are
+        return Alignment(
+            matched=exact.unionByName(shifted),
+            m_rest=m2.withColumnRenamed("m_db", "db"),
+            s_rest=s2.withColumnRenamed("s_db", "db"),
+            divergent=at_same_place.limit(0).withColumnRenamed("m_db", "db").drop("s_db"),
+        )
+    divergent = stage(at_same_place, "divergent")
+    div_keys = divergent.select(F.col("m_db").alias("db"), "m_seq", "s_seq")
+    return Alignment(
+        matched=exact.unionByName(shifted),
+        m_rest=stage(_anti(m2, div_keys, "m_").withColumnRenamed("m_db", "db"), "m_rest"),
+        s_rest=stage(_anti(s2, div_keys, "s_").withColumnRenamed("s_db", "db"), "s_rest"),
+        divergent=divergent.withColumnRenamed("m_db", "db").drop("s_db"),
+    )
+
+
+def _union(parts: list[DataFrame]) -> DataFrame:
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out
