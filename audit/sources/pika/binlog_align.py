@@ -6,9 +6,10 @@ The passes, each over what the previous one left unmatched:
 
 1. by position and content: (db, end position, digest of the record and of the one before) equal: healthy;
 2. by content alone, the k-th unmatched occurrence of a content key on one side with the k-th on the
-   other, the key being the record with both neighbours, then with one; then the record alone, at a
-   shift the matched records near it show: the same record at another position, i.e. the slave's
-   offsets are shifted by a gap or a replay;
+   other (within the stretch after the same pair by content, when the key repeats), the key being the
+   record with both neighbours, then with one; then the record alone, at a shift the matched records
+   near it show: the same record at another position, i.e. the slave's offsets are shifted by a gap or
+   a replay;
 3. by position alone: same place, different content (`divergent_entry`).
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from audit.diff.materialize import Stage
@@ -50,14 +51,12 @@ def _side(df: DataFrame, p: str) -> DataFrame:
     return df.select(*[F.col(c).alias(p + c) for c in cols], *[e.alias(p + n) for n, e in ctx.items()])
 
 
-def _pairs(m: DataFrame, s: DataFrame, on: list[tuple[str, str]], how: str) -> DataFrame:
-    cond = [F.col("m_db") == F.col("s_db")] + [F.col(a) == F.col(b) for a, b in on]
-    return _paired(m.join(s, cond), how)
-
-
-def _paired(joined: DataFrame, how: str) -> DataFrame:
+def _paired(joined: DataFrame, how: str, *extra: Column) -> DataFrame:
     return joined.select(
-        F.col("m_db").alias("db"), "m_seq", "s_seq", "m_epos", "s_epos", "m_spos", "s_spos", F.lit(how).alias("how")
+        F.col("m_db").alias("db"),
+        *["m_seq", "s_seq", "m_epos", "s_epos", "m_spos", "s_spos"],
+        F.lit(how).alias("how"),
+        *extra,
     )
 
 
@@ -101,6 +100,60 @@ def _pairs_at_known_shifts(m: DataFrame, s: DataFrame, matched: DataFrame) -> Da
     return _paired(one_each, "content")
 
 
+def _by_context(m: DataFrame, s: DataFrame, ctx: str, earlier: list[DataFrame], stage: Stage, name: str) -> DataFrame:
+    """A content pass: the k-th record of a context key on one side pairs with the k-th on the other. A key
+    found once on each side pairs as it is. A key found more than once on either side (a loop of INCR x
+    with its own neighbours) pairs only within a stretch: after the same pair by content on both sides.
+    Counted over the whole db, the copies a gap left in one loop shifted every later pairing of that key:
+    the gap split in two, part of it placed in another loop the slave held whole."""
+    found = stage(_kth_pairs(m, s, ctx, None), name)
+    repeated = found.where(~F.col("_once"))
+    if repeated.isEmpty():
+        return found.drop("_once", "_key")
+    once = found.where(F.col("_once"))
+    anchors = _union([part.select("db", "m_seq", "s_seq") for part in [*earlier, once]])
+    keys = repeated.select(F.col("db").alias("_kdb"), "_key").distinct()
+    m_rep, s_rep = (_stretch(_of_keys(df, keys, p, ctx), anchors, p) for df, p in ((m, "m_"), (s, "s_")))
+    again = _kth_pairs(m_rep, s_rep, ctx, "stretch")
+    return stage(once.unionByName(again).drop("_once", "_key"), f"{name}_stretch")
+
+
+def _kth_pairs(m: DataFrame, s: DataFrame, ctx: str, within: str | None) -> DataFrame:
+    """Pairs of the k-th record of each context key (and `within` column) on each side, by sequence, with
+    `_once`: the key is found once on each side; `_key`: the key."""
+    ranked = {}
+    for p, df in (("m_", m), ("s_", s)):
+        w = Window.partitionBy(f"{p}db", f"{p}{ctx}", *([f"{p}{within}"] if within else []))
+        ranked[p] = df.withColumn(f"{p}occ", F.row_number().over(w.orderBy(f"{p}seq"))).withColumn(
+            f"{p}n", F.count("*").over(w)
+        )
+    on = [(f"m_{ctx}", f"s_{ctx}"), ("m_occ", "s_occ"), *([(f"m_{within}", f"s_{within}")] if within else [])]
+    cond = [F.col("m_db") == F.col("s_db")] + [F.col(a) == F.col(b) for a, b in on]
+    joined = ranked["m_"].join(ranked["s_"], cond)
+    once = ((F.col("m_n") == 1) & (F.col("s_n") == 1)).alias("_once")
+    return _paired(joined, "content", once, F.col(f"m_{ctx}").alias("_key"))
+
+
+def _of_keys(df: DataFrame, keys: DataFrame, p: str, ctx: str) -> DataFrame:
+    return df.join(keys, (F.col(f"{p}db") == F.col("_kdb")) & (F.col(f"{p}{ctx}") == F.col("_key")), "left_semi")
+
+
+def _stretch(rows: DataFrame, anchors: DataFrame, p: str) -> DataFrame:
+    """`{p}stretch`: the master seq of the last pair by content before each record on its side, -1 before
+    the first. Both sides' records after the same pair get the same stretch. Pairs by position do not cut
+    stretches: inside a loop, position pairs identical records a few copies apart, by chance."""
+    marks = anchors.select(F.col("db").alias(f"{p}db"), F.col(f"{p}seq"), F.col("m_seq").alias(f"{p}stretch"))
+    both = rows.withColumn(f"{p}stretch", F.lit(None).cast("long")).unionByName(marks, allowMissingColumns=True)
+    before = Window.partitionBy(f"{p}db").orderBy(f"{p}seq").rowsBetween(Window.unboundedPreceding, 0)
+    last = F.coalesce(F.last(f"{p}stretch", ignorenulls=True).over(before), F.lit(-1))
+    return (
+        both.withColumn("_mark", F.col(f"{p}stretch").isNotNull())
+        .withColumn(f"{p}stretch", last)
+        .where(~F.col("_mark"))
+        .drop("_mark")
+    )
+
+
 def _anti(df: DataFrame, matched: DataFrame, p: str) -> DataFrame:
     return df.join(matched.select(F.col("db").alias(f"{p}db"), f"{p}seq"), [f"{p}db", f"{p}seq"], "left_anti")
 
@@ -139,11 +192,7 @@ def align(m_good: DataFrame, s_good: DataFrame, stage: Stage = no_stage) -> Alig
             matched_so_far = exact.unionByName(_union(shifted_parts)) if shifted_parts else exact
             found = stage(_pairs_at_known_shifts(m1, s1, matched_so_far), f"shifted{n}")
         else:
-            occ = {p: Window.partitionBy(f"{p}db", f"{p}{ctx}").orderBy(f"{p}seq") for p in ("m_", "s_")}
-            m1o = m1.withColumn("m_occ", F.row_number().over(occ["m_"]))
-            s1o = s1.withColumn("s_occ", F.row_number().over(occ["s_"]))
-            on = [(f"m_{ctx}", f"s_{ctx}"), ("m_occ", "s_occ")]
-            found = stage(_pairs(m1o, s1o, on, "content"), f"shifted{n}")
+            found = _by_context(m1, s1, ctx, shifted_parts, stage, f"shifted{n}")
         shifted_parts.append(found)
         m1, s1 = stage(_anti(m1, found, "m_"), f"m_rest{n + 2}"), stage(_anti(s1, found, "s_"), f"s_rest{n + 2}")
         both_left = not (s1.isEmpty() or m1.isEmpty())
