@@ -71,3 +71,16 @@ def test_a_gap_or_a_replay_in_one_incr_loop_stays_in_that_loop(spark, tmp_path) 
 def _end_num(log: Any, i: int) -> int:
     f, _, e = log.positions[i]
     return int(f) << 32 | e
+
+
+def test_a_slave_without_records_since_its_full_sync_is_all_lag(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # db0: full-synced at record 120 (padding up to there), nothing replicated since; db1: an empty log. The
+    # window both sides are compared in began at the slave's first record: without one, the db dropped out
+    # of the diff and its lag counted 0, as if the slave were caught up.
+    n, synced = 300, 120
+    for db in (0, 1):
+        log = write_master(tmp_path / "m", db, commands(n, db), FILE_SIZE)
+        write_slave(tmp_path / "s", db, log, [], FILE_SIZE, full_sync_before=synced if db == 0 else None)
+    found, unreplicated = _diff(spark, tmp_path, 2)
+    assert found == {}
+    assert unreplicated == {0: n - synced, 1: n}

@@ -90,16 +90,27 @@ def with_seq(good: DataFrame) -> DataFrame:
     )
 
 
-def common_window(m: DataFrame, s: DataFrame) -> tuple[DataFrame, DataFrame]:
+def padding_ends(records: DataFrame) -> DataFrame:
+    """(db, pad_end): where each db's padding ends, the position a slave's full sync left its log at."""
+    padding = (F.col("row_kind") == "padding") | (F.col("command") == "padding")
+    return records.where(padding).groupBy("db").agg(F.max(_pos("filenum", "end")).alias("pad_end"))
+
+
+def common_window(m: DataFrame, s: DataFrame, s_pads: DataFrame) -> tuple[DataFrame, DataFrame]:
     """Both sides from max(first master record, first slave record) on: earlier records are not comparable.
 
-    The master may have purged old files; the slave's history starts at its full sync.
+    The master may have purged old files; the slave's history starts at its full sync. A db the slave holds
+    no record of (nothing since its full sync, or an empty log) starts where its padding ends, else where
+    the master's log does: every master record from there on is lag. Compared from the slave's first
+    record only, such a db dropped out of the diff and its lag counted 0.
     """
+    s_lo = s.groupBy("db").agg(F.min("spos").alias("s_lo"))
     lo = (
         m.groupBy("db")
         .agg(F.min("spos").alias("m_lo"))
-        .join(s.groupBy("db").agg(F.min("spos").alias("s_lo")), "db")
-        .select("db", F.greatest("m_lo", "s_lo").alias("lo"))
+        .join(s_lo, "db", "left")
+        .join(s_pads, "db", "left")
+        .select("db", F.greatest("m_lo", F.coalesce("s_lo", "pad_end")).alias("lo"))
     )
     lo = F.broadcast(lo)
     return (
@@ -285,8 +296,9 @@ def binlog_findings(
     """Align both logs and turn what is left into coalesced findings. Detectors whose input is empty
     (the common case: a healthy pair) are skipped without running a job."""
     m_good = stage(with_seq(good_records(m_records)), "m_good")
-    s_good = stage(with_seq(good_records(live_slave_files(s_records))), "s_good")
-    m_win, s_win = common_window(m_good, s_good)
+    s_live = live_slave_files(s_records)
+    s_good = stage(with_seq(good_records(s_live)), "s_good")
+    m_win, s_win = common_window(m_good, s_good, padding_ends(s_live))
     al = align(m_win, s_win, stage)
     parts: list[DataFrame] = []
     if not al.m_rest.isEmpty():
