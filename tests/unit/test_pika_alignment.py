@@ -68,6 +68,22 @@ def test_a_gap_or_a_replay_in_one_incr_loop_stays_in_that_loop(spark, tmp_path) 
     assert found[1] == {}
 
 
+def test_a_lagging_slave_shifted_by_alike_records_keeps_its_lag(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Loops of the same INCR at 100-159 and 300-399; the slave wrote 120-129 twice and is 30 records behind,
+    # its last record in the second loop. The replay shifted its offsets by exactly 10 INCRs, so its copy
+    # of record k sits where the master's record k + 10 does, and the first pass pairs them by position:
+    # the slave seemed to hold the master's record 379, and 10 records of lag came out as a missing_range.
+    n, lag = 400, 30
+    cmds = commands(n, 0)
+    for a, b in ((100, 160), (300, 400)):
+        cmds[a:b] = [INCR] * (b - a)
+    log = write_master(tmp_path / "m", 0, cmds, FILE_SIZE)
+    write_slave(tmp_path / "s", 0, log, [(i, exec_time(i)) for i in [*range(130), *range(120, n - lag)]], FILE_SIZE)
+    found, unreplicated = _diff(spark, tmp_path, 1)
+    assert unreplicated == {0: lag}
+    assert [r["count"] for r in found[0].pop("duplicate_range")] == [10] and found[0] == {}
+
+
 def _end_num(log: Any, i: int) -> int:
     f, _, e = log.positions[i]
     return int(f) << 32 | e

@@ -183,19 +183,42 @@ def _shift_at(runs: DataFrame, matched: DataFrame, p: str, seq_expr: Column, nam
     return runs.join(look, (F.col("db") == F.col("_db")) & (seq_expr == F.col("_seq")), "left").drop("_db", "_seq")
 
 
-def missing_runs(al: Alignment, bases: FileBases) -> DataFrame:
-    """Master runs absent on the slave, before the last master record the slave holds."""
-    missing = al.m_rest.join(F.broadcast(al.horizon), "db").where(F.col("m_seq") < F.col("horizon"))
+def held_from(al: Alignment, m_good: DataFrame) -> DataFrame:
+    """(db, held_from): where the records the slave holds end, for telling loss from lag: the first record of
+    the run of identical master records (an INCR loop) that the last one it holds is in. Which copies of
+    that run it holds is ambiguous by content, and its unpaired copies are lag: a slave shifted by a
+    replay of the same INCRs holds its copy of record k where the master's k + 10 is, so the first pass
+    paired them, and the lag in the loop once came out as a missing_range."""
+    last = (
+        m_good.join(F.broadcast(al.horizon), "db")
+        .where(F.col("seq") == F.col("horizon"))
+        .select("db", "horizon", F.col("digest").alias("_last"))
+    )
+    other = m_good.join(F.broadcast(last), "db").where(
+        (F.col("seq") < F.col("horizon")) & (F.col("digest") != F.col("_last"))
+    )
+    start = other.groupBy("db").agg((F.max("seq") + 1).alias("_start"))
+    return last.join(start, "db", "left").select("db", F.coalesce("_start", F.lit(0)).alias("held_from"))
+
+
+def _at_horizon(al: Alignment) -> DataFrame:
+    """held_from as the last record held itself: enough where no master record is left unpaired."""
+    return al.horizon.select("db", F.col("horizon").alias("held_from"))
+
+
+def missing_runs(al: Alignment, held: DataFrame, bases: FileBases) -> DataFrame:
+    """Master runs absent on the slave, before the records it holds end (`held_from`)."""
+    missing = al.m_rest.join(F.broadcast(held), "db").where(F.col("m_seq") < F.col("held_from"))
     runs = islands(missing, "m_")
     runs = _shift_at(runs, al.matched, "m_", F.col("last_seq") + 1, "behind_after", bases)
     return _shift_at(runs, al.matched, "m_", F.col("first_seq") - 1, "behind_before", bases)
 
 
-def unreplicated(al: Alignment) -> DataFrame:
-    """Master records after the slave's last one, per db: lag, counted in records and bytes."""
+def unreplicated(al: Alignment, held: DataFrame) -> DataFrame:
+    """Master records after the slave's last one (from `held_from` on), per db: lag, in records and bytes."""
     return (
-        al.m_rest.join(F.broadcast(al.horizon), "db", "left")
-        .where(F.col("horizon").isNull() | (F.col("m_seq") > F.col("horizon")))
+        al.m_rest.join(F.broadcast(held), "db", "left")
+        .where(F.col("held_from").isNull() | (F.col("m_seq") >= F.col("held_from")))
         .groupBy("db")
         .agg(F.count("*").alias("records"), F.sum(F.col("m_end") - F.col("m_start")).alias("bytes"))
     )
@@ -301,8 +324,10 @@ def binlog_findings(
     m_win, s_win = common_window(m_good, s_good, padding_ends(s_live))
     al = align(m_win, s_win, stage)
     parts: list[DataFrame] = []
-    if not al.m_rest.isEmpty():
-        parts.append(_gap_findings(al, binlog_dbs, bases))
+    held = _at_horizon(al)
+    if not al.m_rest.join(held, "db").where(F.col("m_seq") < F.col("held_from")).isEmpty():  # not all lag
+        held = stage(held_from(al, m_good), "held_from")
+        parts.append(_gap_findings(al, held, binlog_dbs, bases))
     if not al.s_rest.isEmpty():
         parts += _slave_only_findings(al, m_good, s_good, binlog_dbs, bases)
     if not al.divergent.isEmpty():
@@ -310,15 +335,15 @@ def binlog_findings(
     findings = parts[0] if parts else _empty_findings(m_good)
     for more in parts[1:]:
         findings = findings.unionByName(more)
-    return BinlogDiff(findings, al.matched, unreplicated(al))
+    return BinlogDiff(findings, al.matched, unreplicated(al, held))
 
 
 def _empty_findings(any_df: DataFrame) -> DataFrame:
     return to_findings(any_df.limit(0), check="binlog", category="missing_range")
 
 
-def _gap_findings(al: Alignment, binlog_dbs: int, bases: FileBases) -> DataFrame:
-    missing = missing_runs(al, bases)
+def _gap_findings(al: Alignment, held: DataFrame, binlog_dbs: int, bases: FileBases) -> DataFrame:
+    missing = missing_runs(al, held, bases)
     gap = _finding(
         missing,
         "missing_range",
