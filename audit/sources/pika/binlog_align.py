@@ -97,7 +97,37 @@ def _pairs_at_known_shifts(m: DataFrame, s: DataFrame, matched: DataFrame) -> Da
         .withColumn("_s1", F.row_number().over(first["s_"]))
         .where(F.col("_s1") == 1)
     )
-    return _paired(one_each, "content")
+    return _in_order(_paired(one_each, "content"), m, s, matched)
+
+
+def _in_order(pairs: DataFrame, m: DataFrame, s: DataFrame, matched: DataFrame) -> DataFrame:
+    """The pairs that keep the order of the records paired around them: a record lies in a run of unpaired
+    records on its side, and its partner must lie between the partners of the paired records just before
+    and just after that run. A record lost in a gap and an identical copy replayed just after the gap are
+    one shift apart that the records before the gap show; paired, they crossed the records paired in
+    between and hid one lost and one replayed record."""
+    for p, q, rest in (("m_", "s_", m), ("s_", "m_", s)):
+        around = _around_runs(rest, matched, p, q)
+        inside = (F.col("db") == F.col("_db")) & F.col(f"{p}seq").between(F.col("_first"), F.col("_last"))
+        keeps = (F.col("_lo").isNull() | (F.col(f"{q}seq") > F.col("_lo"))) & (
+            F.col("_hi").isNull() | (F.col(f"{q}seq") < F.col("_hi"))
+        )
+        pairs = pairs.join(F.broadcast(around), inside).where(keeps).drop(*around.columns)
+    return pairs
+
+
+def _around_runs(rest: DataFrame, matched: DataFrame, p: str, q: str) -> DataFrame:
+    """Per run of unpaired records on side `p`: (_db, _first, _last, _lo, _hi), where `_lo`/`_hi` are the
+    other side's partners of the paired records just before and after it (null where there is none)."""
+    seqs = rest.select(F.col(f"{p}db").alias("_db"), F.col(f"{p}seq").alias("_seq"))
+    run = F.col("_seq") - F.row_number().over(Window.partitionBy("_db").orderBy("_seq"))
+    bounds = F.min("_seq").alias("_first"), F.max("_seq").alias("_last")
+    runs = seqs.withColumn("_run", run).groupBy("_db", "_run").agg(*bounds)
+    ends = {}
+    for name, at in (("_lo", F.col("_first") - 1), ("_hi", F.col("_last") + 1)):
+        on = (F.col("db") == F.col("_db")) & (F.col(f"{p}seq") == at)
+        ends[name] = matched.join(F.broadcast(runs), on).select("_db", "_run", F.col(f"{q}seq").alias(name))
+    return runs.join(ends["_lo"], ["_db", "_run"], "left").join(ends["_hi"], ["_db", "_run"], "left").drop("_run")
 
 
 def _by_context(m: DataFrame, s: DataFrame, ctx: str, earlier: list[DataFrame], stage: Stage, name: str) -> DataFrame:
