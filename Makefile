@@ -21,7 +21,8 @@ test: setup lint
 	@$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --durations=15 -m "not slow" tests
 
 # The tests marked `slow`, left out of `make test` (and so of CI): each starts a Spark standalone cluster
-# or a Connect server of its own, or builds the driver's class archive: about 6 CPU-minutes together.
+# or a Connect server of its own, or builds the driver's class archive: about 6 CPU-minutes together; and
+# the Pika binlog diff on four more seeds of random pairs against tests/pika_oracle.py (about 4 minutes).
 # Run them before changing audit/diff/ or the Connect server (README, "The two commands").
 test-slow: setup
 	@$(PY) -m pytest -q -ra -n 2 --dist loadfile --durations=10 -m slow tests

@@ -3,9 +3,13 @@ identical records (an INCR loop) make the content passes ambiguous: what it must
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tests.pika_oracle import problems, random_pair, write_pair
 from tests.pika_scenarios import commands, double_trysync_plan, exec_time, gap_plan, write_master, write_slave
 from tests.pika_spark import diff_binlogs, scan_sides
 
@@ -116,3 +120,23 @@ def test_a_slave_without_records_since_its_full_sync_is_all_lag(spark, tmp_path)
     found, unreplicated = _diff(spark, tmp_path, 2)
     assert found == {}
     assert unreplicated == {0: n - synced, 1: n}
+
+
+def _against_the_oracle(spark: Any, root: Path, seed: int, dbs: int = 12, n_max: int = 400) -> list[str]:
+    """`dbs` random pairs of one seed, one per db, diffed in one run and checked against tests/pika_oracle.py."""
+    rng = random.Random(seed)
+    pairs = [random_pair(rng, f"seed {seed} db {db}", n_max) for db in range(dbs)]
+    for db, pair in enumerate(pairs):
+        write_pair(root, db, pair)
+    found, unreplicated = _diff(spark, root, dbs)
+    return [p for db, pair in enumerate(pairs) for p in problems(pair, found.get(db, {}), unreplicated.get(db, 0))]
+
+
+def test_random_pairs_against_the_oracle(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert _against_the_oracle(spark, tmp_path, seed=1, dbs=8, n_max=250) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(2, 6))
+def test_more_random_pairs_against_the_oracle(spark, tmp_path, seed) -> None:  # type: ignore[no-untyped-def]
+    assert _against_the_oracle(spark, tmp_path, seed) == []
