@@ -50,13 +50,13 @@ def read_side(pair: str, side: str, store_dir: str) -> dict[str, Any]:
     Raises SnapshotError when the store cannot be read (a path refused, a loop, no directory), holds no
     commit-log file, or holds files that are all empty (nothing to audit).
     """
-    from audit.sources.rocketmq.store import commitlog_folders, file_data_end, list_store
+    from audit.sources.rocketmq.store import commitlog_folders, file_data_end, last_data_index, list_store
 
     try:
         directory = ";".join(str(f) for f in commitlog_folders(store_dir))
         listing = list_store(store_dir)
         sizes = [_readable_size(f.path) for f in listing.files]
-        last = listing.files[-1] if listing.files else None
+        last = listing.files[last_data_index([f.path for f in listing.files])] if listing.files else None
         last_end = None if last is None else file_data_end(last.path, file_start=last.start, last_file=True)
     except OSError as e:
         raise _cannot_read(pair, side, store_dir, e) from None

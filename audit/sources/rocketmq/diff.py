@@ -95,8 +95,18 @@ class _Side:
         return self.files[0].start if self.files else None
 
     @property
+    def last_data_file(self) -> CommitLogFile | None:
+        """The last file holding records or damage; the files after it are preallocated (zeros) or empty."""
+        damaged = {int(d["file_start"]) for d in self.damage}
+        for f in reversed(self.files):
+            if self.ends.get(f.start, f.start) > f.start or f.start in damaged:
+                return f
+        return self.files[-1] if self.files else None
+
+    @property
     def max_offset(self) -> int | None:
-        return self.ends.get(self.files[-1].start) if self.files else None
+        last = self.last_data_file
+        return None if last is None else self.ends.get(last.start)
 
     @property
     def data_bytes(self) -> int:
@@ -336,7 +346,8 @@ def _reach(side: _Side) -> int:
 
 
 def _end_unknown(side: _Side) -> bool:
-    return bool(side.files) and any(int(d["file_start"]) == side.files[-1].start for d in _corrupt(side))
+    last = side.last_data_file
+    return last is not None and any(int(d["file_start"]) == last.start for d in _corrupt(side))
 
 
 def _file_end(f: CommitLogFile) -> int:

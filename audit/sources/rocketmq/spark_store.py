@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame
 from audit.diff.task_frame import one_row_per_task
 from audit.sources.rocketmq.format import RECORD_SCHEMA
 from audit.sources.rocketmq.scan import data_end
-from audit.sources.rocketmq.store import CommitLogFile, parse_file
+from audit.sources.rocketmq.store import CommitLogFile, last_data_index, parse_file
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -184,10 +184,15 @@ def _spark_schema(schema: pa.Schema) -> StructType:
 
 
 def _files_frame(spark: SparkSession, sides: dict[str, Sequence[CommitLogFile]]) -> DataFrame:
-    """One row per file and one partition per row, so each Spark task scans one file (no shuffle needed)."""
-    rows = [
-        (side, str(f.path), f.start, i == len(files) - 1) for side, files in sides.items() for i, f in enumerate(files)
-    ]
+    """One row per file and one partition per row, so each Spark task scans one file (no shuffle needed).
+
+    `last_file` (a cut record is a torn tail) from the file the data ends in on: the files after it are
+    preallocated, and one of them may get its first record while the tasks run.
+    """
+    rows = []
+    for side, files in sides.items():
+        last = last_data_index([f.path for f in files])
+        rows += [(side, str(f.path), f.start, i >= last) for i, f in enumerate(files)]
     return one_row_per_task(spark, _FILES_COLUMNS, rows)
 
 

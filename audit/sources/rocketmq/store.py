@@ -11,13 +11,14 @@ import mmap
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 import pyarrow as pa
 
 from audit.sources.rocketmq.contiguity import MAX_OFFSET
+from audit.sources.rocketmq.format import FRAME
 from audit.sources.rocketmq.scan import DEFAULT_BATCH_BYTES, data_end, iter_batches
 
 _FILE_NAME = re.compile(r"^\d{20}$")
@@ -131,12 +132,39 @@ def file_data_end(path: str | Path, *, file_start: int | None = None, last_file:
     return data_end(list(parse_file(p, file_start=start, last_file=last_file)), start)
 
 
+def unwritten(path: str | Path) -> bool:
+    """Whether a file holds no record yet: empty, or zeros where its first record would be.
+
+    A broker creates the file after the one it writes ahead of time (AllocateMappedFileService: full
+    size, zeros), so a live store's last file is usually such a file, outside the broker's log until the
+    roll. Whatever else a file starting with zeros holds, its own scan reports it.
+    """
+    try:
+        with Path(path).open("rb") as fh:
+            return not fh.read(FRAME.size).strip(b"\0")
+    except OSError:
+        return False  # not known to be empty: the file's own reading says what is wrong with it
+
+
+def last_data_index(paths: Sequence[str | Path]) -> int:
+    """The index of the file a store's data ends in: the last one, less the files after it that hold no
+    record yet (see unwritten). A record cut in that file or after it may be one still being written.
+
+    Checked before the files are read: a broker finishes a file (BLANK) before it writes the next, so a
+    file found holding data here means the files before it were complete when they were read.
+    """
+    i = len(paths) - 1
+    while i > 0 and unwritten(paths[i]):
+        i -= 1
+    return max(i, 0)
+
+
 def max_offset(store_dir: str | Path) -> int | None:
     """The store's max physical offset (MappedFileQueue.getMaxOffset) from its files; None without files."""
     files = commitlog_files(store_dir)
     if not files:
         return None
-    last = files[-1]
+    last = files[last_data_index([f.path for f in files])]
     return file_data_end(last.path, file_start=last.start)
 
 

@@ -1,0 +1,45 @@
+"""Stores as a live broker leaves them while it writes: the next file preallocated ahead of the roll, head
+files deleted by retention, records caught half written. Lag and torn tails at most, never a divergence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit.local.rocketmq_commitlog import replicate, write_store
+from audit.sources.rocketmq.format import offset_to_file_name
+from audit.sources.rocketmq.store import commitlog_files, max_offset
+from tests.unit.test_rmq_diff import FILE_SIZE, SIZE, msg, run
+
+
+def preallocate_next(store: Path) -> Path:
+    """The file after the last one, full size and zeros: what AllocateMappedFileService creates ahead."""
+    last = commitlog_files(store)[-1]
+    path = last.path.parent / offset_to_file_name(last.start + FILE_SIZE)
+    with path.open("wb") as fh:
+        fh.truncate(FILE_SIZE)
+    return path
+
+
+@pytest.mark.parametrize("cut", [0, 37], ids=["at-a-record", "mid-record"])
+def test_a_lagging_slave_with_the_next_file_preallocated_is_lag_not_damage(
+    spark: Any, tmp_path: Path, cut: int
+) -> None:
+    offsets = write_store(tmp_path / "m", [msg(i) for i in range(200)], file_size=FILE_SIZE)
+    top = offsets[-1] + SIZE
+    behind = offsets[-4] + cut  # inside the last file holding data
+    assert behind // FILE_SIZE == top // FILE_SIZE
+    replicate(tmp_path / "m", tmp_path / "s", start=0, upto=behind)
+    for side in ("m", "s"):
+        preallocate_next(tmp_path / side)
+    rows, result = run(spark, tmp_path / "m", tmp_path / "s")
+    assert [(r["category"], r["start_num"]) for r in rows] == ([("torn_tail", offsets[-4])] if cut else [])
+    m = result.metrics
+    assert (m["master_max_offset"], m["replica_max_offset"], m["common_end"]) == (top, offsets[-4], offsets[-4])
+    assert m["bytes_not_compared"] == 0 and m["replica_end_unknown"] == 0
+    if cut:
+        assert json.loads(rows[0]["detail"])["file"] == offset_to_file_name(top - top % FILE_SIZE)
+    assert max_offset(tmp_path / "m") == top and max_offset(tmp_path / "s") == offsets[-4]
