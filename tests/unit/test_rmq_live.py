@@ -43,3 +43,31 @@ def test_a_lagging_slave_with_the_next_file_preallocated_is_lag_not_damage(
     if cut:
         assert json.loads(rows[0]["detail"])["file"] == offset_to_file_name(top - top % FILE_SIZE)
     assert max_offset(tmp_path / "m") == top and max_offset(tmp_path / "s") == offsets[-4]
+
+
+def test_a_record_written_while_the_scan_reads_the_last_file_is_not_damage() -> None:
+    """The scanner reads a live file at several moments: where its walk found zeros, a record may be
+    there by the time it looks again. That is data arriving, not a corrupt_record."""
+    from audit.local.rocketmq_commitlog import encode
+    from audit.sources.rocketmq.scan import iter_batches
+
+    data = bytearray(FILE_SIZE)
+    pos = 0
+    for i in range(5):
+        data[pos : pos + SIZE] = encode(msg(i), pos)
+        pos += SIZE
+    batches = iter_batches(data, file_start=0, last_file=True)
+    first = next(batches)  # the walk stopped at the zeros after record 4
+    assert first.num_rows == 5
+    data[pos : pos + SIZE] = encode(msg(5), pos)  # the broker appends record 5 meanwhile
+    rest = list(batches)
+    kinds = [k for b in rest for k in b.column("row_kind").to_pylist()]
+    assert "corrupt_record" not in kinds and kinds in ([], ["record"])
+    if kinds:
+        assert rest[0].column("phys_offset").to_pylist() == [pos]
+    # Damage that stays put is still damage: two readings agree on it.
+    data[2 * SIZE + 95] ^= 0x01  # a bit of record 2's body
+    rows = [b for b in iter_batches(data, file_start=0, last_file=True) if b.column("row_kind")[0].as_py() != "record"]
+    assert [(r.column("row_kind")[0].as_py(), r.column("phys_offset")[0].as_py()) for r in rows] == [
+        ("corrupt_record", 2 * SIZE)
+    ]

@@ -49,6 +49,8 @@ from audit.sources.rocketmq.stops import all_zero, cut_short, damage, special_ro
 
 DEFAULT_BATCH_BYTES = 8 * 1024 * 1024
 """Bytes of records per Arrow batch when scanning a file: bounds the memory of a 1 GiB file's scan."""
+MAX_REREADS = 8
+"""Readings of damage in a file being written before it is reported as it was last read (iter_batches)."""
 
 
 # Per record, Python does three things: follow TOTALSIZE (_walk), CRC the body and hash the record. Every
@@ -343,6 +345,21 @@ def _check_last_record(buf: U8Array, cols: _Columns, stop: int) -> None:
         cols.fail(i, {"reason": reason})
 
 
+def _bad_row(buf: U8Array, cols: _Columns, at: int, file_start: int, last_file: bool) -> pa.RecordBatch:
+    """The row for the first record of a walk that failed a check (at `at`): cut short, or damaged."""
+    bad = cols.first_bad
+    assert bad is not None
+    size, magic = int(cols.a["size"][bad]), int(cols.a["magic"][bad])
+    if cut_short(buf, at, size, bool(cols.a["prop_len"][bad] > 0)):
+        return damage(file_start + at, size, magic, {"reason": "cut", "check": cols.bad_detail}, last_file)
+    crc_ok = False if cols.bad_detail.get("reason") == "body_crc" else None
+    return special_row("corrupt_record", file_start + at, size, magic, cols.bad_detail, crc_ok)
+
+
+def _seen(row: pa.RecordBatch) -> tuple[Any, ...]:
+    return tuple(row.column(c)[0].as_py() for c in ("row_kind", "phys_offset", "size", "magic", "detail"))
+
+
 def iter_batches(
     data: bytes | bytearray | memoryview | mmap.mmap,
     *,
@@ -355,6 +372,11 @@ def iter_batches(
     Ends with at most one row that is not a record: the BLANK, or the damaged record (corrupt_record, or
     torn_tail when `last_file` and the record was cut with only zeros after it). Zeros where a record
     should start end the data silently (the preallocated tail).
+
+    The last file may be written while it is read (a live broker's mmap): a walk that finds zeros and a
+    check that looks again later see two moments, and the record that arrived in between reads as
+    damage. So damage in the last file is read again from its offset, and reported only once two
+    readings agree; until then what is there now is read on.
     """
     mv = memoryview(data).cast("B")
     buf: U8Array = np.frombuffer(mv, dtype=np.uint8)
@@ -364,6 +386,8 @@ def iter_batches(
     end = len(buf)
     pos = 0
     batch_bytes = max(1, batch_bytes)
+    seen: tuple[Any, ...] | None = None
+    rereads = 0
     while True:
         starts, stop, more = _walk(mv, pos, end, pos + batch_bytes)
         cols = _fields(whole, buf, starts, stop, file_start)
@@ -372,23 +396,20 @@ def iter_batches(
         digests = _crc_and_digest(piece, cols)
         if len(digests):
             yield _record_batch(whole, buf, cols.head(len(digests)), digests, file_start)
-        bad = cols.first_bad
-        if bad is not None:
-            bad_at, bad_size, bad_magic = starts[bad], int(cols.a["size"][bad]), int(cols.a["magic"][bad])
-            if cut_short(buf, bad_at, bad_size, bool(cols.a["prop_len"][bad] > 0)):
-                yield damage(
-                    file_start + bad_at, bad_size, bad_magic, {"reason": "cut", "check": cols.bad_detail}, last_file
-                )
-            else:
-                crc_ok = False if cols.bad_detail.get("reason") == "body_crc" else None
-                yield special_row("corrupt_record", file_start + bad_at, bad_size, bad_magic, cols.bad_detail, crc_ok)
-            return
-        if more:
+        if cols.first_bad is None and more:
             pos = stop
             continue
-        row = stop_row(mv, buf, stop, file_start, last_file)
-        if row is not None:
-            yield row
+        if cols.first_bad is not None:
+            row: pa.RecordBatch | None = _bad_row(buf, cols, starts[cols.first_bad], file_start, last_file)
+        else:
+            row = stop_row(mv, buf, stop, file_start, last_file)
+        if row is None:
+            return
+        kind, at = row.column("row_kind")[0].as_py(), row.column("phys_offset")[0].as_py()
+        if last_file and kind == "corrupt_record" and _seen(row) != seen and rereads < MAX_REREADS:
+            seen, rereads, pos = _seen(row), rereads + 1, at - file_start
+            continue
+        yield row
         return
 
 
