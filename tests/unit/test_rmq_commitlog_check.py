@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.errors import SnapshotError, SourceError
+from audit.errors import SnapshotError
 from audit.local.rocketmq_commitlog import write_store
 from audit.sources.rocketmq.commitlog_check import check_readable, read_side
 from audit.sources.rocketmq.store import commitlog_files
@@ -104,5 +104,5 @@ def test_a_file_refused_when_the_diff_starts_is_a_source_error(tmp_path: Path) -
     finally:
         paths[1].chmod(0o644)
     assert out.strip() == f"SourceError pair mq: replica file {paths[1]}: cannot read: Permission denied"
-    with pytest.raises(SourceError, match="No such file"):
-        check_readable("mq", "replica", [str(tmp_path / "gone")])
+    # A file gone since the listing was deleted by the broker's retention: the diff leaves it out.
+    check_readable("mq", "replica", [str(tmp_path / "gone")])

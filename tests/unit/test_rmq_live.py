@@ -71,3 +71,32 @@ def test_a_record_written_while_the_scan_reads_the_last_file_is_not_damage() -> 
     assert [(r.column("row_kind")[0].as_py(), r.column("phys_offset")[0].as_py()) for r in rows] == [
         ("corrupt_record", 2 * SIZE)
     ]
+
+
+@pytest.mark.parametrize("side", ["m", "s"])
+def test_head_files_deleted_after_the_listing_are_out_of_range_not_an_error(
+    spark: Any, tmp_path: Path, side: str
+) -> None:
+    """Retention (fileReservedTime) deletes a store's oldest files, on each broker at its own moment: a file
+    listed by the snapshot and gone when the diff reads it leaves the common range, as if never listed."""
+    from audit.sources.rocketmq.diff import diff_stores
+
+    offsets = write_store(tmp_path / "m", [msg(i) for i in range(300)], file_size=FILE_SIZE)
+    top = offsets[-1] + SIZE
+    replicate(tmp_path / "m", tmp_path / "s", start=0, upto=top)
+    listed = {s: commitlog_files(tmp_path / s) for s in ("m", "s")}
+    for f in listed[side][:2]:
+        f.path.unlink()
+    result = diff_stores(spark, listed["m"], listed["s"], chunk_bytes=4096)
+    rows = result.findings.collect()
+    result.release()
+    assert rows == []
+    m = result.metrics
+    prefix = "master" if side == "m" else "replica"
+    assert (m[f"{prefix}_min_offset"], m[f"{prefix}_files"], m[f"{prefix}_files_deleted"]) == (
+        2 * FILE_SIZE,
+        len(listed[side]) - 2,
+        2,
+    )
+    assert (m["common_start"], m["common_end"], m["bytes_not_compared"]) == (2 * FILE_SIZE, top, 0)
+    assert m["bytes_compared"] == top - 2 * FILE_SIZE

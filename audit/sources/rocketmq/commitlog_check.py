@@ -29,10 +29,14 @@ def _cannot_read(pair: str, side: str, store_dir: str, e: OSError) -> SnapshotEr
     return SnapshotError(f"pair {pair}: {side} store {store_dir}: cannot read {path}: {e.strerror or e}", where=path)
 
 
-def _readable_size(path: Path) -> int:
-    """The file's size, once it is known to open for reading (a task would fail on it later)."""
-    with path.open("rb") as fh:
-        return os.fstat(fh.fileno()).st_size
+def _readable_size(path: Path) -> int | None:
+    """The file's size, once it is known to open for reading (a task would fail on it later); None when it
+    is gone since it was listed (a broker's retention deletes the oldest files at any moment)."""
+    try:
+        with path.open("rb") as fh:
+            return os.fstat(fh.fileno()).st_size
+    except FileNotFoundError:
+        return None
 
 
 def _store_identities(stores: dict[str, StoreEndpoint]) -> dict[str, str | None]:
@@ -55,8 +59,9 @@ def read_side(pair: str, side: str, store_dir: str) -> dict[str, Any]:
     try:
         directory = ";".join(str(f) for f in commitlog_folders(store_dir))
         listing = list_store(store_dir)
-        sizes = [_readable_size(f.path) for f in listing.files]
-        last = listing.files[last_data_index([f.path for f in listing.files])] if listing.files else None
+        found = [(f, size) for f in listing.files if (size := _readable_size(f.path)) is not None]
+        files, sizes = [f for f, _ in found], [size for _, size in found]
+        last = files[last_data_index([f.path for f in files])] if files else None
         last_end = None if last is None else file_data_end(last.path, file_start=last.start, last_file=True)
     except OSError as e:
         raise _cannot_read(pair, side, store_dir, e) from None
@@ -69,19 +74,24 @@ def read_side(pair: str, side: str, store_dir: str) -> dict[str, Any]:
         raise SnapshotError(f"{where}: no commit-log data: all {len(sizes)} files are empty", where=directory)
     return {
         "store_dir": directory,
-        "files": [[f.start, str(f.path), size] for f, size in zip(listing.files, sizes, strict=True)],
+        "files": [[f.start, str(f.path), size] for f, size in found],
         "unlisted": unlisted,
-        "min_offset": listing.files[0].start,
+        "min_offset": files[0].start,
         "max_offset": last_end,
         "at_ms": int(time.time() * 1000),
     }
 
 
 def check_readable(pair: str, side: str, paths: Sequence[str]) -> None:
-    """Every file still opens (Spark tasks read them next; a refused path would fail there, verbosely)."""
+    """Every file still opens (Spark tasks read them next; a refused path would fail there, verbosely).
+
+    A file gone since the snapshot listed it was deleted (a broker's retention): the diff leaves it out.
+    """
     for path in paths:
         try:
             Path(path).open("rb").close()
+        except FileNotFoundError:
+            continue
         except OSError as e:
             raise SourceError(f"pair {pair}: {side} file {path}: cannot read: {e.strerror or e}", where=path) from None
 

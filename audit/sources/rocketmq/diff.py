@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from audit.diff.spark import arrow_frame
+from audit.errors import SourceError
 from audit.findings import FINDINGS_SCHEMA, Finding
 from audit.sources.rocketmq.contiguity import Hole, holes
 from audit.sources.rocketmq.record_diff import (
@@ -89,6 +90,8 @@ class _Side:
     """BLANK offset -> the end of its file."""
     holes: tuple[Hole, ...] = ()
     """Where the files do not follow one another (audit/sources/rocketmq/contiguity.py)."""
+    deleted: tuple[CommitLogFile, ...] = ()
+    """Files listed by the snapshot and gone when read: deleted since (a broker's retention), left out."""
 
     @property
     def min_offset(self) -> int | None:
@@ -137,6 +140,10 @@ def _learn(files: Sequence[CommitLogFile], rows: DataFrame, unlisted: Sequence[t
     """One small job: the rows that are not records (a few per file)."""
     cols = ["row_kind", "phys_offset", "size", "magic", "file_start", "detail"]
     small = rows.where(F.col("row_kind") != "record").select(*cols).collect()
+    gone = {r.file_start for r in small if r.row_kind == "end" and json.loads(r.detail).get("gone")}
+    small = [r for r in small if r.file_start not in gone]
+    deleted = tuple(f for f in files if f.start in gone)
+    files = [f for f in files if f.start not in gone]
     ends = {r.file_start: r.phys_offset for r in small if r.row_kind == "end"}
     sizes = {r.file_start: r.size for r in small if r.row_kind == "end"}
     summaries = {r.file_start: json.loads(r.detail) for r in small if r.row_kind == "end"}
@@ -147,7 +154,7 @@ def _learn(files: Sequence[CommitLogFile], rows: DataFrame, unlisted: Sequence[t
         )
     )
     found = holes([(f.start, sizes.get(f.start, 0)) for f in files], unlisted)
-    return _Side(tuple(files), ends, sizes, summaries, damage, blanks, tuple(found))
+    return _Side(tuple(files), ends, sizes, summaries, damage, blanks, tuple(found), deleted)
 
 
 def _lookup_keys(side: _Side, rows: DataFrame, limit: int) -> frozenset[str] | None:
@@ -276,6 +283,9 @@ def diff_stores(
     master_plan = coalesce_ranges([(a, min(b, replica_max + 1)) for a, b in plan if a <= replica_max])
     master_rows = read_store(spark, master_files, keep=Keep(master_plan, keys)).persist(level)
     master = _learn(master_files, master_rows, unlisted.get("master", ()))
+    for side, s in (("master", master), ("replica", replica)):
+        if not s.files:
+            raise SourceError(f"{side}: every commit-log file listed was deleted before it could be read")
 
     lo = max(master.min_offset or 0, replica.min_offset or 0)
     hi = min(master.max_offset or 0, replica.max_offset or 0)
@@ -305,8 +315,10 @@ def diff_stores(
     reach = min(_reach(master), _reach(replica))
     not_compared = sum(max(0, min(b, max(hi, reach)) - max(a, lo)) for a, b in not_read)
     metrics: dict[str, Any] = {
-        "master_files": len(master_files),
-        "replica_files": len(replica_files),
+        "master_files": len(master.files),
+        "replica_files": len(replica.files),
+        "master_files_deleted": len(master.deleted),
+        "replica_files_deleted": len(replica.deleted),
         "master_min_offset": master.min_offset,
         "master_max_offset": master.max_offset,
         "replica_min_offset": replica.min_offset,
@@ -351,4 +363,7 @@ def _end_unknown(side: _Side) -> bool:
 
 
 def _file_end(f: CommitLogFile) -> int:
-    return f.start + f.path.stat().st_size
+    try:
+        return f.start + f.path.stat().st_size
+    except FileNotFoundError:  # deleted since it was listed: its scan says so
+        return f.start

@@ -7,10 +7,10 @@ chunks on both sides, then the files scanned keeping only what the comparison ne
 from __future__ import annotations
 
 import json
+import mmap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,8 +21,8 @@ from pyspark.sql import DataFrame
 
 from audit.diff.task_frame import one_row_per_task
 from audit.sources.rocketmq.format import RECORD_SCHEMA
-from audit.sources.rocketmq.scan import data_end
-from audit.sources.rocketmq.store import CommitLogFile, last_data_index, parse_file
+from audit.sources.rocketmq.scan import data_end, iter_batches
+from audit.sources.rocketmq.store import CommitLogFile, close_map, last_data_index, map_file
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -90,12 +90,12 @@ def _kept(batch: pa.RecordBatch, keep: Keep | None, keys: pa.Array | None, file_
     return out if mask.all() else out.filter(pa.array(mask))
 
 
-def _end_row(path: str, file_start: int, end: int, summary: dict[str, Any]) -> pa.RecordBatch:
+def _end_row(file_start: int, end: int, size: int, summary: dict[str, Any]) -> pa.RecordBatch:
     row: dict[str, Any] = {name: [None] for name in STORE_SCHEMA.names}
     row.update(
         row_kind=["end"],
         phys_offset=[end],
-        size=[Path(path).stat().st_size],
+        size=[size],
         file_start=[file_start],
         in_ranges=[False],
         detail=[json.dumps(summary, sort_keys=True)],
@@ -104,7 +104,20 @@ def _end_row(path: str, file_start: int, end: int, summary: dict[str, Any]) -> p
 
 
 def scan_store_file(path: str, file_start: int, last_file: bool, keep: Keep | None) -> Iterator[pa.RecordBatch]:
-    """One file's kept rows (STORE_SCHEMA) and its "end" row."""
+    """One file's kept rows (STORE_SCHEMA) and its "end" row; only an end row saying `gone` when the file
+    was deleted since it was listed (a broker's retention deletes the oldest files at any moment)."""
+    try:
+        mm = map_file(path)
+    except FileNotFoundError:
+        yield _end_row(file_start, file_start, 0, {"gone": True})
+        return
+    try:
+        yield from _scan_mapped(mm, file_start, last_file, keep)
+    finally:
+        close_map(mm)
+
+
+def _scan_mapped(mm: mmap.mmap | None, file_start: int, last_file: bool, keep: Keep | None) -> Iterator[pa.RecordBatch]:
     keys = pa.array(sorted(keep.keys), pa.string()) if keep is not None and keep.keys else None
     n_records = record_bytes = 0
     first_ts: int | None = None
@@ -112,7 +125,8 @@ def scan_store_file(path: str, file_start: int, last_file: bool, keep: Keep | No
     hosts: set[str] = set()
     end = file_start
     keyed = 0  # kept records in the ranges that carry a UNIQ_KEY
-    for batch in parse_file(path, file_start=file_start, last_file=last_file):
+    batches = iter_batches(mm, file_start=file_start, last_file=last_file) if mm is not None else iter(())
+    for batch in batches:
         end = max(end, data_end(batch, file_start))
         if batch.column("row_kind")[0].as_py() == "record":  # iter_batches: all records, or one other row
             n_records += batch.num_rows
@@ -134,7 +148,7 @@ def scan_store_file(path: str, file_start: int, last_file: bool, keep: Keep | No
         "store_hosts": sorted(hosts),
         "keyed_in_ranges": keyed,
     }
-    yield _end_row(path, file_start, end, summary)
+    yield _end_row(file_start, end, 0 if mm is None else len(mm), summary)
 
 
 def _scan_task(keep: Keep | None, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -150,13 +164,16 @@ def hash_chunks(path: str, file_start: int, chunk_bytes: int) -> pa.RecordBatch:
     starts, lens, hashes = [], [], []
     buf = bytearray(chunk_bytes)
     view = memoryview(buf)
-    with open(path, "rb", buffering=0) as fh:
-        pos = 0
-        while (n := fh.readinto(buf)) > 0:
-            starts.append(file_start + pos)
-            lens.append(n)
-            hashes.append(xxhash.xxh3_64_intdigest(view[:n]))
-            pos += n
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            pos = 0
+            while (n := fh.readinto(buf)) > 0:
+                starts.append(file_start + pos)
+                lens.append(n)
+                hashes.append(xxhash.xxh3_64_intdigest(view[:n]))
+                pos += n
+    except FileNotFoundError:  # deleted since it was listed (retention): no chunks; its scan says it is gone
+        pass
     signed = np.asarray(hashes, dtype=np.uint64).view(np.int64)
     return pa.RecordBatch.from_pydict(
         {"file_start": [file_start] * len(starts), "chunk_start": starts, "chunk_len": lens, "hash": signed},

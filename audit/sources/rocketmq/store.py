@@ -106,24 +106,41 @@ def commitlog_files(store_dir: str | Path) -> list[CommitLogFile]:
         return []
 
 
+def map_file(path: str | Path) -> mmap.mmap | None:
+    """The file's bytes, mapped read-only (None when it is empty); close with close_map.
+
+    The mapping outlives the file's deletion (a broker's retention may delete it while it is read).
+    Raises OSError when the file cannot be opened, FileNotFoundError when it is gone.
+    """
+    with Path(path).open("rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            return None
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    mm.madvise(mmap.MADV_SEQUENTIAL)
+    return mm
+
+
+def close_map(mm: mmap.mmap | None) -> None:
+    try:
+        if mm is not None:
+            mm.close()
+    except BufferError:  # an exported view is still alive somewhere; the mapping goes with it
+        pass
+
+
 def parse_file(
     path: str | Path, *, file_start: int | None = None, last_file: bool = True, batch_bytes: int = DEFAULT_BATCH_BYTES
 ) -> Iterator[pa.RecordBatch]:
     """Scan one file from disk in batches (mmap: a 1 GiB file costs page cache, not process memory)."""
     p = Path(path)
     start = int(p.name) if file_start is None else file_start
-    with p.open("rb") as fh:
-        if p.stat().st_size == 0:
-            return
-        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    mm = map_file(p)
+    if mm is None:
+        return
     try:
-        mm.madvise(mmap.MADV_SEQUENTIAL)
         yield from iter_batches(mm, file_start=start, last_file=last_file, batch_bytes=batch_bytes)
     finally:
-        try:
-            mm.close()
-        except BufferError:  # an exported view is still alive somewhere; the mapping goes with it
-            pass
+        close_map(mm)
 
 
 def file_data_end(path: str | Path, *, file_start: int | None = None, last_file: bool = True) -> int:
