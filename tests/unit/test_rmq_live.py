@@ -100,3 +100,33 @@ def test_head_files_deleted_after_the_listing_are_out_of_range_not_an_error(
     )
     assert (m["common_start"], m["common_end"], m["bytes_not_compared"]) == (2 * FILE_SIZE, top, 0)
     assert m["bytes_compared"] == top - 2 * FILE_SIZE
+
+
+def test_a_slave_behind_a_duplicate_is_lag_past_its_newest_record(spark: Any, tmp_path: Path) -> None:
+    """The slave stored message 120 twice, so its copy of each later message lies one record further than
+    the master's; it has received messages up to 199 of 300. Master records past its newest message are
+    lag, not a missing_range, whatever their offset."""
+    messages = [msg(i) for i in range(300)]
+    write_store(tmp_path / "m", messages, file_size=FILE_SIZE)
+    dup = 120
+    s_offsets = write_store(tmp_path / "s", [*messages[: dup + 1], *messages[dup:200]], file_size=FILE_SIZE)
+    rows, result = run(spark, tmp_path / "m", tmp_path / "s")
+    assert [(r["category"], r["start_num"], r["count"]) for r in rows] == [("duplicate_range", s_offsets[dup + 1], 1)]
+    assert result.metrics["replica_max_offset"] == s_offsets[-1] + SIZE < result.metrics["master_max_offset"]
+
+
+def test_a_slave_missing_a_record_read_while_the_master_rolls_shows_it_once(spark: Any, tmp_path: Path) -> None:
+    """The slave lacks message 100, so it holds each later message one record earlier than the master. The
+    master rolled to a new file after the snapshot listed its files: the slave's last listed file holds
+    messages the master wrote past the files listed. Those are not read on the master, not divergent."""
+    from audit.sources.rocketmq.diff import diff_stores
+
+    messages = [msg(i) for i in range(300)]
+    offsets = write_store(tmp_path / "m", messages, file_size=FILE_SIZE)
+    gone = 100
+    write_store(tmp_path / "s", [m for i, m in enumerate(messages) if i != gone], file_size=FILE_SIZE)
+    listed = {s: commitlog_files(tmp_path / s)[:3] for s in ("m", "s")}  # as listed before the roll to file 3
+    result = diff_stores(spark, listed["m"], listed["s"], chunk_bytes=4096)
+    rows = [r.asDict() for r in result.findings.collect()]
+    result.release()
+    assert [(r["category"], r["start_num"], r["count"]) for r in rows] == [("missing_range", offsets[gone], 1)]

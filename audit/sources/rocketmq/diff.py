@@ -34,6 +34,7 @@ from audit.errors import SourceError
 from audit.findings import FINDINGS_SCHEMA, Finding
 from audit.sources.rocketmq.contiguity import Hole, holes
 from audit.sources.rocketmq.record_diff import (
+    Newest,
     at_same_offset,
     bridged_end,
     by_message,
@@ -130,6 +131,11 @@ class _Side:
     def first_store_ts(self) -> int | None:
         values = [s["first_store_ts"] for s in self.summaries.values() if s.get("first_store_ts") is not None]
         return min(values) if values else None
+
+    @property
+    def last_store_ts(self) -> int | None:
+        values = [s["last_store_ts"] for s in self.summaries.values() if s.get("last_store_ts") is not None]
+        return max(values) if values else None
 
     @property
     def store_hosts(self) -> list[str]:
@@ -244,7 +250,8 @@ def _record_findings(cands: DataFrame, master: _Side, replica: _Side) -> DataFra
     """The record-level findings: classified candidates, coalesced into ranges, as findings rows."""
     hosts, first_ts = master.store_hosts, master.first_store_ts
     aligned = by_message(at_same_offset(cands), replica_lo=replica.min_offset or 0, replica_hi=replica.max_offset or 0)
-    classified = classify(aligned, master_hosts=hosts, master_first_ts=first_ts)
+    newest = Newest(first_ts, master.last_store_ts, replica.last_store_ts)
+    classified = classify(aligned, master_hosts=hosts, newest=newest)
     bridged = bridged_end(classified, {"master": master.blanks, "replica": replica.blanks})
     return findings_frame(ranges(runs(bridged), hosts, first_ts))
 

@@ -6,15 +6,12 @@ See audit/sources/rocketmq/diff.py for the whole diff and its categories.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from audit.diff.findings import to_findings
-
-if TYPE_CHECKING:
-    pass
 
 
 def identity() -> Column:
@@ -134,26 +131,56 @@ def by_message(aligned: DataFrame, *, replica_lo: int, replica_hi: int) -> DataF
     )
 
 
-def classify(df: DataFrame, *, master_hosts: Sequence[str], master_first_ts: int | None) -> DataFrame:
+@dataclass(frozen=True)
+class Newest:
+    """The newest STORETIMESTAMP read on each side and the master's oldest (null: no record read)."""
+
+    master_first_ts: int | None
+    master_last_ts: int | None
+    replica_last_ts: int | None
+
+    def master_lag(self) -> Column:
+        """A master record the slave has not received yet: stored no earlier than the slave's newest record
+        (a broker stores in STORETIMESTAMP order), where the slave's newest is not older than the master's
+        log (else it holds another master's data and nothing is lag)."""
+        r, first = self.replica_last_ts, self.master_first_ts
+        if r is None or (first is not None and r < first):
+            return F.lit(False)
+        return F.col("store_ts") >= F.lit(r)
+
+    def past_master_read(self) -> Column:
+        """A slave record stored no earlier than the newest record read on the master: the master may hold
+        it past the files the snapshot listed."""
+        m = self.master_last_ts
+        return F.lit(False) if m is None else F.col("store_ts") >= F.lit(m)
+
+
+def classify(df: DataFrame, *, master_hosts: Sequence[str], newest: Newest) -> DataFrame:
     """The category of each compared record that is not byte-equal at its offset (null: no finding).
 
     Master records: divergent_entry (the slave has the same message there with other bytes), missing_range
-    (the slave holds the message nowhere), or nothing (shifted). Slave records that are not the master's
-    message there: duplicate_range, nothing (shifted: held by the master elsewhere), stale_replica_data
-    (another store host than any of the master's, or older than the master's first record), else
-    divergent_entry.
+    (the slave holds the message nowhere and it is not lag: see Newest), or nothing (shifted, or lag).
+    Slave records that are not the master's message there: duplicate_range, nothing (shifted: held by the
+    master elsewhere), stale_replica_data (another store host than any of the master's, or older than the
+    master's first record), nothing (newer than anything read on the master), else divergent_entry.
+
+    Offsets cannot tell lag where the slave's log is shifted (a message missing or repeated): its copy of
+    a message is not at the master's offset, so the records near its end are compared by time instead.
     """
+    master_first_ts = newest.master_first_ts
     hosts = F.array(*[F.lit(h) for h in master_hosts]) if master_hosts else F.array().cast("array<string>")
     foreign_host = F.lit(bool(master_hosts)) & ~F.array_contains(hosts, F.col("store_host"))
     older = F.lit(master_first_ts is not None) & (F.col("store_ts") < F.lit(master_first_ts or 0))
     is_master = F.col("side") == "master"
+    missing = ~F.col("replica_has") & ~newest.master_lag()
     category = (
         F.when(~F.col("compared") | F.col("same"), F.lit(None))
         .when(F.col("same_message"), F.when(is_master, F.lit("divergent_entry")))  # reported once, by the master
-        .when(is_master, F.when(~F.col("replica_has"), F.lit("missing_range")))
+        .when(is_master, F.when(missing, F.lit("missing_range")))
         .when(F.col("duplicate"), F.lit("duplicate_range"))
         .when(F.col("in_master"), F.lit(None))
         .when(foreign_host | older, F.lit("stale_replica_data"))
+        .when(newest.past_master_read(), F.lit(None))
         .otherwise(F.lit("divergent_entry"))
     )
     return df.withColumns(
