@@ -130,3 +130,40 @@ def test_a_slave_missing_a_record_read_while_the_master_rolls_shows_it_once(spar
     rows = [r.asDict() for r in result.findings.collect()]
     result.release()
     assert [(r["category"], r["start_num"], r["count"]) for r in rows] == [("missing_range", offsets[gone], 1)]
+
+
+@pytest.mark.parametrize("deleted", ["master", "both"])
+@pytest.mark.parametrize("shift", ["lacks", "repeats"])
+def test_a_shifted_slave_whose_head_file_retention_deleted_has_no_finding_at_the_range_start(
+    spark: Any, tmp_path: Path, shift: str, deleted: str
+) -> None:
+    """The slave lacks message 5 (or stored it twice), so each of its files holds one message more (less)
+    than the master's: at the start of file 1 it holds the message after (before) the master's first one.
+    Retention deletes file 0 on the master (the slave deletes its own a moment later) or on both, so the
+    common range starts at file 1. The master's first message is not missing from the slave (its copy is
+    in the slave's file 0), and the slave's first one is not another master's data (the master's copy was
+    in its deleted file 0): both lie outside what the two stores hold in common."""
+    messages = [msg(i) for i in range(300)]
+    write_store(tmp_path / "m", messages, file_size=FILE_SIZE)
+    k = 5
+    held = [m for i, m in enumerate(messages) if i != k] if shift == "lacks" else [*messages[: k + 1], *messages[k:]]
+    write_store(tmp_path / "s", held, file_size=FILE_SIZE)
+    for side in ("m",) if deleted == "master" else ("m", "s"):
+        commitlog_files(tmp_path / side)[0].path.unlink()
+    rows, result = run(spark, tmp_path / "m", tmp_path / "s")
+    assert result.metrics["common_start"] == FILE_SIZE and result.metrics["chunks_different"] > 0
+    assert [(r["category"], r["start_num"]) for r in rows] == []
+
+
+def test_a_message_lost_at_the_start_of_the_range_is_missing_when_the_slave_still_holds_the_file_before(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The slave lacks the master's first message of file 1; the master deleted file 0, the slave not yet.
+    The slave's file 0 is read for its copies, finds none: a missing_range, not a loss hidden by retention."""
+    messages = [msg(i) for i in range(300)]
+    offsets = write_store(tmp_path / "m", messages, file_size=FILE_SIZE)
+    gone = offsets.index(FILE_SIZE)
+    write_store(tmp_path / "s", [m for i, m in enumerate(messages) if i != gone], file_size=FILE_SIZE)
+    commitlog_files(tmp_path / "m")[0].path.unlink()
+    rows, _ = run(spark, tmp_path / "m", tmp_path / "s")
+    assert [(r["category"], r["start_num"], r["count"]) for r in rows] == [("missing_range", FILE_SIZE, 1)]

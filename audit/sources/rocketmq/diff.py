@@ -42,6 +42,7 @@ from audit.sources.rocketmq.record_diff import (
     classify,
     findings_frame,
     ranges,
+    replica_copy_at,
     runs,
 )
 from audit.sources.rocketmq.spark_store import (
@@ -246,12 +247,24 @@ def _chunk_plan(chunks: list[Chunk], lo: int, hi: int) -> tuple[tuple[tuple[int,
     return coalesce_ranges(differ), counts
 
 
+def _with_lead_in(
+    plan: tuple[tuple[int, int], ...], replica_start: int, lo: int, chunk_bytes: int
+) -> tuple[tuple[int, int], ...]:
+    """The slave's ranges to read: the differing chunks, and the chunk before the common range when the
+    first of them starts it and the slave holds data before it (the master deleted that file first).
+    Where the slave's log is shifted, its copies of the master's first messages in the range lie there."""
+    if not plan or plan[0][0] != lo or replica_start >= lo:
+        return plan
+    return coalesce_ranges([(max(replica_start, lo - chunk_bytes), lo), *plan])
+
+
 def _record_findings(cands: DataFrame, master: _Side, replica: _Side) -> DataFrame:
     """The record-level findings: classified candidates, coalesced into ranges, as findings rows."""
     hosts, first_ts = master.store_hosts, master.first_store_ts
     aligned = by_message(at_same_offset(cands), replica_lo=replica.min_offset or 0, replica_hi=replica.max_offset or 0)
-    newest = Newest(first_ts, master.last_store_ts, replica.last_store_ts)
-    classified = classify(aligned, master_hosts=hosts, newest=newest)
+    newest = Newest(first_ts, master.last_store_ts, replica.last_store_ts, replica.first_store_ts)
+    head = replica_copy_at(cands, master.min_offset)
+    classified = classify(aligned, master_hosts=hosts, newest=newest, master_head_in_replica=head)
     bridged = bridged_end(classified, {"master": master.blanks, "replica": replica.blanks})
     return findings_frame(ranges(runs(bridged), hosts, first_ts))
 
@@ -281,7 +294,8 @@ def diff_stores(
     plan, _ = _chunk_plan(chunk_rows, file_lo, file_hi)
 
     level = StorageLevel.MEMORY_AND_DISK
-    replica_rows = read_store(spark, replica_files, keep=Keep(plan)).persist(level)
+    replica_keep = Keep(_with_lead_in(plan, replica_files[0].start, file_lo, chunk_bytes))
+    replica_rows = read_store(spark, replica_files, keep=replica_keep).persist(level)
     unlisted = unlisted or {}
     replica = _learn(replica_files, replica_rows, unlisted.get("replica", ()))
     slave_keys = _lookup_keys(replica, replica_rows, max_lookup_keys)

@@ -133,11 +133,12 @@ def by_message(aligned: DataFrame, *, replica_lo: int, replica_hi: int) -> DataF
 
 @dataclass(frozen=True)
 class Newest:
-    """The newest STORETIMESTAMP read on each side and the master's oldest (null: no record read)."""
+    """The newest STORETIMESTAMP read on each side and the oldest (null: no record read)."""
 
     master_first_ts: int | None
     master_last_ts: int | None
     replica_last_ts: int | None
+    replica_first_ts: int | None = None
 
     def master_lag(self) -> Column:
         """A master record the slave has not received yet: stored no earlier than the slave's newest record
@@ -148,6 +149,12 @@ class Newest:
             return F.lit(False)
         return F.col("store_ts") >= F.lit(r)
 
+    def before_replica_log(self) -> Column:
+        """A master record stored no later than the slave's oldest record: where the slave's log is shifted,
+        its copy lay before the slave's first file, which retention may have deleted. Not judged."""
+        r = self.replica_first_ts
+        return F.lit(False) if r is None else F.col("store_ts") <= F.lit(r)
+
     def past_master_read(self) -> Column:
         """A slave record stored no earlier than the newest record read on the master: the master may hold
         it past the files the snapshot listed."""
@@ -155,14 +162,33 @@ class Newest:
         return F.lit(False) if m is None else F.col("store_ts") >= F.lit(m)
 
 
-def classify(df: DataFrame, *, master_hosts: Sequence[str], newest: Newest) -> DataFrame:
+def replica_copy_at(cands: DataFrame, master_offset: int | None) -> int | None:
+    """Where the slave holds (first) the message of the master's record at `master_offset`, when both are
+    among the kept records; two small jobs over them."""
+    if master_offset is None:
+        return None
+    is_master = F.col("side") == "master"
+    found = cands.where(is_master & (F.col("phys_offset") == master_offset)).select("ident").limit(1).collect()
+    if not found:
+        return None
+    copies = cands.where(~is_master & (F.col("ident") == found[0].ident)).agg(F.min("phys_offset")).collect()
+    at: int | None = copies[0][0]
+    return at
+
+
+def classify(
+    df: DataFrame, *, master_hosts: Sequence[str], newest: Newest, master_head_in_replica: int | None = None
+) -> DataFrame:
     """The category of each compared record that is not byte-equal at its offset (null: no finding).
 
     Master records: divergent_entry (the slave has the same message there with other bytes), missing_range
-    (the slave holds the message nowhere and it is not lag: see Newest), or nothing (shifted, or lag).
+    (the slave holds the message nowhere, it is not lag and not older than the slave's log: see Newest), or
+    nothing (shifted, or lag).
     Slave records that are not the master's message there: duplicate_range, nothing (shifted: held by the
     master elsewhere), stale_replica_data (another store host than any of the master's, or older than the
-    master's first record), nothing (newer than anything read on the master), else divergent_entry.
+    master's first record), nothing (older than it, but before the slave's copy of the master's first
+    record, `master_head_in_replica`: the master's retention deleted it), nothing (newer than anything read
+    on the master), else divergent_entry.
 
     Offsets cannot tell lag where the slave's log is shifted (a message missing or repeated): its copy of
     a message is not at the master's offset, so the records near its end are compared by time instead.
@@ -171,15 +197,18 @@ def classify(df: DataFrame, *, master_hosts: Sequence[str], newest: Newest) -> D
     hosts = F.array(*[F.lit(h) for h in master_hosts]) if master_hosts else F.array().cast("array<string>")
     foreign_host = F.lit(bool(master_hosts)) & ~F.array_contains(hosts, F.col("store_host"))
     older = F.lit(master_first_ts is not None) & (F.col("store_ts") < F.lit(master_first_ts or 0))
+    head = master_head_in_replica
+    before_head = F.lit(head is not None) & (F.col("phys_offset") < F.lit(head or 0))
     is_master = F.col("side") == "master"
-    missing = ~F.col("replica_has") & ~newest.master_lag()
+    missing = ~F.col("replica_has") & ~newest.master_lag() & ~newest.before_replica_log()
     category = (
         F.when(~F.col("compared") | F.col("same"), F.lit(None))
         .when(F.col("same_message"), F.when(is_master, F.lit("divergent_entry")))  # reported once, by the master
         .when(is_master, F.when(missing, F.lit("missing_range")))
         .when(F.col("duplicate"), F.lit("duplicate_range"))
         .when(F.col("in_master"), F.lit(None))
-        .when(foreign_host | older, F.lit("stale_replica_data"))
+        .when(foreign_host | (older & ~before_head), F.lit("stale_replica_data"))
+        .when(older, F.lit(None))  # the master held it before its first record, in a file retention deleted
         .when(newest.past_master_read(), F.lit(None))
         .otherwise(F.lit("divergent_entry"))
     )
