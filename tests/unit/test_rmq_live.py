@@ -12,7 +12,7 @@ import pytest
 from audit.local.rocketmq_commitlog import replicate, write_store
 from audit.sources.rocketmq.format import offset_to_file_name
 from audit.sources.rocketmq.store import commitlog_files, max_offset
-from tests.unit.test_rmq_diff import FILE_SIZE, SIZE, msg, run
+from tests.unit.test_rmq_diff import FILE_SIZE, SIZE, T_NEW, msg, run
 
 
 def preallocate_next(store: Path) -> Path:
@@ -167,3 +167,22 @@ def test_a_message_lost_at_the_start_of_the_range_is_missing_when_the_slave_stil
     commitlog_files(tmp_path / "m")[0].path.unlink()
     rows, _ = run(spark, tmp_path / "m", tmp_path / "s")
     assert [(r["category"], r["start_num"], r["count"]) for r in rows] == [("missing_range", FILE_SIZE, 1)]
+
+
+def test_a_slave_behind_a_duplicate_is_lag_past_its_newest_record_whatever_the_master_clock_did(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The slave stored message 120 twice, so it holds each later message one record further than the
+    master; it has received messages up to 199 of 300. The master's clock stepped back 1 s before it stored
+    message 200 (an NTP step, a resumed VM): messages 200.. carry store times older than the slave's newest
+    record, yet follow it in the master's log. The master record at the slave's end is lag, not missing.
+    Message 250 puts message 150 again (a delayed message's second put keeps its UNIQ_KEY): the slave holds
+    its first copy, which says nothing of the second one."""
+    messages = [msg(i) if i < 200 else msg(i, t0=T_NEW - 1_000) for i in range(300)]
+    messages[250] = messages[250].but(properties=messages[150].properties)
+    write_store(tmp_path / "m", messages, file_size=FILE_SIZE)
+    dup = 120
+    s_offsets = write_store(tmp_path / "s", [*messages[: dup + 1], *messages[dup:200]], file_size=FILE_SIZE)
+    assert messages[200].store_ts < messages[199].store_ts
+    rows, _ = run(spark, tmp_path / "m", tmp_path / "s")
+    assert [(r["category"], r["start_num"], r["count"]) for r in rows] == [("duplicate_range", s_offsets[dup + 1], 1)]

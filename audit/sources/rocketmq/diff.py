@@ -42,6 +42,7 @@ from audit.sources.rocketmq.record_diff import (
     classify,
     findings_frame,
     ranges,
+    received_upto,
     replica_copy_at,
     runs,
 )
@@ -258,11 +259,12 @@ def _with_lead_in(
     return coalesce_ranges([(max(replica_start, lo - chunk_bytes), lo), *plan])
 
 
-def _record_findings(cands: DataFrame, master: _Side, replica: _Side) -> DataFrame:
+def _record_findings(cands: DataFrame, master: _Side, replica: _Side, equal_upto: int | None) -> DataFrame:
     """The record-level findings: classified candidates, coalesced into ranges, as findings rows."""
     hosts, first_ts = master.store_hosts, master.first_store_ts
     aligned = by_message(at_same_offset(cands), replica_lo=replica.min_offset or 0, replica_hi=replica.max_offset or 0)
-    newest = Newest(first_ts, master.last_store_ts, replica.last_store_ts, replica.first_store_ts)
+    reach = received_upto(cands, equal_upto)
+    newest = Newest(first_ts, master.last_store_ts, replica.last_store_ts, replica.first_store_ts, reach)
     head = replica_copy_at(cands, master.min_offset)
     classified = classify(aligned, master_hosts=hosts, newest=newest, master_head_in_replica=head)
     bridged = bridged_end(classified, {"master": master.blanks, "replica": replica.blanks})
@@ -320,7 +322,8 @@ def diff_stores(
     compared_counts = {"m": 0, "r": 0}
     if compare_plan:  # else every chunk of the common range is byte-equal: nothing to compare record by record
         cands = candidates(master_rows, replica_rows, lo, hi, master.not_read(), replica.not_read())
-        findings = _record_findings(cands, master, replica).unionByName(findings)
+        equal = [c.start for c in chunk_rows if c.equal and lo <= c.start < hi]
+        findings = _record_findings(cands, master, replica, max(equal, default=None)).unionByName(findings)
         compared_counts = (
             cands.agg(
                 F.count_if(F.col("compared") & (F.col("side") == "master")).alias("m"),

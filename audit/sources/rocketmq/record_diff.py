@@ -139,15 +139,19 @@ class Newest:
     master_last_ts: int | None
     replica_last_ts: int | None
     replica_first_ts: int | None = None
+    replica_reach: int | None = None
+    """The master's offset of the furthest message the slave holds (see received_upto); null: not known."""
 
     def master_lag(self) -> Column:
-        """A master record the slave has not received yet: stored no earlier than the slave's newest record
-        (a broker stores in STORETIMESTAMP order), where the slave's newest is not older than the master's
-        log (else it holds another master's data and nothing is lag)."""
+        """A master record the slave has not received yet: past the master's copy of every message the slave
+        holds (HA sends the log in order), or stored no earlier than the slave's newest record (a broker
+        stores in STORETIMESTAMP order, unless its clock steps back), where the slave's newest is not older
+        than the master's log (else it holds another master's data and nothing is lag)."""
         r, first = self.replica_last_ts, self.master_first_ts
+        by_offset = F.lit(False) if self.replica_reach is None else F.col("phys_offset") > F.lit(self.replica_reach)
         if r is None or (first is not None and r < first):
-            return F.lit(False)
-        return F.col("store_ts") >= F.lit(r)
+            return by_offset
+        return by_offset | (F.col("store_ts") >= F.lit(r))
 
     def before_replica_log(self) -> Column:
         """A master record stored no later than the slave's oldest record: where the slave's log is shifted,
@@ -160,6 +164,21 @@ class Newest:
         it past the files the snapshot listed."""
         m = self.master_last_ts
         return F.lit(False) if m is None else F.col("store_ts") >= F.lit(m)
+
+
+def received_upto(cands: DataFrame, equal_upto: int | None) -> int | None:
+    """The master's offset of the furthest message the slave holds: the furthest master copy of a message
+    the slave holds in its differing chunks, or the start of the last chunk equal on both sides
+    (`equal_upto`), whichever is further. A message the master holds twice (a producer's retry, a delayed
+    message put again into its topic) counts at its first copy. Null when no slave record of the differing
+    chunks is a master's message (a slave holding only other data: its end tells nothing). One small job
+    over the kept records."""
+    is_master = (F.col("side") == "master").cast("int")
+    per_message = cands.groupBy("ident").agg(
+        F.min(F.when(is_master == 1, F.col("phys_offset"))).alias("master_at"), F.min(is_master).alias("in_replica")
+    )
+    found = per_message.where(F.col("in_replica") == 0).agg(F.max("master_at")).collect()[0][0]
+    return None if found is None else max(int(found), equal_upto or 0)
 
 
 def replica_copy_at(cands: DataFrame, master_offset: int | None) -> int | None:
