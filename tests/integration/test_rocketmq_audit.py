@@ -279,3 +279,19 @@ def test_one_store_given_as_both_sides_is_refused(tmp_path, monkeypatch, capsys)
     code, _ = audit(tmp_path, monkeypatch, {"store_dir": str(tmp_path / "m")}, {"store_dir": str(tmp_path / "alias")})
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and f"both endpoints reach one server (store directory {tmp_path / 'm'})" in err, err
+
+
+def test_a_slave_left_behind_by_the_masters_retention_is_not_a_silent_pass(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The slave stopped inside file 1; the master went on and its retention deleted files 0-4. The slave's
+    whole log lies before the master's first file: no byte in common, and the master no longer holds what
+    the slave would need next. Nothing compared is uncovered, which the gate fails, never exit 0."""
+    offsets = write_store(tmp_path / "m", [msg(i) for i in range(1000)], file_size=FILE_SIZE)
+    replicate(tmp_path / "m", tmp_path / "s", start=0, upto=offsets[150])
+    for i in range(5):
+        (tmp_path / "m" / "commitlog" / f"{i * FILE_SIZE:020d}").unlink()
+    code, root = audit(tmp_path, monkeypatch, {"store_dir": str(tmp_path / "m")}, {"store_dir": str(tmp_path / "s")})
+    s = summary(root)["pairs"][0]
+    assert s["coverage"]["common_bytes"] == 0
+    assert [f["category"] for f in findings(root)] == []
+    assert code == 1 and s["status"] != "passed"
+    assert any("before the master's first file" in line for line in s["not_covered"]), s["not_covered"]

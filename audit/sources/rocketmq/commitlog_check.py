@@ -8,14 +8,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from audit.errors import SnapshotError, SourceError
-from audit.kernel.check import Check
+from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
 from audit.kernel.identity import refuse_one_server
+from audit.kernel.state import MetricValue
 from audit.layout import write_json
 from audit.sources.rocketmq.model import RocketMQPair, StoreEndpoint
 
@@ -118,6 +119,17 @@ class CommitLogCheck(Check):
 
     def __init__(self, pair: RocketMQPair) -> None:
         self.pair = pair
+
+    def uncovered(self, metrics: Mapping[str, MetricValue]) -> list[Uncovered]:
+        """Two stores with no offset in common compared nothing: never a silent pass. The usual cause is a
+        slave that stopped and a master whose retention has since deleted the files it would need next."""
+        if metrics.get("common_bytes") != 0:
+            return []
+        m_min, r_max = metrics.get("master_min_offset"), metrics.get("replica_max_offset")
+        if isinstance(m_min, int) and isinstance(r_max, int) and r_max < m_min:
+            why = f"the slave's log ends at offset {r_max}, before the master's first file at {m_min}"
+            return [Uncovered(1, f"no commit-log byte in common: {why} (deleted by retention; HA cannot resume)")]
+        return [Uncovered(1, "no commit-log byte in common: the slave holds no data in the master's range")]
 
     def snapshot(self, ctx: StageContext) -> None:
         files_count = {}
