@@ -186,3 +186,17 @@ def test_a_slave_behind_a_duplicate_is_lag_past_its_newest_record_whatever_the_m
     assert messages[200].store_ts < messages[199].store_ts
     rows, _ = run(spark, tmp_path / "m", tmp_path / "s")
     assert [(r["category"], r["start_num"], r["count"]) for r in rows] == [("duplicate_range", s_offsets[dup + 1], 1)]
+
+
+def test_a_message_lost_in_the_first_millisecond_of_a_log_that_lost_no_file_is_missing(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Messages 0-9 were stored in one millisecond (a busy broker stores many per millisecond) and the
+    slave lacks message 5. Both logs start at offset 0, so nothing lies before the slave's first record:
+    message 5 is missing, however old."""
+    messages = [msg(i).but(store_ts=T_NEW) if i < 10 else msg(i) for i in range(300)]
+    offsets = write_store(tmp_path / "m", messages, file_size=FILE_SIZE)
+    gone = 5
+    write_store(tmp_path / "s", [m for i, m in enumerate(messages) if i != gone], file_size=FILE_SIZE)
+    rows, _ = run(spark, tmp_path / "m", tmp_path / "s")
+    assert [(r["category"], r["start_num"], r["count"]) for r in rows] == [("missing_range", offsets[gone], 1)]

@@ -264,7 +264,11 @@ def _record_findings(cands: DataFrame, master: _Side, replica: _Side, equal_upto
     hosts, first_ts = master.store_hosts, master.first_store_ts
     aligned = by_message(at_same_offset(cands), replica_lo=replica.min_offset or 0, replica_hi=replica.max_offset or 0)
     reach = received_upto(cands, equal_upto)
-    newest = Newest(first_ts, master.last_store_ts, replica.last_store_ts, replica.first_store_ts, reach)
+    # Only a slave log that starts the common range and not at offset 0 may have lost its head to retention.
+    r_min = replica.min_offset or 0
+    head_gone = r_min > 0 and r_min >= (master.min_offset or 0)
+    r_first = replica.first_store_ts if head_gone else None
+    newest = Newest(first_ts, master.last_store_ts, replica.last_store_ts, r_first, reach)
     head = replica_copy_at(cands, master.min_offset)
     classified = classify(aligned, master_hosts=hosts, newest=newest, master_head_in_replica=head)
     bridged = bridged_end(classified, {"master": master.blanks, "replica": replica.blanks})

@@ -139,6 +139,7 @@ class Newest:
     master_last_ts: int | None
     replica_last_ts: int | None
     replica_first_ts: int | None = None
+    """The slave's oldest record, given only when its log starts the common range and not at offset 0."""
     replica_reach: int | None = None
     """The master's offset of the furthest message the slave holds (see received_upto); null: not known."""
 
