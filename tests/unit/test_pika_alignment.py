@@ -122,6 +122,19 @@ def test_a_slave_without_records_since_its_full_sync_is_all_lag(spark, tmp_path)
     assert unreplicated == {0: n - synced, 1: n}
 
 
+def test_a_slave_with_one_record_since_its_full_sync_holds_it(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Full-synced at record 120, the slave has written record 120 only, where the master's is. Its log has
+    # padding before that record and nothing after it yet: the first pass compared the record before it,
+    # which it lacks, and no later pass found a neighbour in common, so the record came out as a
+    # divergent_entry at the same position, against a master record of the same content.
+    n, synced = 300, 120
+    log = write_master(tmp_path / "m", 0, commands(n, 0), FILE_SIZE)
+    write_slave(tmp_path / "s", 0, log, [(synced, exec_time(synced))], FILE_SIZE, full_sync_before=synced)
+    found, unreplicated = _diff(spark, tmp_path, 1)
+    assert found == {}
+    assert unreplicated == {0: n - synced - 1}
+
+
 def _against_the_oracle(spark: Any, root: Path, seed: int, dbs: int = 12, n_max: int = 400) -> list[str]:
     """`dbs` random pairs of one seed, one per db, diffed in one run and checked against tests/pika_oracle.py."""
     rng = random.Random(seed)

@@ -4,7 +4,8 @@ side. audit/sources/pika/binlog_diff.py numbers the records and turns what is le
 
 The passes, each over what the previous one left unmatched:
 
-1. by position and content: (db, end position, digest of the record and of the one before) equal: healthy;
+1. by position and content: (db, end position, digest of the record and of the one before, unless
+   either is its log's first record) equal: healthy;
 2. by content alone, the k-th unmatched occurrence of a content key on one side with the k-th on the
    other (within the stretch after the same pair by content, when the key repeats), the key being the
    record with both neighbours, then with one; then the record alone, at a shift the matched records
@@ -48,7 +49,8 @@ def _side(df: DataFrame, p: str) -> DataFrame:
         "ctxl": F.xxhash64(F.col("prev_digest"), F.col("digest")),
         "ctxr": F.xxhash64(F.col("digest"), F.col("next_digest")),
     }
-    return df.select(*[F.col(c).alias(p + c) for c in cols], *[e.alias(p + n) for n, e in ctx.items()])
+    first = F.col("prev_digest").isNull().alias(p + "first")  # nothing before it in its log
+    return df.select(*[F.col(c).alias(p + c) for c in cols], *[e.alias(p + n) for n, e in ctx.items()], first)
 
 
 def _paired(joined: DataFrame, how: str, *extra: Column) -> DataFrame:
@@ -197,9 +199,13 @@ def no_stage(df: DataFrame, name: str) -> DataFrame:
 def _by_position(m: DataFrame, s: DataFrame, stage: Stage) -> tuple[DataFrame, DataFrame, DataFrame]:
     """The first pass: same place, same content, same content before it (repetitive logs, a gap of whole
     INCR/SET cycles, put identical records at identical offsets by chance, and only the neighbour tells
-    them apart). One full outer join, staged once, gives the pairs and both sides' rests: a position is
-    unique on its side, so the pairing is one to one."""
-    on = (F.col("m_db") == F.col("s_db")) & (F.col("m_epos") == F.col("s_epos")) & (F.col("m_ctxl") == F.col("s_ctxl"))
+    them apart). A log's first record has no neighbour before it to compare: a slave's first record since
+    its full sync pairs by content alone; with no record after it either, no later pass paired it, and
+    the record was a `divergent_entry` against the same record. One full outer join, staged once, gives the pairs
+    and both sides' rests: a position is unique on its side, so the pairing is one to one."""
+    first = (F.col("m_first") | F.col("s_first")) & (F.col("m_digest") == F.col("s_digest"))
+    same = (F.col("m_ctxl") == F.col("s_ctxl")) | first
+    on = (F.col("m_db") == F.col("s_db")) & (F.col("m_epos") == F.col("s_epos")) & same
     outer = stage(m.join(s, on, "full_outer"), "by_position")
     paired = _paired(outer.where(F.col("m_seq").isNotNull() & F.col("s_seq").isNotNull()), "position")
     m_rest = outer.where(F.col("s_seq").isNull()).select(*m.columns)
