@@ -7,7 +7,9 @@ oracle checks what is not: both sides leave as many records unpaired as the pair
 allow; there are at least as many pairs as the slave's plan holds records of the master (fewer is a
 finding the slave does not deserve), at most a longest common subsequence (no order-keeping alignment
 pairs more: more hides a lost record behind a replayed one); and the lag lies between the plan's and
-the largest a longest common subsequence allows.
+the largest a longest common subsequence allows, plus the copies the plan lost in the run of identical
+records its last record is in: the diff counts those as lag, not as a gap, since which copies of that
+run the slave holds is ambiguous (docs/formats/pika-binlog.md, "What the comparison reports").
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ class Expected:
     master_records: int  # in the window both sides are compared in
     slave_records: int
     pairs: tuple[int, int]  # as many as the slave's plan holds, at most a longest common subsequence
-    lag: tuple[int, int]  # between the plan's and the least that subsequence allows
+    lag: tuple[int, int]  # between the plan's and the least that subsequence allows, plus the plan's
+    # losses in the run of identical records its last record is in
 
 
 def expected(pair: Pair) -> Expected:
@@ -81,8 +84,11 @@ def expected(pair: Pair) -> Expected:
     a = [content[i] for i, p in enumerate(pair.m_pos) if _num(p) >= lo]
     b = [content[i] for i, p in zip(pair.plan, pair.s_pos, strict=True) if _num(p) >= lo]
     length, prefix = lcs(a, b)
-    lags = sorted((len(a) - prefix, len(pair.cmds) - 1 - max(pair.plan)))
-    return Expected(len(a), len(b), (len(set(pair.plan)), length), (lags[0], lags[1]))
+    last = max(pair.plan)
+    run = next(i for i in range(last, -1, -1) if i == 0 or content[i - 1] != content[last])
+    lost_in_run = len(set(range(max(run, first), last)) - set(pair.plan))
+    lags = sorted((len(a) - prefix, len(pair.cmds) - 1 - last))
+    return Expected(len(a), len(b), (len(set(pair.plan)), length), (lags[0], lags[1] + lost_in_run))
 
 
 def _num(p: Position) -> int:
