@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from audit.local.mariadb_server import MariaDBServer, start_pair, wait_in_sync
+from audit.local.mariadb_server import MariaDBServer, start_pair, wait_in_sync, wait_link_up
 from audit.sources.mysql.endpoint import MySQLSettings
 from audit.sources.mysql.engine import RowsAudit, audit_tables
 
@@ -28,6 +29,17 @@ class Pair:
     def on_replica_only(self, *statements: str) -> None:
         """Differences planted with sql_log_bin = 0, so replication stays healthy."""
         self.replica.execute("SET SESSION sql_log_bin = 0", *statements)
+
+    @contextmanager
+    def sql_thread_stopped(self) -> Iterator[None]:
+        """The replica's SQL thread stopped for the block (writes on the master are not applied), started
+        again after it, however it ends, and replicating before the next test."""
+        self.replica.execute("STOP SLAVE SQL_THREAD")
+        try:
+            yield
+        finally:
+            self.replica.execute("START SLAVE SQL_THREAD")
+            wait_link_up(self.replica)
 
     def audit(self, tables: list[str], settings: MySQLSettings = FAST, **kw: Any) -> RowsAudit:
         return audit_tables(kw.pop("spark", None), self.master_url, self.replica_url, tables, settings, **kw)

@@ -336,14 +336,11 @@ def test_healthy_pair_under_concurrent_writes_gives_no_findings(pair: Pair, sche
 
 def test_lag_makes_no_false_positive(pair: Pair, schema: str) -> None:
     """Writes the replica has not applied yet: waited for when it catches up, uncovered when it cannot."""
-    from audit.local.mariadb_server import wait_link_up
-
     pair.on_master(
         f"CREATE TABLE {schema}.lag (id INT PRIMARY KEY, v INT)",
         f"INSERT INTO {schema}.lag SELECT seq, seq FROM {schema}.seq_1_to_1000",
     )
-    pair.replica.execute("STOP SLAVE SQL_THREAD")
-    try:
+    with pair.sql_thread_stopped():
         pair.master.execute(f"UPDATE {schema}.lag SET v = -v WHERE id MOD 97 = 0")
         stuck = pair.audit([f"{schema}.lag"], FAST.model_copy(update={"gtid_wait_s": 0.3}))
         assert stuck.findings == [] and stuck.metrics["chunks_uncovered"] >= 1
@@ -352,9 +349,6 @@ def test_lag_makes_no_false_positive(pair: Pair, schema: str) -> None:
         restart.start()
         caught_up = pair.audit([f"{schema}.lag"], FAST.model_copy(update={"gtid_wait_s": 20}))
         restart.join()
-    finally:
-        pair.replica.execute("START SLAVE SQL_THREAD")
-        wait_link_up(pair.replica)
     assert caught_up.findings == [] and caught_up.metrics["uncovered"] == 0
     assert caught_up.metrics["chunks_different"] == 0 and all(t["equal"] for t in caught_up.tables)
 

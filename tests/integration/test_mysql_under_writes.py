@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from audit.local.mariadb_server import mariadb_available, wait_in_sync
+from audit.local.mariadb_server import mariadb_available
 from audit.sources.mysql import catalog
 from audit.sources.mysql.chunks import Sides, TableWork
 from audit.sources.mysql.client import Server, connect_pair
@@ -55,12 +55,6 @@ def plans_of(sides: Sides, schema: str, *tables: str) -> list[TablePlan]:
     return plans
 
 
-def on_master(pair: Pair, *statements: str) -> None:
-    """Written on the master and applied by the replica before the auditor reads on."""
-    pair.master.execute(*statements)
-    wait_in_sync(pair.master, pair.replica)
-
-
 def around_replica_reads(monkeypatch: pytest.MonkeyPatch, act: Callable[[str], None]) -> None:
     """act("before") and act("after") around each recheck read of the replica's rows by key."""
     real = TableWork.rows_by_key
@@ -78,8 +72,7 @@ def around_replica_reads(monkeypatch: pytest.MonkeyPatch, act: Callable[[str], N
 
 
 def keyed(pair: Pair, schema: str) -> None:
-    on_master(
-        pair,
+    pair.on_master(
         f"CREATE TABLE {schema}.k (id INT PRIMARY KEY, s VARCHAR(10))",
         f"INSERT INTO {schema}.k SELECT seq, 'orig' FROM {schema}.seq_1_to_100",
         f"CREATE TABLE {schema}.other (id INT PRIMARY KEY, n INT)",
@@ -106,7 +99,7 @@ def test_a_row_set_and_set_back_around_the_replica_read_is_not_confirmed(
     plans = plans_of(sides, schema, "k")
 
     def set_and_set_back(when: str) -> None:
-        on_master(pair, f"UPDATE {schema}.k SET s = '{'tmp' if when == 'before' else 'orig'}' WHERE id = 7")
+        pair.on_master(f"UPDATE {schema}.k SET s = '{'tmp' if when == 'before' else 'orig'}' WHERE id = 7")
 
     around_replica_reads(monkeypatch, set_and_set_back)
     result = run(sides, plans, [RowDiff(0, (7,), None, None, None, None)], rounds=1)
@@ -130,7 +123,7 @@ def test_divergences_are_confirmed_while_the_master_writes_other_rows(
 
     def elsewhere(when: str) -> None:
         written[0] += 1
-        on_master(pair, f"UPDATE {schema}.other SET n = {written[0]}")
+        pair.on_master(f"UPDATE {schema}.other SET n = {written[0]}")
 
     around_replica_reads(monkeypatch, elsewhere)
     diffs = [RowDiff(0, (k,), None, None, None, None) for k in (8, 9, 500)]
@@ -160,8 +153,7 @@ def around_snapshots(monkeypatch: pytest.MonkeyPatch, sides: Sides, act: Callabl
 
 def keyless(pair: Pair, schema: str, sides: Sides) -> tuple[list[TablePlan], list[RowDiff]]:
     """A keyless table and the surplus rows its multiset compare found while row 7 was being written."""
-    on_master(
-        pair,
+    pair.on_master(
         f"CREATE TABLE {schema}.bag (id INT, s VARCHAR(10))",
         f"INSERT INTO {schema}.bag SELECT seq, 'orig' FROM {schema}.seq_1_to_100",
         f"CREATE TABLE {schema}.other (id INT PRIMARY KEY, n INT)",
@@ -187,7 +179,7 @@ def test_a_keyless_row_set_while_the_replica_was_read_and_set_back_is_not_confir
     plans, candidates = keyless(pair, schema, sides)
 
     def toggled(side: str) -> None:
-        on_master(pair, f"UPDATE {schema}.bag SET s = '{'orig' if side == 'master' else 'tmp'}' WHERE id = 7")
+        pair.on_master(f"UPDATE {schema}.bag SET s = '{'orig' if side == 'master' else 'tmp'}' WHERE id = 7")
 
     around_snapshots(monkeypatch, sides, toggled)
     result = run(sides, plans, candidates, rounds=3)
@@ -207,7 +199,7 @@ def test_keyless_divergences_are_confirmed_while_the_master_writes_other_rows(
 
     def elsewhere(side: str) -> None:
         written[0] += 1
-        on_master(pair, f"UPDATE {schema}.other SET n = {written[0]}")
+        pair.on_master(f"UPDATE {schema}.other SET n = {written[0]}")
 
     around_snapshots(monkeypatch, sides, elsewhere)
     confirmed = run(sides, plans, diffs, rounds=3)
@@ -219,23 +211,20 @@ def test_keyless_divergences_are_confirmed_while_the_master_writes_other_rows(
 # --- coverage --------------------------------------------------------------------------------------------
 
 
-def test_rows_of_chunks_left_uncovered_are_not_counted_as_compared(pair: Pair, schema: str) -> None:
-    """A replica whose SQL thread is stopped while the master writes the first rows: their chunks are
-    uncovered, and rows_compared claimed them too (every row of the table, none of these compared)."""
-    from audit.local.mariadb_server import wait_link_up
-
-    on_master(
-        pair,
+def _table_of_2000_rows(pair: Pair, schema: str) -> None:
+    pair.on_master(
         f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, v INT)",
         f"INSERT INTO {schema}.t SELECT seq, seq FROM {schema}.seq_1_to_2000",
     )
-    pair.replica.execute("STOP SLAVE SQL_THREAD")
-    try:
+
+
+def test_rows_of_chunks_left_uncovered_are_not_counted_as_compared(pair: Pair, schema: str) -> None:
+    """A replica whose SQL thread is stopped while the master writes the first rows: their chunks are
+    uncovered, and rows_compared claimed them too (every row of the table, none of these compared)."""
+    _table_of_2000_rows(pair, schema)
+    with pair.sql_thread_stopped():
         pair.master.execute(f"UPDATE {schema}.t SET v = -v WHERE id <= 300")
         result = pair.audit([f"{schema}.t"], FAST.model_copy(update={"gtid_wait_s": 0.3}))
-    finally:
-        pair.replica.execute("START SLAVE SQL_THREAD")
-        wait_link_up(pair.replica)
     m = result.metrics
     assert result.findings == [] and m["chunks_uncovered"] >= 1 and m["chunks_equal"] >= 1
     assert m["master_rows"] == 2000 and 0 < m["uncovered_rows"] < 2000
@@ -246,21 +235,11 @@ def test_chunks_keep_their_size_while_the_replica_is_behind(pair: Pair, schema: 
     """Chunks are sized to a time target of their checksums. The wait for a stopped replica counted as
     checksum time: every chunk shrank to min_chunk_rows and waited again (40 chunks of 50 rows, each
     a wait; a second a chunk by default, hours for a large table)."""
-    from audit.local.mariadb_server import wait_link_up
-
-    on_master(
-        pair,
-        f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, v INT)",
-        f"INSERT INTO {schema}.t SELECT seq, seq FROM {schema}.seq_1_to_2000",
-    )
-    pair.replica.execute("STOP SLAVE SQL_THREAD")
-    try:
+    _table_of_2000_rows(pair, schema)
+    with pair.sql_thread_stopped():
         pair.master.execute(f"UPDATE {schema}.t SET v = -v")
         settings = FAST.model_copy(update={"gtid_wait_s": 0.3, "chunk_time_s": 0.1})
         result = pair.audit([f"{schema}.t"], settings)
-    finally:
-        pair.replica.execute("START SLAVE SQL_THREAD")
-        wait_link_up(pair.replica)
     m = result.metrics
     assert result.findings == [] and m["chunks_uncovered"] == m["chunks"] and m["uncovered_rows"] == 2000
     assert m["chunks"] <= 20, m["chunks"]
