@@ -117,20 +117,29 @@ def _audit_db_beside_a_sync_client(master, replica, db, tmp_path, monkeypatch, r
     two samples straddle it reads a lag of 0 twice, which the catalog rightly does not call
     REDIS_SYNC_NO_ACK yet. Under a loaded suite the REPLCONF came more than 1.5 s after `online`, so
     the wait is for the client's last command to be no longer SYNC (CLIENT LIST; the pair's own replica
-    shows REPLCONF or PSYNC, never SYNC), not a time.
+    shows REPLCONF or PSYNC, never SYNC), not a time; and then for the entry's lag to have grown to 1 s
+    at least, as the audit will need it to go on growing (a loaded CI run once read 0 twice, 3 s apart,
+    after a fixed 1.5 s sleep had passed).
     """
     deadline = time.monotonic() + 60
     conn = master.client(0)
-    while not (
-        any(
-            isinstance(e, dict) and e.get("offset") == 0 and e.get("state") == "online"
+
+    def ready() -> bool:
+        # CLIENT LIST before INFO: a lag read before the REPLCONF may be 1 already (redis-cli waits a
+        # second before it sends it), and the REPLCONF then sets it back to 0
+        if replconf_after and any(c.get("cmd") == "sync" for c in conn.client_list(_type="replica")):
+            return False
+        return any(
+            isinstance(e, dict) and e.get("offset") == 0 and e.get("state") == "online" and int(e.get("lag", 0)) >= 1
             for e in conn.info("replication").values()
         )
-        and not (replconf_after and any(c.get("cmd") == "sync" for c in conn.client_list(_type="replica")))
-    ):
-        assert time.monotonic() < deadline, "the SYNC client never came online and sent its REPLCONF"
+
+    while not ready():
+        assert time.monotonic() < deadline, (
+            "the SYNC client never came online, sent its REPLCONF and showed a growing lag: "
+            f"{conn.info('replication')} {conn.client_list(_type='replica')}"
+        )
         time.sleep(0.1)
-    time.sleep(1.5)
     inv = write_inventory(tmp_path / "inv.yaml", [pair_entry("p", master, replica, dbs=[db])])
     code = run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch)
     return code, latest_run(tmp_path / "out")
