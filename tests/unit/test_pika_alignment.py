@@ -155,11 +155,10 @@ def test_more_random_pairs_against_the_oracle(spark, tmp_path, seed) -> None:  #
     assert _against_the_oracle(spark, tmp_path, seed) == []
 
 
-@pytest.mark.xfail(strict=True, reason="known: crossing pairs across INCR loops (docs/formats/pika-binlog.md)")
 def test_a_gap_that_shifts_one_loop_onto_another_is_counted_as_lost(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     # The oracle's seed 28, db 0: 117 records, one gap (master records 4-30). The gap shifts the slave's
     # copies of one INCR loop onto the master's positions of another loop of the same INCR; the position
-    # pass pairs them, across the content pairs: a 37-record missing_range where 27 were lost, plus false
-    # duplicates and divergent entries. Strict: once the alignment keeps order globally this passes, and
-    # the mark must go.
+    # pass paired them, across the content pairs: a 37-record missing_range where 27 were lost, plus false
+    # duplicates and divergent entries, until the pairs kept order over the whole db
+    # (audit/sources/pika/binlog_order.py).
     assert _against_the_oracle(spark, tmp_path, seed=28, dbs=1) == []

@@ -11,7 +11,8 @@ The passes, each over what the previous one left unmatched:
    record with both neighbours, then with one; then the record alone, at a shift the matched records
    near it show: the same record at another position, i.e. the slave's offsets are shifted by a gap or
    a replay;
-3. by position alone: same place, different content (`divergent_entry`).
+3. then, where pairs off their position cross, order over the whole db (audit/sources/pika/binlog_order.py);
+4. by position alone: same place, different content (`divergent_entry`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from audit.diff.materialize import Stage
+from audit.sources.pika.binlog_order import around_runs, keep_order
 
 
 @dataclass(frozen=True)
@@ -109,27 +111,13 @@ def _in_order(pairs: DataFrame, m: DataFrame, s: DataFrame, matched: DataFrame) 
     one shift apart that the records before the gap show; paired, they crossed the records paired in
     between and hid one lost and one replayed record."""
     for p, q, rest in (("m_", "s_", m), ("s_", "m_", s)):
-        around = _around_runs(rest, matched, p, q)
+        around = around_runs(rest, matched, p, q)
         inside = (F.col("db") == F.col("_db")) & F.col(f"{p}seq").between(F.col("_first"), F.col("_last"))
         keeps = (F.col("_lo").isNull() | (F.col(f"{q}seq") > F.col("_lo"))) & (
             F.col("_hi").isNull() | (F.col(f"{q}seq") < F.col("_hi"))
         )
         pairs = pairs.join(F.broadcast(around), inside).where(keeps).drop(*around.columns)
     return pairs
-
-
-def _around_runs(rest: DataFrame, matched: DataFrame, p: str, q: str) -> DataFrame:
-    """Per run of unpaired records on side `p`: (_db, _first, _last, _lo, _hi), where `_lo`/`_hi` are the
-    other side's partners of the paired records just before and after it (null where there is none)."""
-    seqs = rest.select(F.col(f"{p}db").alias("_db"), F.col(f"{p}seq").alias("_seq"))
-    run = F.col("_seq") - F.row_number().over(Window.partitionBy("_db").orderBy("_seq"))
-    bounds = F.min("_seq").alias("_first"), F.max("_seq").alias("_last")
-    runs = seqs.withColumn("_run", run).groupBy("_db", "_run").agg(*bounds)
-    ends = {}
-    for name, at in (("_lo", F.col("_first") - 1), ("_hi", F.col("_last") + 1)):
-        on = (F.col("db") == F.col("_db")) & (F.col(f"{p}seq") == at)
-        ends[name] = matched.join(F.broadcast(runs), on).select("_db", "_run", F.col(f"{q}seq").alias(name))
-    return runs.join(ends["_lo"], ["_db", "_run"], "left").join(ends["_hi"], ["_db", "_run"], "left").drop("_run")
 
 
 def _by_context(m: DataFrame, s: DataFrame, ctx: str, earlier: list[DataFrame], stage: Stage, name: str) -> DataFrame:
@@ -232,12 +220,15 @@ def align(m_good: DataFrame, s_good: DataFrame, stage: Stage = no_stage) -> Alig
         shifted_parts.append(found)
         m1, s1 = stage(_anti(m1, found, "m_"), f"m_rest{n + 2}"), stage(_anti(s1, found, "s_"), f"s_rest{n + 2}")
         both_left = not (s1.isEmpty() or m1.isEmpty())
-    shifted = _union(shifted_parts) if shifted_parts else exact.limit(0)
+    matched = exact.unionByName(_union(shifted_parts)) if shifted_parts else exact
+    if shifted_parts:  # pairs off their position: they may cross
+        matched, m1, s1 = keep_order(matched, m1, s1, m, s, stage)
+        both_left = not (s1.isEmpty() or m1.isEmpty())
     m2, s2 = m1, s1
     at_same_place = m2.join(s2, (F.col("m_db") == F.col("s_db")) & (F.col("m_epos") == F.col("s_epos")))
     if not both_left:  # one side fully matched: nothing diverges in place, and the rests stand as they are
         return Alignment(
-            matched=exact.unionByName(shifted),
+            matched=matched,
             m_rest=m2.withColumnRenamed("m_db", "db"),
             s_rest=s2.withColumnRenamed("s_db", "db"),
             divergent=at_same_place.limit(0).withColumnRenamed("m_db", "db").drop("s_db"),
@@ -245,7 +236,7 @@ def align(m_good: DataFrame, s_good: DataFrame, stage: Stage = no_stage) -> Alig
     divergent = stage(at_same_place, "divergent")
     div_keys = divergent.select(F.col("m_db").alias("db"), "m_seq", "s_seq")
     return Alignment(
-        matched=exact.unionByName(shifted),
+        matched=matched,
         m_rest=stage(_anti(m2, div_keys, "m_").withColumnRenamed("m_db", "db"), "m_rest"),
         s_rest=stage(_anti(s2, div_keys, "s_").withColumnRenamed("s_db", "db"), "s_rest"),
         divergent=divergent.withColumnRenamed("m_db", "db").drop("s_db"),
