@@ -8,7 +8,14 @@ import itertools
 import random
 
 from audit.sources.pika import binlog_order
-from audit.sources.pika.binlog_order import Segment, dropped_segments, heaviest_chain, lcs_pairs
+from audit.sources.pika.binlog_order import (
+    Region,
+    Segment,
+    dropped_segments,
+    heaviest_chain,
+    lcs_pairs,
+    regions_between_long_segments,
+)
 from tests.pika_oracle import lcs
 
 
@@ -44,6 +51,18 @@ def test_ordered_segments_need_no_repair() -> None:
     assert dropped_segments([seg(0, 0, 5), seg(5, 9, 3)]) == []
 
 
+def test_regions_lie_between_long_segments(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(binlog_order, "SMALL_SEGMENT", 100)
+    segs = [seg(0, 0, 500), seg(500, 510, 20), seg(530, 520, 300), seg(900, 880, 50)]
+    # the 20 and the 50 may sit at a chance shift: what lies between the long ones pairs again as a whole
+    assert regions_between_long_segments(segs) == [
+        Region(0, -1, 0, -1, 0),
+        Region(0, 499, 530, 499, 520),
+        Region(0, 829, None, 819, None),
+    ]
+    assert regions_between_long_segments([seg(0, 0, 50)]) == [Region(0, -1, None, -1, None)]
+
+
 def test_lcs_pairs_are_a_longest_common_subsequence() -> None:
     rng = random.Random(7)
     for _ in range(200):
@@ -57,6 +76,15 @@ def test_lcs_pairs_are_a_longest_common_subsequence() -> None:
 
 def _in_order(pairs: list[tuple[int, int]]) -> bool:
     return all(p[0] < q[0] and p[1] < q[1] for p, q in itertools.pairwise(pairs))
+
+
+def test_lcs_pairs_pair_early_so_the_masters_unpaired_records_come_last() -> None:
+    # A slave 3 behind, inside a loop of one INCR: pairing its copies with the master's last ones would
+    # turn the lag into a loss at the loop's start.
+    assert lcs_pairs([1, 2, 2, 2, 2, 2], [1, 2, 2]) == [(0, 0), (1, 1), (2, 2)]
+    assert lcs_pairs([5, 7, 7, 9], [5, 7, 9, 7]) == [(0, 0), (1, 1), (2, 3)]
+    # a slave record nothing pairs with, before the slave's copies of a loop: they pair from its start
+    assert lcs_pairs([3, 4, 4, 4, 4], [3, 8, 4, 4]) == [(0, 0), (1, 2), (2, 3)]
 
 
 def test_a_window_too_big_for_the_exact_subsequence_still_pairs_in_order(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -14,16 +14,20 @@ Only divergent pairs get here (a healthy one pairs every record by position):
 2. per db with a crossing, the heaviest chain of segments that keeps order on both sides (most records);
    the segments off it are dropped, and so are the short ones on it that cross a dropped one;
 3. in each window between two pairs with records left on both sides, those records pair by a longest
-   common subsequence of their content.
+   common subsequence of their content;
+4. where records are still left on both sides, the whole stretch between two long segments around them
+   pairs again by one, if that pairs more: shorter segments inside it may sit at a shift identical
+   records allowed by chance.
 """
 
 from __future__ import annotations
 
 import difflib
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from audit.diff.materialize import Stage
@@ -79,28 +83,31 @@ def heaviest_chain(segments: Sequence[Segment]) -> list[Segment]:
 
 
 def lcs_pairs(a: Sequence[int], b: Sequence[int]) -> list[tuple[int, int]]:
-    """Index pairs of a longest common subsequence of a and b (exact up to EXACT_LCS_CELLS cells)."""
+    """Index pairs of a longest common subsequence of a and b (exact up to EXACT_LCS_CELLS cells), each
+    record paired as early as one allows: what is left unpaired on the master comes last, where a slave
+    behind has simply not written it yet (lag), not inside the stretch (loss)."""
     if not a or not b:
         return []
     if len(a) * len(b) > EXACT_LCS_CELLS:
         blocks = difflib.SequenceMatcher(None, list(a), list(b), autojunk=False).get_matching_blocks()
         return [(x.a + k, x.b + k) for x in blocks for k in range(x.size)]
-    rows = [[0] * (len(b) + 1)]
-    for x in a:
-        prev, row = rows[-1], [0]
-        for j, y in enumerate(b):
-            row.append(prev[j] + 1 if x == y else max(prev[j + 1], row[j]))
+    rows = [[0] * (len(b) + 1)]  # rows[k][j]: the longest common subsequence of a[-k:] and b[j:]
+    for x in reversed(a):
+        prev, row = rows[-1], [0] * (len(b) + 1)
+        for j in range(len(b) - 1, -1, -1):
+            row[j] = prev[j + 1] + 1 if x == b[j] else max(prev[j], row[j + 1])
         rows.append(row)
-    out, i, j = [], len(a), len(b)
-    while i and j:
-        if a[i - 1] == b[j - 1] and rows[i][j] == rows[i - 1][j - 1] + 1:
-            out.append((i - 1, j - 1))
-            i, j = i - 1, j - 1
-        elif rows[i - 1][j] >= rows[i][j - 1]:
-            i -= 1
+    out, i, j, n = [], 0, 0, len(a)
+    while i < n and j < len(b):
+        here, below = rows[n - i], rows[n - i - 1]
+        if a[i] == b[j] and here[j] == below[j + 1] + 1:
+            out.append((i, j))
+            i, j = i + 1, j + 1
+        elif here[j + 1] >= below[j]:  # a slave record skipped first keeps the master's for later ones
+            j += 1
         else:
-            j -= 1
-    return out[::-1]
+            i += 1
+    return out
 
 
 SMALL_SEGMENT = 10_000
@@ -123,26 +130,167 @@ def dropped_segments(segments: Sequence[Segment]) -> list[Segment]:
     return dropped + near
 
 
+@dataclass(frozen=True)
+class Region:
+    """Records strictly between two long segments (bounds exclusive; -1 and None where there is none)."""
+
+    db: int
+    m_lo: int
+    m_hi: int | None
+    s_lo: int
+    s_hi: int | None
+
+
+def regions_between_long_segments(segments: Sequence[Segment]) -> list[Region]:
+    """For one db whose segments keep order: the stretches between segments of more than SMALL_SEGMENT
+    pairs (the whole db when there is none). Inside one, shorter segments may sit at a shift identical
+    records allowed by chance: the stretch is paired again as a whole."""
+    db = segments[0].db
+    longs = sorted((g for g in segments if g.n > SMALL_SEGMENT), key=lambda g: g.m_first)
+    bounds = [None, *longs, None]
+    return [
+        Region(
+            db,
+            lo.m_last if lo else -1,
+            hi.m_first if hi else None,
+            lo.s_last if lo else -1,
+            hi.s_first if hi else None,
+        )
+        for lo, hi in itertools.pairwise(bounds)
+    ]
+
+
 def keep_order(
     matched: DataFrame, m_rest: DataFrame, s_rest: DataFrame, m: DataFrame, s: DataFrame, stage: Stage
 ) -> tuple[DataFrame, DataFrame, DataFrame]:
     """`matched` (db, m_seq, s_seq, m_epos, s_epos, m_spos, s_spos, how) without crossing pairs, and both
     sides' rests (side columns, `m_db`/`s_db`), with the records between kept pairs paired again."""
-    matched, m_rest, s_rest = _without_crossings(matched, m_rest, s_rest, m, s, stage)
-    again = _pair_in_windows(matched, m_rest, s_rest)
-    if again is None:
+    uncrossed = _without_crossings(matched, m_rest, s_rest, m, s, stage)
+    if uncrossed is None:  # too many segments to order on the driver: as the passes left them
         return matched, m_rest, s_rest
-    keys = {p: again.select(F.col("db").alias(f"{p}db"), f"{p}seq") for p in ("m_", "s_")}
+    matched, m_rest, s_rest = uncrossed
+    again = _pair_in_windows(matched, m_rest, s_rest)
+    if again is not None:
+        keys = {p: again.select(F.col("db").alias(f"{p}db"), f"{p}seq") for p in ("m_", "s_")}
+        matched = stage(matched.unionByName(again), "ordered")
+        m_rest = stage(m_rest.join(keys["m_"], ["m_db", "m_seq"], "left_anti"), "m_ordered_rest")
+        s_rest = stage(s_rest.join(keys["s_"], ["s_db", "s_seq"], "left_anti"), "s_ordered_rest")
+    return _regions_again(matched, m_rest, s_rest, m, s, stage)
+
+
+def _regions_again(
+    matched: DataFrame, m_rest: DataFrame, s_rest: DataFrame, m: DataFrame, s: DataFrame, stage: Stage
+) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """Where records are still left on both sides of a db, each stretch between long segments that holds
+    some on both sides, paired again as a whole by a longest common subsequence where that pairs more
+    than the passes did (their pairs are a common subsequence too, and place a gap where the docs say)."""
+    regions = _regions_to_redo(matched, m_rest, s_rest)
+    if not regions:
+        return matched, m_rest, s_rest
+    records = [_records_in(side, p, regions) for p, side in (("m_", m), ("s_", s))]
+    if records[0] is None or records[1] is None:
+        return matched, m_rest, s_rest
+    held = _pairs_per_region(matched, regions)
+    pairs, better = [], []
+    for r, region in enumerate(regions):
+        ms, ss = records[0].get(r, []), records[1].get(r, [])
+        found = lcs_pairs([d for _, d in ms], [d for _, d in ss])
+        if len(found) > held.get(r, 0):  # else the passes' pairs stay, and where they placed a gap
+            better.append(region)
+            pairs += [(region.db, ms[i][0], ss[j][0]) for i, j in found]
+    if not better:
+        return matched, m_rest, s_rest
+    redone = _bounds_frame(matched.sparkSession, better)
+    kept = matched.join(F.broadcast(redone), _inside("", "m_"), "left_anti")
+    new_matched = stage(kept.unionByName(_pairs_frame(pairs, m, s)), "regions")
+    rests = [
+        stage(
+            side.join(new_matched.select(F.col("db").alias(f"{p}db"), f"{p}seq"), [f"{p}db", f"{p}seq"], "left_anti"),
+            f"{p}regions_rest",
+        )
+        for p, side in (("m_", m), ("s_", s))
+    ]
+    return new_matched, rests[0], rests[1]
+
+
+def _pairs_per_region(matched: DataFrame, regions: Sequence[Region]) -> dict[int, int]:
+    bounds = _bounds_frame(matched.sparkSession, regions)
+    counts = matched.join(F.broadcast(bounds), _inside("", "m_")).groupBy("_r").count().collect()
+    return {r["_r"]: r["count"] for r in counts}
+
+
+def _regions_to_redo(matched: DataFrame, m_rest: DataFrame, s_rest: DataFrame) -> list[Region] | None:
+    """The stretches between long segments that hold records left on both sides."""
+    dbs = m_rest.select(F.col("m_db").alias("db")).intersect(s_rest.select(F.col("s_db").alias("db")))
+    both = [r["db"] for r in dbs.collect()]
+    if not both:
+        return None
+    rows = _segments(matched).where(F.col("db").isin(both)).limit(MAX_SEGMENTS + 1).collect()
+    if len(rows) > MAX_SEGMENTS:
+        return None
+    by_db: dict[int, list[Segment]] = {db: [] for db in both}
+    for r in rows:
+        by_db[r["db"]].append(Segment(r["db"], r["m_first"], r["s_first"], r["n"]))
+    regions = [
+        g
+        for db, segs in by_db.items()
+        for g in (regions_between_long_segments(segs) if segs else [Region(db, -1, None, -1, None)])
+    ]
+    bounds = _bounds_frame(matched.sparkSession, regions)
+    held = [
+        rest.join(F.broadcast(bounds), _inside(p, p)).select("_r").distinct()
+        for p, rest in (("m_", m_rest), ("s_", s_rest))
+    ]
+    return [regions[r["_r"]] for r in held[0].intersect(held[1]).collect()]
+
+
+def _bounds_frame(spark: SparkSession, regions: Sequence[Region]) -> DataFrame:
+    return spark.createDataFrame(
+        [(i, g.db, g.m_lo, g.m_hi, g.s_lo, g.s_hi) for i, g in enumerate(regions)],
+        "_r long, _db long, m_lo long, m_hi long, s_lo long, s_hi long",
+    )
+
+
+def _inside(p: str, bound: str) -> Column:
+    """A record of side `p` (or a pair's `{bound}seq`, p="") strictly inside a region's `bound` side."""
+    seq = F.col(f"{p or bound}seq")
     return (
-        stage(matched.unionByName(again), "ordered"),
-        stage(m_rest.join(keys["m_"], ["m_db", "m_seq"], "left_anti"), "m_ordered_rest"),
-        stage(s_rest.join(keys["s_"], ["s_db", "s_seq"], "left_anti"), "s_ordered_rest"),
+        (F.col(f"{p}db" if p else "db") == F.col("_db"))
+        & (seq > F.col(f"{bound}lo"))
+        & (F.col(f"{bound}hi").isNull() | (seq < F.col(f"{bound}hi")))
+    )
+
+
+def _records_in(side: DataFrame, p: str, regions: Sequence[Region]) -> dict[int, list[tuple[int, int]]] | None:
+    """Per region index, its records (seq, digest) on side `p`, in order; None past MAX_WINDOW_RECORDS."""
+    bounds = _bounds_frame(side.sparkSession, regions)
+    rows = side.join(F.broadcast(bounds), _inside(p, p)).select("_r", f"{p}seq", f"{p}digest")
+    got = rows.limit(MAX_WINDOW_RECORDS + 1).collect()
+    if len(got) > MAX_WINDOW_RECORDS:
+        return None
+    out: dict[int, list[tuple[int, int]]] = {}
+    for r in got:
+        out.setdefault(r["_r"], []).append((r[f"{p}seq"], r[f"{p}digest"]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _pairs_frame(pairs: list[tuple[int, int, int]], m: DataFrame, s: DataFrame) -> DataFrame:
+    """(db, m_seq, s_seq) pairs in the shape of `matched`, their positions from the sides."""
+    keys = m.sparkSession.createDataFrame(pairs, "db long, m_seq long, s_seq long")
+    ends = {
+        p: side.select(F.col(f"{p}db").alias("db"), f"{p}seq", f"{p}epos", f"{p}spos")
+        for p, side in (("m_", m), ("s_", s))
+    }
+    return (
+        keys.join(ends["m_"], ["db", "m_seq"])
+        .join(ends["s_"], ["db", "s_seq"])
+        .select("db", "m_seq", "s_seq", "m_epos", "s_epos", "m_spos", "s_spos", F.lit("order").alias("how"))
     )
 
 
 def _without_crossings(
     matched: DataFrame, m_rest: DataFrame, s_rest: DataFrame, m: DataFrame, s: DataFrame, stage: Stage
-) -> tuple[DataFrame, DataFrame, DataFrame]:
+) -> tuple[DataFrame, DataFrame, DataFrame] | None:
     """The pairs of the dropped segments taken out of `matched`, their records put back in the rests."""
     segs = _segments(matched)
     crossing = _crossing_dbs(segs)
@@ -150,7 +298,7 @@ def _without_crossings(
         return matched, m_rest, s_rest
     rows = segs.where(F.col("db").isin(crossing)).limit(MAX_SEGMENTS + 1).collect()
     if len(rows) > MAX_SEGMENTS:
-        return matched, m_rest, s_rest
+        return None
     by_db: dict[int, list[Segment]] = {}
     for r in rows:
         by_db.setdefault(r["db"], []).append(Segment(r["db"], r["m_first"], r["s_first"], r["n"]))
@@ -238,13 +386,4 @@ def _pair_in_windows(matched: DataFrame, m_rest: DataFrame, s_rest: DataFrame) -
         pairs += [(w[0], ms[i][0], ss[j][0]) for i, j in lcs_pairs([d for _, d in ms], [d for _, d in ss])]
     if not pairs:
         return None
-    keys = matched.sparkSession.createDataFrame(pairs, "db long, m_seq long, s_seq long")
-    ends = {
-        p: side.select(F.col(f"{p}db").alias("db"), f"{p}seq", f"{p}epos", f"{p}spos")
-        for p, side in (("m_", m_rest), ("s_", s_rest))
-    }
-    return (
-        keys.join(ends["m_"], ["db", "m_seq"])
-        .join(ends["s_"], ["db", "s_seq"])
-        .select("db", "m_seq", "s_seq", "m_epos", "s_epos", "m_spos", "s_spos", F.lit("order").alias("how"))
-    )
+    return _pairs_frame(pairs, m_rest, s_rest)
