@@ -265,9 +265,9 @@ def _records_in(side: DataFrame, p: str, regions: Sequence[Region]) -> dict[int,
     """Per region index, its records (seq, digest) on side `p`, in order; None past MAX_WINDOW_RECORDS."""
     bounds = _bounds_frame(side.sparkSession, regions)
     rows = side.join(F.broadcast(bounds), _inside(p, p)).select("_r", f"{p}seq", f"{p}digest")
-    got = rows.limit(MAX_WINDOW_RECORDS + 1).collect()
-    if len(got) > MAX_WINDOW_RECORDS:
+    if rows.count() > MAX_WINDOW_RECORDS:  # counted first: a long lag tail stays out of the driver
         return None
+    got = rows.collect()
     out: dict[int, list[tuple[int, int]]] = {}
     for r in got:
         out.setdefault(r["_r"], []).append((r[f"{p}seq"], r[f"{p}digest"]))
