@@ -233,7 +233,7 @@ def align(m_good: DataFrame, s_good: DataFrame, stage: Stage = no_stage) -> Alig
             s_rest=s2.withColumnRenamed("s_db", "db"),
             divergent=at_same_place.limit(0).withColumnRenamed("m_db", "db").drop("s_db"),
         )
-    divergent = stage(at_same_place, "divergent")
+    divergent = stage(_not_past_the_slave(at_same_place, matched, m), "divergent")
     div_keys = divergent.select(F.col("m_db").alias("db"), "m_seq", "s_seq")
     return Alignment(
         matched=matched,
@@ -241,6 +241,18 @@ def align(m_good: DataFrame, s_good: DataFrame, stage: Stage = no_stage) -> Alig
         s_rest=stage(_anti(s2, div_keys, "s_").withColumnRenamed("s_db", "db"), "s_rest"),
         divergent=divergent.withColumnRenamed("m_db", "db").drop("s_db"),
     )
+
+
+def _not_past_the_slave(at_same_place: DataFrame, matched: DataFrame, m: DataFrame) -> DataFrame:
+    """Same place, other content, less the pairs of a master record past the last one the slave holds with
+    a slave record that is a copy of some master record: a batch replayed near a lagging slave's end puts
+    its copies at the places of records it has not reached, which are lag, and the copies duplicates."""
+    horizon = matched.groupBy(F.col("db").alias("_hdb")).agg(F.max("m_seq").alias("_h"))
+    copies = m.select(F.col("m_db").alias("_cdb"), F.col("m_digest").alias("_cd"))
+    is_copy = (F.col("s_db") == F.col("_cdb")) & (F.col("s_digest") == F.col("_cd"))
+    past = at_same_place.join(F.broadcast(horizon), F.col("m_db") == F.col("_hdb")).where(F.col("m_seq") > F.col("_h"))
+    lag_beside_copy = past.join(copies, is_copy, "left_semi").select("m_db", "m_seq")
+    return at_same_place.join(lag_beside_copy, ["m_db", "m_seq"], "left_anti")
 
 
 def _union(parts: list[DataFrame]) -> DataFrame:
