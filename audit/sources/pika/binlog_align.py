@@ -36,7 +36,12 @@ class Alignment:
     @property
     def horizon(self) -> DataFrame:
         """Per db, the last master record the slave holds: master records after it are lag, not loss."""
-        return self.matched.groupBy("db").agg(F.max("m_seq").alias("horizon"))
+        return horizon_of(self.matched)
+
+
+def horizon_of(matched: DataFrame) -> DataFrame:
+    """(db, horizon): per db, the last master record paired with a slave record."""
+    return matched.groupBy("db").agg(F.max("m_seq").alias("horizon"))
 
 
 def _side(df: DataFrame, p: str) -> DataFrame:
@@ -247,7 +252,7 @@ def _not_past_the_slave(at_same_place: DataFrame, matched: DataFrame, m: DataFra
     """Same place, other content, less the pairs of a master record past the last one the slave holds with
     a slave record that is a copy of some master record: a batch replayed near a lagging slave's end puts
     its copies at the places of records it has not reached, which are lag, and the copies duplicates."""
-    horizon = matched.groupBy(F.col("db").alias("_hdb")).agg(F.max("m_seq").alias("_h"))
+    horizon = horizon_of(matched).select(F.col("db").alias("_hdb"), F.col("horizon").alias("_h"))
     copies = m.select(F.col("m_db").alias("_cdb"), F.col("m_digest").alias("_cd"))
     is_copy = (F.col("s_db") == F.col("_cdb")) & (F.col("s_digest") == F.col("_cd"))
     past = at_same_place.join(F.broadcast(horizon), F.col("m_db") == F.col("_hdb")).where(F.col("m_seq") > F.col("_h"))

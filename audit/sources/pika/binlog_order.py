@@ -187,10 +187,11 @@ def _regions_again(
     regions = _regions_to_redo(matched, m_rest, s_rest)
     if not regions:
         return matched, m_rest, s_rest
-    records = [_records_in(side, p, regions) for p, side in (("m_", m), ("s_", s))]
+    bounds = _bounds_frame(matched.sparkSession, regions)
+    records = [_records_in(side, p, bounds) for p, side in (("m_", m), ("s_", s))]
     if records[0] is None or records[1] is None:
         return matched, m_rest, s_rest
-    held = _pairs_per_region(matched, regions)
+    held = _pairs_per_region(matched, bounds)
     pairs, better = [], []
     for r, region in enumerate(regions):
         ms, ss = records[0].get(r, []), records[1].get(r, [])
@@ -213,8 +214,7 @@ def _regions_again(
     return new_matched, rests[0], rests[1]
 
 
-def _pairs_per_region(matched: DataFrame, regions: Sequence[Region]) -> dict[int, int]:
-    bounds = _bounds_frame(matched.sparkSession, regions)
+def _pairs_per_region(matched: DataFrame, bounds: DataFrame) -> dict[int, int]:
     counts = matched.join(F.broadcast(bounds), _inside("", "m_")).groupBy("_r").count().collect()
     return {r["_r"]: r["count"] for r in counts}
 
@@ -225,16 +225,13 @@ def _regions_to_redo(matched: DataFrame, m_rest: DataFrame, s_rest: DataFrame) -
     both = [r["db"] for r in dbs.collect()]
     if not both:
         return None
-    rows = _segments(matched).where(F.col("db").isin(both)).limit(MAX_SEGMENTS + 1).collect()
-    if len(rows) > MAX_SEGMENTS:
+    by_db = _collected(_segments(matched), both)
+    if by_db is None:
         return None
-    by_db: dict[int, list[Segment]] = {db: [] for db in both}
-    for r in rows:
-        by_db[r["db"]].append(Segment(r["db"], r["m_first"], r["s_first"], r["n"]))
     regions = [
         g
-        for db, segs in by_db.items()
-        for g in (regions_between_long_segments(segs) if segs else [Region(db, -1, None, -1, None)])
+        for db in both
+        for g in (regions_between_long_segments(by_db[db]) if db in by_db else [Region(db, -1, None, -1, None)])
     ]
     bounds = _bounds_frame(matched.sparkSession, regions)
     held = [
@@ -261,9 +258,9 @@ def _inside(p: str, bound: str) -> Column:
     )
 
 
-def _records_in(side: DataFrame, p: str, regions: Sequence[Region]) -> dict[int, list[tuple[int, int]]] | None:
-    """Per region index, its records (seq, digest) on side `p`, in order; None past MAX_WINDOW_RECORDS."""
-    bounds = _bounds_frame(side.sparkSession, regions)
+def _records_in(side: DataFrame, p: str, bounds: DataFrame) -> dict[int, list[tuple[int, int]]] | None:
+    """Per region index (`_bounds_frame`), its records (seq, digest) on side `p`, in order; None past
+    MAX_WINDOW_RECORDS."""
     rows = side.join(F.broadcast(bounds), _inside(p, p)).select("_r", f"{p}seq", f"{p}digest")
     if rows.count() > MAX_WINDOW_RECORDS:  # counted first: a long lag tail stays out of the driver
         return None
@@ -296,12 +293,9 @@ def _without_crossings(
     crossing = _crossing_dbs(segs)
     if not crossing:
         return matched, m_rest, s_rest
-    rows = segs.where(F.col("db").isin(crossing)).limit(MAX_SEGMENTS + 1).collect()
-    if len(rows) > MAX_SEGMENTS:
+    by_db = _collected(segs, crossing)
+    if by_db is None:
         return None
-    by_db: dict[int, list[Segment]] = {}
-    for r in rows:
-        by_db.setdefault(r["db"], []).append(Segment(r["db"], r["m_first"], r["s_first"], r["n"]))
     dropped = [g for db_segs in by_db.values() for g in dropped_segments(db_segs)]
     cut = matched.sparkSession.createDataFrame(
         [(g.db, g.m_first, g.m_last) for g in dropped], "_db long, _lo long, _hi long"
@@ -330,6 +324,17 @@ def _segments(matched: DataFrame) -> DataFrame:
         .agg(F.min("m_seq").alias("m_first"), F.min("s_seq").alias("s_first"), F.count("*").alias("n"))
         .drop("_d", "_i")
     )
+
+
+def _collected(segs: DataFrame, dbs: list[int]) -> dict[int, list[Segment]] | None:
+    """The segments of `dbs`, per db, on the driver; None past MAX_SEGMENTS."""
+    rows = segs.where(F.col("db").isin(dbs)).limit(MAX_SEGMENTS + 1).collect()
+    if len(rows) > MAX_SEGMENTS:
+        return None
+    by_db: dict[int, list[Segment]] = {}
+    for r in rows:
+        by_db.setdefault(r["db"], []).append(Segment(r["db"], r["m_first"], r["s_first"], r["n"]))
+    return by_db
 
 
 def _crossing_dbs(segs: DataFrame) -> list[int]:
@@ -363,16 +368,17 @@ def _pair_in_windows(matched: DataFrame, m_rest: DataFrame, s_rest: DataFrame) -
         & (F.col("_lo").isNull() | (F.col("s_seq") > F.col("_lo")))
         & (F.col("_hi").isNull() | (F.col("s_seq") < F.col("_hi")))
     )
-    s_rows = s_rest.join(F.broadcast(runs), inside).select("_w", "s_seq", "s_digest").limit(MAX_WINDOW_RECORDS + 1)
-    s_got = s_rows.collect()
+    s_rows = s_rest.join(F.broadcast(runs), inside).select("_w", "s_seq", "s_digest")
+    s_got = s_rows.limit(MAX_WINDOW_RECORDS + 1).collect()
     if not s_got or len(s_got) > MAX_WINDOW_RECORDS:
         return None
-    wanted = runs.join(F.broadcast(s_rows.select("_w").distinct()), "_w", "left_semi")
+    keys = m_rest.sparkSession.createDataFrame(sorted({tuple(r["_w"]) for r in s_got}), "_db long, _first long")
+    wanted = runs.join(F.broadcast(keys), ["_db", "_first"], "left_semi")
     in_run = (F.col("m_db") == F.col("_db")) & F.col("m_seq").between(F.col("_first"), F.col("_last"))
-    m_rows = m_rest.join(F.broadcast(wanted), in_run).select("_w", "_db", "m_seq", "m_digest")
-    m_got = m_rows.limit(MAX_WINDOW_RECORDS + 1).collect()
-    if len(m_got) > MAX_WINDOW_RECORDS:
+    m_rows = m_rest.join(F.broadcast(wanted), in_run).select("_w", "m_seq", "m_digest")
+    if m_rows.count() > MAX_WINDOW_RECORDS:  # counted first, as in _records_in
         return None
+    m_got = m_rows.collect()
     sides: dict[tuple[int, int], tuple[list[tuple[int, int]], list[tuple[int, int]]]] = {}
     for r in m_got:
         sides.setdefault(tuple(r["_w"]), ([], []))[0].append((r["m_seq"], r["m_digest"]))
