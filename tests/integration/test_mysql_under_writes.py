@@ -271,3 +271,84 @@ def test_rows_the_recheck_left_undecided_are_counted_in_uncovered_rows(
     assert result.findings == [] and [u["row"] for u in result.uncovered] == [["5"], ["6"]]
     assert result.metrics["uncovered"] == 2 and result.metrics["uncovered_rows"] == 2
     assert result.metrics["rows_compared"] == 98
+
+
+def spied_wait_bounds(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The bound, in seconds, of each MASTER_GTID_WAIT sent from now on (appended as sent)."""
+    bounds: list[float] = []
+    real_text = Server.text
+
+    def text(self: Server, sql: str, doing: str = "a query") -> Any:
+        if "MASTER_GTID_WAIT" in sql:
+            bounds.append(float(sql.rsplit(",", 1)[1].rstrip(") ")))
+        return real_text(self, sql, doing)
+
+    monkeypatch.setattr(Server, "text", text)
+    return bounds
+
+
+def test_a_stopped_replica_costs_the_full_wait_once_not_per_batch(
+    pair: Pair, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recheck waits for the replica before each batch of each table. With the SQL thread stopped,
+    every wait ran the whole `gtid_wait_s` (10 s by default) and ended the same way: after the first
+    that timed out, the next wait at most a second, until the replica reaches a position again."""
+    import audit.sources.mysql.engine as engine
+    from audit.local.mariadb_server import wait_link_up
+
+    tables = ("k1", "k2", "k3")
+    for t in tables:
+        pair.on_master(
+            f"CREATE TABLE {schema}.{t} (id INT PRIMARY KEY, s VARCHAR(10))",
+            f"INSERT INTO {schema}.{t} VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+        )
+        pair.on_replica_only(f"UPDATE {schema}.{t} SET s = 'x' WHERE id = 2")
+    pair.on_master(
+        f"CREATE TABLE {schema}.other (id INT PRIMARY KEY, n INT)", f"INSERT INTO {schema}.other VALUES (1, 0)"
+    )
+    bounds = spied_wait_bounds(monkeypatch)
+    real_recheck = engine.recheck
+
+    def replica_stopped_first(*args: Any, **kwargs: Any) -> Any:
+        pair.replica.execute("STOP SLAVE SQL_THREAD")
+        pair.master.execute(f"UPDATE {schema}.other SET n = 1")  # a position the replica will not reach
+        bounds.clear()  # the recheck's waits only
+        return real_recheck(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "recheck", replica_stopped_first)
+    try:
+        result = pair.audit(
+            [f"{schema}.{t}" for t in tables], FAST.model_copy(update={"gtid_wait_s": 2, "recheck_rounds": 1})
+        )
+    finally:
+        pair.replica.execute("START SLAVE SQL_THREAD")
+        wait_link_up(pair.replica)
+    assert bounds == [2.0, 1.0, 1.0], bounds
+    assert result.findings == [] and result.metrics["uncovered_rows"] == 3
+
+
+def test_a_wait_is_whole_again_once_the_replica_reaches_a_position(
+    pair: Pair, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shortened wait lasts only while the replica stays behind: once one is reached, the next is whole."""
+    from audit.local.mariadb_server import wait_link_up
+
+    bounds = spied_wait_bounds(monkeypatch)
+    pair.on_master(
+        f"CREATE TABLE {schema}.other (id INT PRIMARY KEY, n INT)", f"INSERT INTO {schema}.other VALUES (1, 0)"
+    )
+    master, replica = connect_pair(MySQLEndpoint.from_url(pair.master_url), MySQLEndpoint.from_url(pair.replica_url))
+    try:
+        pair.replica.execute("STOP SLAVE SQL_THREAD")
+        try:
+            pair.master.execute(f"UPDATE {schema}.other SET n = 1")
+            ahead = master.gtid_position()
+            assert not replica.wait_for(ahead, 2) and not replica.wait_for(ahead, 2)
+        finally:
+            pair.replica.execute("START SLAVE SQL_THREAD")
+            wait_link_up(pair.replica)
+        assert replica.wait_for(ahead, 2) and replica.wait_for(ahead, 2)
+    finally:
+        master.close()
+        replica.close()
+    assert bounds == [2.0, 1.0, 1.0, 2.0], bounds

@@ -79,6 +79,8 @@ class Server:
     rows_read: int = 0
     queries: int = 0
     query_s: float = 0.0
+    behind: bool = False
+    """The last wait for a master's position timed out (see wait_for)."""
 
     def query(self, sql: str, doing: str = "a query") -> list[Row]:
         t0 = time.perf_counter()
@@ -182,16 +184,24 @@ class Server:
         return self.text(f"SELECT {var}", "reading the GTID position")
 
     def wait_for(self, position: str, timeout_s: float) -> bool:
-        """Until this replica has applied `position` (MASTER_GTID_WAIT / WAIT_FOR_EXECUTED_GTID_SET)."""
+        """Until this replica has applied `position` (MASTER_GTID_WAIT / WAIT_FOR_EXECUTED_GTID_SET).
+
+        After a wait that timed out, the next ones wait at most a second, until one is reached: a stopped
+        or far-behind replica would otherwise cost the whole `timeout_s` per chunk and per recheck batch,
+        every one of them ending the same way."""
         if not position:
             return True
         from audit.sources.mysql.sql import literal
 
+        bound = min(1.0, timeout_s) if self.behind else timeout_s
         if self.flavor == "mariadb":
-            sql = f"SELECT MASTER_GTID_WAIT({literal(position)}, {timeout_s:.3f})"
-            return self.text(sql, "waiting for the replica to reach the master's GTID position") == "0"
-        sql = f"SELECT WAIT_FOR_EXECUTED_GTID_SET({literal(position)}, {timeout_s:.3f})"
-        return self.text(sql, "waiting for the replica to reach the master's GTID set") == "0"
+            sql = f"SELECT MASTER_GTID_WAIT({literal(position)}, {bound:.3f})"
+            reached = self.text(sql, "waiting for the replica to reach the master's GTID position") == "0"
+        else:
+            sql = f"SELECT WAIT_FOR_EXECUTED_GTID_SET({literal(position)}, {bound:.3f})"
+            reached = self.text(sql, "waiting for the replica to reach the master's GTID set") == "0"
+        self.behind = not reached
+        return reached
 
     def close(self) -> None:
         try:
