@@ -92,6 +92,33 @@ def test_keys_that_vanish_or_change_type_mid_read_are_handled(server) -> None:  
     assert KeyReader(pipe, 10, 64).read([b"gone"])[0].status == VANISHED
 
 
+@pytest.mark.parametrize("kind", ["hash", "list", "zset", "stream", "string"])
+def test_a_key_replaced_by_another_type_between_its_pages_is_unstable_not_unreadable(server, kind) -> None:  # type: ignore[no-untyped-def]
+    """A long key read page by page (GETRANGE windows for a string) and replaced meanwhile by a key of
+    another type (RENAME onto it, or DEL and a write in one MULTI) answers WRONGTYPE at its next page.
+    That is a key written while read, as WRONGTYPE at the first page already was: unstable, for the
+    recheck to read again. It was `error`, an unreadable key that failed a healthy pair's gate."""
+    c = server.client(9)
+    {
+        "hash": lambda: c.hset("k", mapping={f"f{i}": i for i in range(1000)}),
+        "list": lambda: c.rpush("k", *range(1000)),
+        "zset": lambda: c.zadd("k", {f"m{i}": i for i in range(1000)}),
+        "stream": lambda: [c.xadd("k", {"i": i}) for i in range(100)],
+        "string": lambda: c.set("k", b"s" * 300),
+    }[kind]()
+    c.sadd("other", "a", "b")
+
+    def replace() -> None:  # after the first page (or window), before the next
+        c.rename("other", "k")
+
+    # replies: 1 SELECT, 2 TYPE/PTTL, 3 the first pages, 4 the length command, 5 the re-read's first page
+    pipe = InterferingPipe(connect(server.url, role="test"), actions={4 if kind == "string" else 5: replace})
+    pipe.execute([(b"SELECT", b"9")])
+    (state,) = KeyReader(pipe, 10, 64).read([b"k"])
+    assert (state.status, state.type) == (UNSTABLE, kind), state
+    assert state.error is not None and state.error.startswith("WRONGTYPE")
+
+
 def test_an_empty_stream_is_a_key_not_a_vanished_one(server) -> None:  # type: ignore[no-untyped-def]
     c = server.client(9)
     c.xgroup_create("made-empty", "g", id="$", mkstream=True)  # exists with no entry

@@ -285,19 +285,17 @@ class KeyReader:
     def _string(self, key: bytes, first: Any, call: Call) -> tuple[int, str | None, str, str | None]:
         """A string at least one window long (or an error reply): STRLEN, then GETRANGE windows."""
         if isinstance(first, ReplyError):
-            err = str(first)
-            return 0, None, UNSTABLE if err.startswith("WRONGTYPE") else ERROR, err
+            return 0, None, _failed(first), str(first)
         length = call((b"STRLEN", key))
         if isinstance(length, ReplyError):
-            err = str(length)
-            return 0, None, UNSTABLE if err.startswith("WRONGTYPE") else ERROR, err
+            return 0, None, _failed(length), str(length)
         o = OrderedDigest("string")
         o.add_bytes(first)
         got = len(first)
         while got < length:
             chunk = call((b"GETRANGE", key, b"%d" % got, b"%d" % (got + self.window_bytes - 1)))
             if isinstance(chunk, ReplyError):
-                return length, None, ERROR, str(chunk)
+                return length, None, _failed(chunk), str(chunk)
             if not chunk:
                 break
             o.add_bytes(chunk)
@@ -308,14 +306,13 @@ class KeyReader:
         """(length, digest, status, error) of a collection longer than its `first` page (or an error reply)."""
         length = first if isinstance(first, ReplyError) else call((_LEN_CMD[type_], key))
         if isinstance(length, ReplyError):
-            err = str(length)
-            return 0, None, UNSTABLE if err.startswith("WRONGTYPE") else ERROR, err
+            return 0, None, _failed(length), str(length)
         if length == 0:  # a full first page, then none: emptied (a stream) or gone meanwhile
             return _empty_stream(key, call, UNSTABLE) if type_ == b"stream" else (0, None, VANISHED, None)
         try:
             digest, complete = self._digest(key, type_, length, call)
         except ReplyError as e:
-            return length, None, ERROR, str(e)
+            return length, None, _failed(e), str(e)
         return length, digest, OK if complete else UNSTABLE, None
 
     def _digest(self, key: bytes, type_: bytes, length: int, call: Call) -> tuple[str, bool]:
@@ -352,6 +349,13 @@ class KeyReader:
             page = more((b"XRANGE", key, _next_stream_id(page[-1][0]), b"+", b"COUNT", count))
             o.add_stream_entries(page)
         return o.hexdigest(), o.count == length
+
+
+def _failed(reply: ReplyError) -> str:
+    """The status of a read a server refused: WRONGTYPE means the key was replaced by one of another
+    type between two commands of its read (written meanwhile: unstable, re-read by the recheck), at
+    whichever page it comes; any other refusal is an error (the key not compared)."""
+    return UNSTABLE if str(reply).startswith("WRONGTYPE") else ERROR
 
 
 def _whole_first_page(type_: bytes, page: Any, page_size: int) -> list[Any] | None:
