@@ -340,8 +340,8 @@ def plan_table(master: TableDef, replica: TableDef, *, keyless: bool = False) ->
     # there, and chunking by a key no index of the replica leads with would scan its whole table once
     # per chunk (a 200k-row table: 80M rows read): compared by key digests instead, in whole-table scans
     m_cols = {c.name: c for c in master.columns}
-    ranges = shared is not None and _indexed(replica, shared)
-    ranges = ranges and all(key_order(m_cols[k]) == key_order(r_cols[k]) for k in key)
+    collated = all(key_order(m_cols[k]) == key_order(r_cols[k]) for k in key)
+    ranges = shared is not None and _indexed(replica, shared) and collated
     m_exprs = tuple(column_expr(c, r_cols[c.name], key=c.name in key) for c in common)
     r_exprs = tuple(column_expr(r_cols[c.name], c, key=c.name in key) for c in common)
     m_casts = tuple(_key_charset(m_cols[k], r_cols[k]) for k in key)
@@ -356,6 +356,7 @@ def plan_table(master: TableDef, replica: TableDef, *, keyless: bool = False) ->
         rows_estimate=max(master.rows_estimate, replica.rows_estimate),
         signatures=signatures,
         ranges=ranges,
+        collated=collated,
     )
 
 

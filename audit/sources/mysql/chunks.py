@@ -169,8 +169,8 @@ class TableWork:
         self._waited = 0.0
         self.row_bytes = held_row_bytes(plan)
         # a row read by a text key may be spelt otherwise ('A' read for 'a'): matched to the key asked for
-        # by the server's own equality; without ranges the sides' collations differ, and only bytes match
-        self.collated = plan.ranges and any(c.data_type in TEXT_TYPES for c in plan.key_columns)
+        # by the server's own equality; when the sides' collations differ, only bytes match
+        self.collated = plan.collated and any(c.data_type in TEXT_TYPES for c in plan.key_columns)
 
     def keys_per_fetch(self, reads: int) -> int:
         """Keys per fetch, `reads` fetches held at once, within settings.max_fetch_bytes (budget.py)."""

@@ -219,6 +219,12 @@ def pads_spaces(column: Column) -> bool:
     return bool(name) and "nopad" not in name and "0900" not in name
 
 
+def weight_expr(column: Column, expr: str) -> str:
+    """The value's weights under its collation, equal exactly when the values compare equal: without
+    trailing spaces when the collation pads (WEIGHT_STRING keeps them: 'a ' weighs more than 'a')."""
+    return f"WEIGHT_STRING(TRIM(TRAILING ' ' FROM {expr}))" if pads_spaces(column) else f"WEIGHT_STRING({expr})"
+
+
 def hashed_expr(column: Column, expr: str) -> str:
     """The column as the row hash reads it: a long value (over DIGESTED_BYTES) as `md5:<its MD5>`.
 
@@ -384,9 +390,15 @@ class TableSql:
         return f"SELECT {', '.join(exprs)} FROM {self.plain_source} WHERE {where}"
 
     def key_text(self) -> str:
-        """The key's values as one text, equal on both sides exactly when the key's bytes are."""
+        """The key's values as one text, equal on both sides exactly when the key's bytes are, or (a
+        key both sides collate alike) when the keys are equal under the collation: a CHAR or VARCHAR as
+        its collation's weights ('A' and 'a ' weigh as 'a' under utf8mb4_general_ci)."""
         columns = self.plan.key_columns
-        return row_string(self.key_exprs, [False] * len(columns), [may_hold_separator(c) for c in columns])
+        exprs = [
+            weight_expr(c, e) if self.plan.collated and c.data_type in ("char", "varchar") else e
+            for c, e in zip(columns, self.key_exprs, strict=True)
+        ]
+        return row_string(exprs, [False] * len(columns), [may_hold_separator(c) for c in columns])
 
     def bucket_digests(self, buckets: int) -> str:
         """COUNT(*) and SUM(row hash) of each bucket of rows, by CRC32 of the key's text: in bucket order."""

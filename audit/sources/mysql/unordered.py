@@ -14,9 +14,12 @@ side, whatever its size:
 2. the rows of those buckets, held (sql.held_expr), sorted by the MD5 of their key's text on both
    servers, streamed and merged: memory holds one batch per side, whatever the table's size.
 
-The two sides agree on no collation, so rows are matched by their key's bytes: a utf8mb4_bin replica's
-'A' is not a utf8mb4_general_ci master's 'a' (one is missing, the other extra; the `schema_mismatch`
-finding names both collations). Rows are re-read by key as any others (rows.py, repair.py).
+When the two sides agree on no collation, rows are matched by their key's bytes: a utf8mb4_bin
+replica's 'A' is not a utf8mb4_general_ci master's 'a' (one is missing, the other extra; the
+`schema_mismatch` finding names both collations). When they do (a replica whose key leads with another
+column), the key's text is its collation's weights (sql.TableSql.key_text), so the replica's 'A' is the
+master's row 'a' spelt otherwise, as with key ranges. Rows are re-read by key as any others (rows.py,
+repair.py).
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ class TableWork(Protocol):
     def settings(self) -> MySQLSettings: ...
     @property
     def sql(self) -> Mapping[str, TableSql]: ...
+    @property
+    def collated(self) -> bool: ...
     def keys_per_fetch(self, reads: int) -> int: ...
 
 
@@ -113,9 +118,12 @@ def differing_rows(work: TableWork, buckets: int, only: list[int] | None) -> Ite
         lambda s: s.start_stream(work.sql["replica"].bucket_rows(buckets, only), doing, batch),
     )
     for ms, rs in merge_runs(m, r, _digest):
-        # a run is one key, unless two keys' MD5s collide: matched by the key itself
+        # a run is one key, unless two keys' MD5s collide: matched by the key itself, or (`collated`:
+        # the digest is of the key's weights, one row a side) spelt otherwise on the replica ('A' for 'a')
         mine = {row_key(work.plan, row): row for row in ms}
         theirs = {row_key(work.plan, row): row for row in rs}
+        if work.collated and len(ms) == len(rs) == 1:
+            theirs = {k: rs[0] for k in mine}
         for k in {**mine, **theirs}:
             a, b = mine.get(k), theirs.get(k)
             if a is not None and b is not None and (a[-2] == b[-2] or a[:-2] == b[:-2]):

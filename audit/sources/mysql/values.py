@@ -95,6 +95,10 @@ class TablePlan:
     ranges: bool = True
     """Whether a key range holds the same rows on both sides: not when a key column sorts differently
     there (another collation): the table is then compared by key digests, without ranges (unordered.py)."""
+    collated: bool = True
+    """Whether every key column compares alike on both sides (same character set and collation for
+    text): rows are then matched by key as that collation compares them, with key ranges or without
+    (a replica whose key leads with another column), else by the key's bytes."""
 
     @property
     def display(self) -> str:
