@@ -420,7 +420,10 @@ class TableWork:
     def _next_upper(self, segment: Segment, lower: Bound, target: float, density: float) -> Bound:
         if segment.int_span is not None:
             start = int(lower[0]) if lower is not None else segment.int_span[0]
-            step = max(1, int(target / max(density, 1e-12)))
+            # density halves with each empty chunk, the step doubling: a fixed floor (1e-12) capped
+            # it, and an empty 2^64 span took 2^64 / (max_chunk_rows / 1e-12) chunks (46000 at 400)
+            lowest, highest = segment.int_span
+            step = max(1, int(target / max(density, 1 / (highest - lowest + 1))))
             nxt = start + step
             if segment.upper is not None and nxt >= int(segment.upper[0]):
                 return segment.upper
