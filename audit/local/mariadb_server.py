@@ -17,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -277,18 +278,23 @@ REPL_USER = "repl"
 
 
 def start_pair(
-    workdir: Path, master_port: int | None = None, replica_port: int | None = None
+    workdir: Path,
+    master_port: int | None = None,
+    replica_port: int | None = None,
+    *,
+    replica_options: Sequence[str] = (),
 ) -> tuple[MariaDBServer, MariaDBServer]:
     """A master and a replica following it by GTID (`MASTER_USE_GTID=slave_pos`), both with binlogs.
 
     Both servers share one password (for `root`, `audit` and the replication account), so one URL
-    template serves both sides. Returned once the replica's IO and SQL threads are running.
+    template serves both sides. `replica_options` are added to the replica's command line (such as
+    `--slave-parallel-threads=4`). Returned once the replica's IO and SQL threads are running.
     """
     password = secrets.token_hex(12)
     master = MariaDBServer(master_port or free_port(), workdir / "master", server_id=1, password=password).start()
     try:
         replica = MariaDBServer(
-            replica_port or free_port(), workdir / "replica", server_id=2, password=password
+            replica_port or free_port(), workdir / "replica", server_id=2, password=password, extra=[*replica_options]
         ).start()
     except BaseException:
         master.stop()

@@ -4,7 +4,7 @@ least-privilege account (SELECT + SLAVE MONITOR)."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -50,8 +50,8 @@ class Pair:
         return name
 
 
-def start_module_pair(workdir: Path) -> Iterator[Pair]:
-    master, replica = start_pair(workdir)
+def start_module_pair(workdir: Path, replica_options: Sequence[str] = ()) -> Iterator[Pair]:
+    master, replica = start_pair(workdir, replica_options=replica_options)
     try:
         yield Pair(master, replica)
     finally:
