@@ -329,6 +329,26 @@ def test_a_sparse_integer_key_is_walked_in_few_chunks(pair: Pair, schema: str) -
     assert result.metrics["chunks"] < 400
 
 
+def test_a_dense_run_of_keys_after_a_sparse_stretch_is_not_one_oversized_chunk(pair: Pair, schema: str) -> None:
+    """Integer keys are stepped by value, the step from a density: the table's average for the first
+    chunk (3,000 ids in 2-6000 and 3,000 from 1,000,000: 0.006 rows per unit) stepped over all the low
+    ids at once, one chunk of 3,000 rows under max_chunk_rows 150 (found by the parallel-replication
+    tests' writers). Where the density is a guess the step is cut at the master's key `target` rows on."""
+    pair.on_master(
+        f"CREATE TABLE {schema}.skew (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {schema}.skew SELECT seq * 2, seq FROM {schema}.seq_1_to_3000",
+        f"INSERT INTO {schema}.skew SELECT 1000000 + seq, seq FROM {schema}.seq_1_to_3000",
+    )
+    pair.on_replica_only(f"UPDATE {schema}.skew SET v = -1 WHERE id IN (4000, 1002500)")
+
+    result = pair.audit([f"{schema}.skew"], FAST.model_copy(update={"max_chunk_rows": 150}))
+
+    assert sorted(f.key for f in result.findings) == [b"[1002500]", b"[4000]"]
+    assert result.metrics["rows_compared"] == 6000
+    assert result.metrics["largest_chunk_rows"] <= 150, result.metrics["largest_chunk_rows"]
+    assert result.metrics["chunks"] < 200  # the empty stretch between the runs crossed in a few chunks
+
+
 def test_a_key_the_replica_has_no_index_on_is_not_chunked_into_a_scan_per_chunk(pair: Pair, schema: str) -> None:
     """A target created without the primary key: each chunk's range was a full scan of the replica's
     table (a 200k-row table read 80M rows); the table is compared as a multiset instead, in one pass."""

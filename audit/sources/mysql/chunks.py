@@ -3,8 +3,9 @@
 A segment (a key range of one table, one Spark task's share) is walked in chunks sized to a time
 target, as pt-table-checksum does: the first chunk has `min_chunk_rows` rows, each next one as many as
 the previous chunk's measured rate fills in `chunk_time_s` (within `max_chunk_rows`). A one-column
-integer key is stepped by value (the rows per key unit learnt from the last chunk); any other key
-finds each chunk's upper bound with `ORDER BY key LIMIT 1 OFFSET n` on the master (an index walk,
+integer key is stepped by value (the rows per key unit learnt from the last chunk), the step cut by
+the index walk below where that density is a guess (the first chunk, or after a sparse one); any other
+key finds each chunk's upper bound with `ORDER BY key LIMIT 1 OFFSET n` on the master (an index walk,
 cheaper than the hash). Bounds are the master's, applied to both sides, so rows only the replica
 holds fall into some chunk too.
 
@@ -401,14 +402,20 @@ class TableWork:
                 return
             target = float(self.settings.min_chunk_rows)
             density = segment.density
+            guessed = True  # the segment's density is the whole table's average
             while True:
-                upper = self._next_upper(segment, lower, target, density)
+                upper, cut = self._next_upper(segment, lower, target, density, guessed)
                 rows, seconds = 0, 0.0
                 for event in self.chunk(lower, upper):
                     if isinstance(event, ChunkDone):
                         rows, seconds = max(event.master.count, event.replica.count), event.seconds
                     yield event
-                target, density = self._adapt(target, density, rows, seconds, lower, upper)
+                # what the next step's density is learnt from is trusted only from a chunk its own step
+                # filled: one well short of its target (a sparse stretch) or cut short (a sparse stretch
+                # and a dense run averaged) tells nothing of the keys past it
+                guessed = cut or rows < target / 2
+                start = lower if lower is not None or segment.int_span is None else (segment.int_span[0],)
+                target, density = self._adapt(target, density, rows, seconds, start, upper)
                 if upper == segment.upper:
                     return
                 lower = upper
@@ -417,22 +424,39 @@ class TableWork:
         finally:
             self.close_snapshots()
 
-    def _next_upper(self, segment: Segment, lower: Bound, target: float, density: float) -> Bound:
-        if segment.int_span is not None:
-            start = int(lower[0]) if lower is not None else segment.int_span[0]
-            # density halves with each empty chunk, the step doubling: a fixed floor (1e-12) capped
-            # it, and an empty 2^64 span took 2^64 / (max_chunk_rows / 1e-12) chunks (46000 at 400)
-            lowest, highest = segment.int_span
-            step = max(1, int(target / max(density, 1 / (highest - lowest + 1))))
-            nxt = start + step
-            if segment.upper is not None and nxt >= int(segment.upper[0]):
-                return segment.upper
-            if segment.upper is None and nxt > segment.int_span[1]:
-                return None
-            return (nxt,)
-        sql = self.sql["master"].boundary(lower, segment.upper, max(1, int(target)))
+    def _next_upper(
+        self, segment: Segment, lower: Bound, target: float, density: float, guessed: bool
+    ) -> tuple[Bound, bool]:
+        """The next chunk's upper bound, about `target` rows past `lower` on the master; and whether
+        the index walk cut an integer step short.
+
+        An integer key is stepped by value. Where the density is a guess (the table's average, or a
+        sparse stretch's), a dense run of keys past it would fall whole into one chunk (ids 1-6000, then
+        1,000,000 on: one chunk of all the low ids, whatever max_chunk_rows says); the step is then cut
+        at the key `target` rows on, as any other key's bound is found."""
+        if segment.int_span is None:
+            return self._boundary(lower, segment.upper, target), False
+        start = int(lower[0]) if lower is not None else segment.int_span[0]
+        # density halves with each empty chunk, the step doubling: a fixed floor (1e-12) capped
+        # it, and an empty 2^64 span took 2^64 / (max_chunk_rows / 1e-12) chunks (46000 at 400)
+        lowest, highest = segment.int_span
+        step = max(1, int(target / max(density, 1 / (highest - lowest + 1))))
+        nxt = start + step
+        upper: Bound = (nxt,)
+        if segment.upper is not None and nxt >= int(segment.upper[0]):
+            upper = segment.upper
+        elif segment.upper is None and nxt > highest:
+            upper = None
+        if not guessed:
+            return upper, False
+        cut = self._boundary(lower, upper, target)
+        return cut, cut != upper
+
+    def _boundary(self, lower: Bound, upper: Bound, target: float) -> Bound:
+        """The master's key `target` rows past `lower`, or `upper` if fewer rows lie before it."""
+        sql = self.sql["master"].boundary(lower, upper, max(1, int(target)))
         row = self.sides.master.one(sql, "finding a chunk boundary")
-        return decode_key(self.plan, row) if row is not None else segment.upper
+        return decode_key(self.plan, row) if row is not None else upper
 
     def _adapt(
         self, target: float, density: float, rows: int, seconds: float, lower: Bound, upper: Bound

@@ -52,6 +52,8 @@ class TableResult:
     chunks_equal: int = 0
     chunks_different: int = 0
     chunks_uncovered: int = 0
+    largest_chunk: int = 0
+    """The most rows one chunk held (either side): a table compared in one pass counts whole."""
     master: Digest = ZERO
     replica: Digest = ZERO
     uncovered: list[str] = field(default_factory=list)
@@ -157,6 +159,7 @@ class _Run:
         elif isinstance(event, ChunkDone):
             r = self.results[event.table]
             r.chunks += 1
+            r.largest_chunk = max(r.largest_chunk, event.master.count, event.replica.count)
             r.master, r.replica = r.master + event.master, r.replica + event.replica
             setattr(r, f"chunks_{event.status}", getattr(r, f"chunks_{event.status}") + 1)
             if event.status != "uncovered":
@@ -385,6 +388,7 @@ def _metrics(
         "chunks_equal": sum(r.chunks_equal for r in res),
         "chunks_different": sum(r.chunks_different for r in res),
         "chunks_uncovered": sum(r.chunks_uncovered for r in res),
+        "largest_chunk_rows": max((r.largest_chunk for r in res), default=0),
         "master_rows": sum(r.master.count for r in res),
         "replica_rows": sum(r.replica.count for r in res),
         "rows_compared": sum(r.compared for r in res),
