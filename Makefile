@@ -22,7 +22,8 @@ test: setup lint
 
 # The tests marked `slow`, left out of `make test` (and so of CI): each starts a Spark standalone cluster
 # or a Connect server of its own, or builds the driver's class archive: about 6 CPU-minutes together; and
-# the Pika binlog diff on four more seeds of random pairs against tests/pika_oracle.py (about 4 minutes).
+# the Pika binlog diff on four more seeds of random pairs against tests/pika_oracle.py (about 4 minutes);
+# and kind mysql on a replica applying in parallel in its aggressive and conservative modes (about 40 s).
 # Run them before changing audit/diff/ or the Connect server (README, "The two commands").
 test-slow: setup
 	@$(PY) -m pytest -q -ra -n 2 --dist loadfile --durations=10 -m slow tests

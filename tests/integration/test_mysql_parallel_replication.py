@@ -63,7 +63,14 @@ def set_mode(pair: Pair, mode: str) -> None:
     wait_link_up(pair.replica)
 
 
-@pytest.fixture(params=["optimistic", "aggressive", "conservative"])
+# optimistic (MariaDB's default) in `make test`; the other two in `make test-slow`, for the suite's time
+@pytest.fixture(
+    params=[
+        "optimistic",
+        pytest.param("aggressive", marks=pytest.mark.slow),
+        pytest.param("conservative", marks=pytest.mark.slow),
+    ]
+)
 def mode(pair: Pair, request: pytest.FixtureRequest) -> Iterator[str]:
     mode: str = request.param
     set_mode(pair, mode)
@@ -232,7 +239,7 @@ def test_a_healthy_pair_written_in_two_domains_passes(
         before, (waits, timeouts) = sum(writers.commits), gtid_waits(pair)
         code, root = audit_cli(pair, schema, tmp_path, monkeypatch)
         during, (waits_after, timeouts_after) = sum(writers.commits) - before, gtid_waits(pair)
-    assert during > 500, during  # the audit ran under writes
+    assert during > 100, during  # the audit ran under writes (500-2,000 commits on a quiet machine)
     assert waits_after - waits >= 3 and timeouts_after == timeouts  # chunks read while the replica was behind
     assert [(f["check"], f["category"], f["key"]) for f in findings(root)] == []
     s = summary(root)["pairs"][0]
@@ -257,7 +264,7 @@ def test_planted_differences_are_found_exactly_under_writes_in_two_domains(
         before = sum(writers.commits)
         code, root = audit_cli(pair, schema, tmp_path, monkeypatch)
         during = sum(writers.commits) - before
-    assert during > 500, during
+    assert during > 100, during
     got = sorted((f["category"], f["key"], f["detail"]) for f in findings(root) if f["check"] == "rows")
     assert [(c, k) for c, k, _ in got] == [
         ("extra_row", b"[4501]"),

@@ -105,7 +105,7 @@ def test_a_healthy_pair_under_random_writes_has_no_finding(random_pair, tmp_path
 
     root = latest_run(tmp_path / "out")
     pair = summary(root)["pairs"][0]
-    assert sum(done for done, _ in writes) > 1000, writes  # the audit ran under writes
+    assert sum(done for done, _ in writes) > 200, writes  # the audit ran under writes (10,000s here)
     assert findings(root) == [], findings(root)[:5]
     assert (code, pair["status"], pair["not_covered"]) == (0, "passed", [])
     assert pair["coverage"]["recheck_candidates"] > 0  # keys the writes moved were judged, not missed
