@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -145,8 +146,11 @@ def expected(master: dict[bytes, Read], replica: dict[bytes, Read]) -> set[tuple
     return out
 
 
-def plant(r: redis.Redis, rnd: random.Random, keys: list[bytes], n: int) -> None:
-    """Up to `n` random changes to existing keys on a replica made writable, and a few keys of its own."""
+def plant(
+    r: redis.Redis, rnd: random.Random, keys: list[bytes], n: int, own: Callable[[int], bytes] | None = None
+) -> None:
+    """Up to `n` random changes to existing keys on a replica made writable, and a few keys of its own
+    (named by `own`: a cluster node can only hold keys of its own slots)."""
     r.config_set("replica-read-only", "no")
     for k in rnd.sample(keys, min(n, len(keys))):
         op = rnd.random()
@@ -166,7 +170,7 @@ def plant(r: redis.Redis, rnd: random.Random, keys: list[bytes], n: int) -> None
         else:
             _change_value(r, rnd, k, r.type(k).decode())
     for i in range(rnd.randrange(0, 4)):
-        r.set(b"only-replica:%d" % i, b"x")
+        r.set(own(i) if own else b"only-replica:%d" % i, b"x")
 
 
 def _change_value(r: redis.Redis, rnd: random.Random, k: bytes, kind: str) -> None:
@@ -193,9 +197,12 @@ def _change_value(r: redis.Redis, rnd: random.Random, k: bytes, kind: str) -> No
         r.xadd(k, {b"extra": b"1"})
 
 
-def write_randomly(c: redis.Redis, seed: int, keys: list[bytes], stop: threading.Event) -> tuple[int, int]:
+def write_randomly(
+    c: redis.Redis | redis.RedisCluster, seed: int, keys: list[bytes], stop: threading.Event
+) -> tuple[int, int]:
     """Random writes to `keys` and new ones until `stop`: every type's commands, TTLs set, removed and
-    expiring within the audit, keys renamed onto others and replaced in a MULTI. (Writes done, refused.)"""
+    expiring within the audit, keys renamed onto others and replaced in a MULTI. (Writes done, refused.)
+    Through a cluster client a key is renamed within its slot only, and a MULTI runs on the key's node."""
     rnd, done, refused = random.Random(seed), 0, 0
     while not stop.is_set():
         k = rnd.choice(keys) if keys and rnd.random() < 0.8 else b"new:%d" % rnd.randrange(300)
@@ -209,7 +216,17 @@ def write_randomly(c: redis.Redis, seed: int, keys: list[bytes], stop: threading
     return done, refused
 
 
-def _write(c: redis.Redis, rnd: random.Random, k: bytes) -> None:
+def same_slot_name(k: bytes, n: int) -> bytes | None:
+    """Another key name in `k`'s cluster slot (a hash tag of what `k` hashes by), or None when that has a
+    `}` (no tag can hold it)."""
+    start = k.find(b"{")
+    end = k.find(b"}", start + 1) if start >= 0 else -1
+    hashed = k[start + 1 : end] if start >= 0 and end > start + 1 else k
+    return None if b"}" in hashed or not hashed else b"{" + hashed + b"}:renamed:%d" % n
+
+
+def _write(c: redis.Redis | redis.RedisCluster, rnd: random.Random, k: bytes) -> None:
+    cluster = isinstance(c, redis.RedisCluster)
     op = rnd.random()
     if op < 0.1:
         c.set(k, value(rnd), keepttl=rnd.random() < 0.5)
@@ -230,10 +247,13 @@ def _write(c: redis.Redis, rnd: random.Random, k: bytes) -> None:
     elif op < 0.66:
         c.delete(k)
     elif op < 0.7:
-        p = c.pipeline(transaction=True)
+        node = c.get_redis_connection(c.get_node_from_key(k)) if isinstance(c, redis.RedisCluster) else c
+        p = node.pipeline(transaction=True)
         p.delete(k).rpush(k, b"a", b"b").pexpire(k, 500_000).execute()
     elif op < 0.73:
-        c.rename(k, b"new:%d" % rnd.randrange(300))
+        target = same_slot_name(k, rnd.randrange(30)) if cluster else b"new:%d" % rnd.randrange(300)
+        if target is not None:
+            c.rename(k, target)
     elif op < 0.78:
         c.set(k, b"short", px=rnd.randrange(1, 300))
     elif op < 0.83:
