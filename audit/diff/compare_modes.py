@@ -5,6 +5,7 @@
 | `full`   | presence, type, value digest, element count or TTL differ         | all five (the default)         |
 | `length` | presence, type, element count (or an unstable read) or TTL differ | all five; equal-length values  |
 |          |                                                                  | with other digests do not count |
+|          |                                                                  | (their TTL still does)          |
 | `keys`   | only one side has the key                                        | missing/extra_on_replica       |
 
 One rule, two forms that agree (tested on the same rows): :func:`mode_category` for Python rows and
@@ -32,8 +33,13 @@ def mode_category(
     r_length: int | None = None,
     m_status: str | None = None,
     r_status: str | None = None,
+    ttl_differs: bool = False,
 ) -> str | None:
-    """The category `classify` gave, as the mode sees it (None: not a divergence in this mode)."""
+    """The category `classify` gave, as the mode sees it (None: not a divergence in this mode).
+
+    `ttl_differs`: whether the two expiries differ past the tolerance. The full rule names a key whose
+    value and TTL both differ a value_mismatch; where `length` ignores that value (same count), the TTL
+    it compares is still a divergence."""
     check_mode(mode)
     if category is None or mode == "full":
         return category
@@ -43,7 +49,9 @@ def mode_category(
         if category != "value_mismatch":
             return category
         unstable = "unstable" in (m_status, r_status)
-        return category if unstable or m_length != r_length else None
+        if unstable or m_length != r_length:
+            return category
+        return "ttl_mismatch" if ttl_differs else None
     return category
 
 
@@ -65,9 +73,11 @@ def row_category(row: Any, mode: str) -> str | None:
     )
 
 
-def apply_mode(classified: DataFrame, mode: str) -> DataFrame:
+def apply_mode(classified: DataFrame, mode: str, ttl_tolerance_ms: int | None = None) -> DataFrame:
     """`category` rewritten for the mode; rows it no longer counts get a null category (so
-    :func:`audit.diff.keyspace.candidates` drops them and the coverage counts stay as they are)."""
+    :func:`audit.diff.keyspace.candidates` drops them and the coverage counts stay as they are).
+    With `ttl_tolerance_ms`, the frame's expiries (m_/r_expire_at_ms) decide a `length` row whose value
+    the mode ignores, as :func:`mode_category`'s `ttl_differs`; without, such a row has no TTL difference."""
     from pyspark.sql import functions as F
 
     if check_mode(mode) == "full":
@@ -78,5 +88,11 @@ def apply_mode(classified: DataFrame, mode: str) -> DataFrame:
     else:  # length
         unstable = (F.col("m_status") == "unstable") | (F.col("r_status") == "unstable")
         length_differs = ~F.col("m_length").eqNullSafe(F.col("r_length"))
-        new = F.when((cat == "value_mismatch") & ~(unstable | length_differs), F.lit(None)).otherwise(cat)
+        if ttl_tolerance_ms is None:
+            ttl = F.lit(None)
+        else:
+            from audit.diff.keyspace import ttl_differs
+
+            ttl = F.when(ttl_differs(ttl_tolerance_ms), F.lit("ttl_mismatch"))
+        new = F.when((cat == "value_mismatch") & ~(unstable | length_differs), ttl).otherwise(cat)
     return classified.withColumn("category", new)

@@ -106,7 +106,8 @@ def join_sides(master: DataFrame, replica: DataFrame) -> DataFrame:
     return _prefixed(master, "m_").join(_prefixed(replica, "r_"), on=["db", "key"], how="full_outer")
 
 
-def _ttl_differs(tolerance_ms: int) -> Column:
+def ttl_differs(tolerance_ms: int) -> Column:
+    """The two expiries differ: one side has none, or they are further apart than the tolerance."""
     m, r = F.col("m_expire_at_ms"), F.col("r_expire_at_ms")
     one_sided = m.isNull() != r.isNull()
     drift = m.isNotNull() & r.isNotNull() & (F.abs(m - r) > F.lit(tolerance_ms))
@@ -155,7 +156,7 @@ def classify(joined: DataFrame, ttl_tolerance_ms: int) -> DataFrame:
         .when(~t.present("m_"), F.lit("extra_on_replica"))
         .when(t.type_differs, F.lit("type_mismatch"))
         .when(value_differs, F.lit("value_mismatch"))
-        .when(_ttl_differs(ttl_tolerance_ms), F.lit("ttl_mismatch"))
+        .when(ttl_differs(ttl_tolerance_ms), F.lit("ttl_mismatch"))
     )
     return joined.withColumn("category", category).withColumn("unreadable", unreadable)
 

@@ -377,6 +377,20 @@ def test_compare_modes_python_and_spark_agree(spark, mode: str) -> None:  # type
     assert got == EXPECTED[mode]
 
 
+def test_length_mode_keeps_the_ttl_of_a_value_it_ignores(spark) -> None:  # type: ignore[no-untyped-def]
+    # value and TTL both differ, same count: `classify` says value_mismatch, and `length` dropped the key
+    # whole, though it compares TTLs (the recheck reported nothing: tests/integration/test_redis_fleet_oracle.py)
+    row = ("value_mismatch", 3, 3, "ok", "ok", 10_000, None)
+    py = mode_category(*row[:1], "length", m_length=3, r_length=3, m_status="ok", r_status="ok", ttl_differs=True)
+    df = spark.createDataFrame(
+        [row],
+        "category string, m_length long, r_length long, m_status string, r_status string, "
+        "m_expire_at_ms long, r_expire_at_ms long",
+    )
+    (got,) = apply_mode(df, "length", ttl_tolerance_ms=2000).collect()
+    assert py == got["category"] == "ttl_mismatch"
+
+
 def test_unknown_compare_mode() -> None:
     with pytest.raises(ValueError, match="unknown compare mode 'digest'"):
         mode_category("value_mismatch", "digest")

@@ -126,6 +126,8 @@ def _state(type_: str, length: int, digest: str, expire: int | None = None) -> K
         (_state("string", 3, "a"), _state("string", 4, "b"), "value_mismatch", "value_mismatch", None),
         (_state("string", 3, "a"), _state("hash", 3, "a"), "type_mismatch", "type_mismatch", None),
         (_state("string", 3, "a", 10_000), _state("string", 3, "a"), "ttl_mismatch", "ttl_mismatch", None),
+        # value and TTL both differ: `length` ignores the value (same count), not the TTL it compares
+        (_state("string", 3, "a", 10_000), _state("string", 3, "b"), "value_mismatch", "ttl_mismatch", None),
         (_state("string", 3, "a"), None, "missing_on_replica", "missing_on_replica", "missing_on_replica"),
     ],
 )

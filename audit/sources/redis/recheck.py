@@ -164,6 +164,7 @@ def category_of(master: KeyState | None, replica: KeyState | None, tolerance_ms:
         r_length=r.length if r else None,
         m_status=m.status if m else None,
         r_status=r.status if r else None,
+        ttl_differs=m is not None and r is not None and _ttl_differs(m, r, tolerance_ms),
     )
 
 
@@ -181,15 +182,17 @@ def _full_category(master: KeyState | None, replica: KeyState | None, tolerance_
         return "type_mismatch"
     if m.digest != r.digest or m.length != r.length or UNSTABLE in (m.status, r.status):
         return "value_mismatch"
+    return "ttl_mismatch" if _ttl_differs(m, r, tolerance_ms) else None
+
+
+def _ttl_differs(m: KeyState, r: KeyState, tolerance_ms: int) -> bool:
     if (m.expire_at_ms is None) != (r.expire_at_ms is None):
-        return "ttl_mismatch"
-    if (
+        return True
+    return (
         m.expire_at_ms is not None
         and r.expire_at_ms is not None
         and abs(m.expire_at_ms - r.expire_at_ms) > tolerance_ms
-    ):
-        return "ttl_mismatch"
-    return None
+    )
 
 
 def _same_master_value(a: KeyState | None, b: KeyState | None, tolerance_ms: int) -> bool:
