@@ -14,6 +14,7 @@ module and emptied for each seed).
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import random
@@ -40,6 +41,8 @@ WRITES = {"DEL", "SET", "PEXPIRE", "PERSIST", "APPEND", "SETRANGE", "HSET", "HDE
 WRITES |= {"ZADD", "XADD"}
 ODD = dict(zip(oracle.ODD_ENCODINGS[::2], oracle.ODD_ENCODINGS[1::2], strict=True))
 FAST = {"recheck_interval_s": 0.2, "recheck_rounds": 2, "recheck_ack_wait_s": 2}
+PATTERNS = ["k:*", "k:1*", "*ü", "bin*", "k:[0-4]*", "*:2?", "only-*", "*5", "new*"]
+"""Globs whose Redis meaning fnmatch shares (no `[^`, no escapes): the oracle filters with fnmatch."""
 
 
 def _seeds(default: list[int]) -> list[int]:
@@ -124,6 +127,32 @@ def _own_name(owner: dict[int, int], shard: int, i: int) -> bytes:
     return b"only-master:%d:%d" % (i, n)
 
 
+Keep = Any  # bytes -> bool
+
+
+def _options(rnd: random.Random) -> tuple[dict[str, Any], Keep, str]:
+    """A random compare mode and, for some seeds, a key filter: (the pair's fields, the keys it keeps, mode)."""
+    mode = rnd.choice(["full", "full", "length", "keys"])
+    include = rnd.sample(PATTERNS, rnd.choice([0, 0, 1, 2]))
+    exclude = rnd.sample(PATTERNS, rnd.choice([0, 0, 1]))
+
+    def keep(k: bytes) -> bool:
+        hit = lambda ps: any(fnmatch.fnmatchcase(k, p.encode()) for p in ps)  # noqa: E731
+        return (not include or hit(include)) and not hit(exclude)
+
+    fields: dict[str, Any] = {"compare": mode}
+    if include or exclude:
+        fields["keys"] = {"include": include, "exclude": exclude}
+    return fields, keep, mode
+
+
+def _want(master: dict[bytes, oracle.Read], replica: dict[bytes, oracle.Read], keep: Keep, mode: str) -> set[Any]:
+    def kept(reads: dict[bytes, oracle.Read]) -> dict[bytes, oracle.Read]:
+        return {k: v for k, v in reads.items() if keep(k)}
+
+    return oracle.expected(kept(master), kept(replica), mode)
+
+
 def _run(tmp: Path, mp: pytest.MonkeyPatch, pair: dict[str, Any], rnd: random.Random) -> tuple[int, Path]:
     tmp.mkdir(parents=True, exist_ok=True)
     # pages of 10 or 50 elements: most collections are read in several pages, some in one
@@ -162,16 +191,17 @@ def test_cluster_planted_divergences_are_what_the_oracle_finds(
     keys = oracle.fill(cluster.cluster_client(), rnd, rnd.choice([0, 60, 400]))
     cluster.wait_all_in_sync()
     owner = _owner(cluster)
+    fields, keep, mode = _options(rnd)
     want = set()
     for i, m in enumerate(cluster.masters):
         mine = [k for k in keys if owner[key_slot(k)] == i]
         node = Unreplicated(host="127.0.0.1", port=m.port, protocol=2)
         oracle.plant(node, rnd, mine, rnd.randrange(0, 8), own=lambda n, i=i: _own_name(owner, i, n))
         replica = cluster.replicas[i][0]
-        for k, category in oracle.expected(oracle.read_whole(node), oracle.read_whole(readonly(replica))):
+        for k, category in _want(oracle.read_whole(node), oracle.read_whole(readonly(replica)), keep, mode):
             want.add((0, k, category, addr(replica)))
 
-    pair = {"name": "c", "kind": "redis", "master": {"url": cluster.url(), "topology": "cluster"}}
+    pair = {"name": "c", "kind": "redis", "master": {"url": cluster.url(), "topology": "cluster"}, **fields}
     code, root = _run(tmp_path, monkeypatch, {**pair, "fleet_snapshot": rnd.choice(["threads", "spark"])}, rnd)
 
     _assert_same(want, _got(root))
@@ -199,6 +229,7 @@ def test_a_healthy_cluster_under_random_writes_has_no_finding(
         w.start()
     try:
         pair = {"name": "c", "kind": "redis", "master": {"url": cluster.url(), "topology": "cluster"}}
+        pair |= _options(rnd)[0]
         code, root = _run(tmp_path, monkeypatch, {**pair, "fleet_snapshot": rnd.choice(["threads", "spark"])}, rnd)
     finally:
         stop.set()
@@ -239,6 +270,7 @@ def test_sentinel_planted_divergences_are_what_the_oracle_finds(
     keys = {db: oracle.fill(g.master.client(db), rnd, rnd.choice([0, 50, 300])) for db in dbs}
     for r in replicas:
         wait_acked(g.master, r)
+    fields, keep, mode = _options(rnd)
     want = set()
     for r in replicas:
         for db in dbs:
@@ -248,10 +280,12 @@ def test_sentinel_planted_divergences_are_what_the_oracle_finds(
     listed = sorted({db for s in (g.master, *replicas) for db in (int(d[2:]) for d in s.client().info("keyspace"))})
     for r in replicas:
         for db in listed:
-            for k, category in oracle.expected(oracle.read_whole(g.master.client(db)), oracle.read_whole(r.client(db))):
+            for k, category in _want(
+                oracle.read_whole(g.master.client(db)), oracle.read_whole(r.client(db)), keep, mode
+            ):
                 want.add((db, k, category, addr(r)))
 
-    code, root = _run(tmp_path, monkeypatch, _sentinel_pair(g), rnd)
+    code, root = _run(tmp_path, monkeypatch, _sentinel_pair(g) | fields, rnd)
 
     _assert_same(want, _got(root))
     assert code == (1 if want else 0)
@@ -283,7 +317,7 @@ def test_a_healthy_sentinel_group_under_random_writes_has_no_finding(
     for w in writers:
         w.start()
     try:
-        code, root = _run(tmp_path, monkeypatch, _sentinel_pair(g), rnd)
+        code, root = _run(tmp_path, monkeypatch, _sentinel_pair(g) | _options(rnd)[0], rnd)
     finally:
         stop.set()
         for w in writers:
@@ -309,6 +343,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
 def test_migration_planted_divergences_are_what_the_oracle_finds(
     seed: int, cluster: LocalCluster, source: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A standalone server into the cluster, or back: divergences planted on the target."""
     rnd = random.Random(seed)
     _empty_cluster(cluster, rnd)
     source.client().flushall()
@@ -316,20 +351,29 @@ def test_migration_planted_divergences_are_what_the_oracle_finds(
     n, fill_seed = rnd.choice([0, 60, 400]), rnd.randrange(10**9)
     keys = oracle.fill(source.client(), random.Random(fill_seed), n)
     assert oracle.fill(cc, random.Random(fill_seed), n) == keys  # the same keys, values and TTLs
-    oracle.fill(source.client(1), rnd, 20)  # another db of the source: a migration to a cluster compares db 0
-    oracle.plant(cc, rnd, keys, rnd.randrange(0, 12))
-    target: dict[bytes, oracle.Read] = {}
+    oracle.fill(source.client(1), rnd, 20)  # another db of the standalone: a migration with a cluster compares db 0
+    into_cluster = rnd.random() < 0.6
+    oracle.plant(cc if into_cluster else source.client(), rnd, keys, rnd.randrange(0, 12))
+    fields, keep, mode = _options(rnd)
+    in_cluster: dict[bytes, oracle.Read] = {}
     for m in cluster.masters:
-        target.update(oracle.read_whole(cluster.node(m)))
-    want = {(0, k, category, None) for k, category in oracle.expected(oracle.read_whole(source.client()), target)}
+        in_cluster.update(oracle.read_whole(cluster.node(m)))
+    sides = [oracle.read_whole(source.client()), in_cluster]
+    if not into_cluster:
+        sides.reverse()
+    want = {(0, k, category, None) for k, category in _want(*sides, keep, mode)}
 
+    ends = [source.url, {"url": cluster.url(), "topology": "cluster"}]
+    if not into_cluster:
+        ends.reverse()
     pair = {
         "name": "m",
         "kind": "redis",
-        "master": source.url,
-        "replica": {"url": cluster.url(), "topology": "cluster"},
+        "master": ends[0],
+        "replica": ends[1],
         "check_replication": False,
         "fleet_snapshot": rnd.choice(["threads", "spark"]),
+        **fields,
     }
     code, root = _run(tmp_path, monkeypatch, pair, rnd)
 
