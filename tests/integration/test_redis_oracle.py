@@ -2,7 +2,7 @@
 master and replica, random divergences planted on the replica, or random writes on the master while the
 audit runs, and the findings compared with what both sides read whole in plain Python say they must be.
 
-Two seeds of each here; sweep more with `REDIS_ORACLE_SEEDS=1-40` (each seed is a pair of its own). The
+One seed of each here; sweep more with `REDIS_ORACLE_SEEDS=1-40` (each seed is a pair of its own). The
 sweep that made this module found a healthy pair under writes failing its gate on a key replaced by
 another type between two pages of its read (3 of 27 seeds; tests/integration/test_redis_reads.py).
 """
@@ -53,7 +53,7 @@ def _audit(master: RedisServer, replica: RedisServer, rnd: random.Random, tmp: P
     return run_cli(["run", "-i", str(inv), "-o", str(tmp / "out"), "--quiet"], mp)
 
 
-@pytest.mark.parametrize("random_pair", _seeds([1, 7]), indirect=True)
+@pytest.mark.parametrize("random_pair", _seeds([1]), indirect=True)
 def test_planted_divergences_are_what_the_oracle_finds(random_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     master, replica, seed = random_pair
     rnd = random.Random(seed)
@@ -76,7 +76,7 @@ def test_planted_divergences_are_what_the_oracle_finds(random_pair, tmp_path, mo
     assert summary(root)["pairs"][0]["not_covered"] == []
 
 
-@pytest.mark.parametrize("random_pair", _seeds([3, 11]), indirect=True)
+@pytest.mark.parametrize("random_pair", _seeds([11]), indirect=True)
 def test_a_healthy_pair_under_random_writes_has_no_finding(random_pair, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     master, replica, seed = random_pair
     rnd = random.Random(seed)
