@@ -15,7 +15,8 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import redis
@@ -228,6 +229,27 @@ def same_slot_name(k: bytes, n: int) -> bytes | None:
     end = k.find(b"}", start + 1) if start >= 0 else -1
     hashed = k[start + 1 : end] if start >= 0 and end > start + 1 else k
     return None if b"}" in hashed or not hashed else b"{" + hashed + b"}:renamed:%d" % n
+
+
+@contextmanager
+def writing(
+    jobs: Sequence[tuple[redis.Redis | redis.RedisCluster, int, list[bytes]]],
+) -> Iterator[list[tuple[int, int]]]:
+    """A thread of :func:`write_randomly` per (client, seed, keys) for the block; each one's (writes done,
+    refused) in the list yielded, once the block has ended and the writers have stopped."""
+    stop, writes = threading.Event(), []
+    threads = [
+        threading.Thread(target=lambda c=c, seed=seed, keys=keys: writes.append(write_randomly(c, seed, keys, stop)))
+        for c, seed, keys in jobs
+    ]
+    for t in threads:
+        t.start()
+    try:
+        yield writes
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
 
 
 def _write(c: redis.Redis | redis.RedisCluster, rnd: random.Random, k: bytes) -> None:

@@ -18,7 +18,6 @@ import fnmatch
 import json
 import os
 import random
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -218,23 +217,10 @@ def test_a_healthy_cluster_under_random_writes_has_no_finding(
     cc = cluster.cluster_client()
     keys = oracle.fill(cc, rnd, rnd.choice([60, 400])) + oracle.fill_big(cc)
     cluster.wait_all_in_sync()
-    stop, writes = threading.Event(), []
-    writers = [
-        threading.Thread(
-            target=lambda i=i: writes.append(oracle.write_randomly(cluster.cluster_client(), seed * 10 + i, keys, stop))
-        )
-        for i in range(2)
-    ]
-    for w in writers:
-        w.start()
-    try:
-        pair = {"name": "c", "kind": "redis", "master": {"url": cluster.url(), "topology": "cluster"}}
-        pair |= _options(rnd)[0]
+    pair = {"name": "c", "kind": "redis", "master": {"url": cluster.url(), "topology": "cluster"}}
+    pair |= _options(rnd)[0]
+    with oracle.writing([(cluster.cluster_client(), seed * 10 + i, keys) for i in range(2)]) as writes:
         code, root = _run(tmp_path, monkeypatch, {**pair, "fleet_snapshot": rnd.choice(["threads", "spark"])}, rnd)
-    finally:
-        stop.set()
-        for w in writers:
-            w.join()
 
     s = summary(root)["pairs"][0]
     assert len(writes) == 2 and sum(done for done, _ in writes) > 200, writes
@@ -305,23 +291,8 @@ def test_a_healthy_sentinel_group_under_random_writes_has_no_finding(
     }
     for r in replicas:
         wait_acked(g.master, r)
-    stop, writes = threading.Event(), []
-    writers = [
-        threading.Thread(
-            target=lambda db=db: writes.append(
-                oracle.write_randomly(g.master.client(db), seed * 10 + db, keys[db], stop)
-            )
-        )
-        for db in (0, 2)
-    ]
-    for w in writers:
-        w.start()
-    try:
+    with oracle.writing([(g.master.client(db), seed * 10 + db, keys[db]) for db in (0, 2)]) as writes:
         code, root = _run(tmp_path, monkeypatch, _sentinel_pair(g) | _options(rnd)[0], rnd)
-    finally:
-        stop.set()
-        for w in writers:
-            w.join()
 
     s = summary(root)["pairs"][0]
     assert len(writes) == 2 and sum(done for done, _ in writes) > 200, writes

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,23 +84,8 @@ def test_a_healthy_pair_under_random_writes_has_no_finding(random_pair, tmp_path
         for db in DBS
     }
     wait_in_sync(master, replica)
-    stop, writes = threading.Event(), []
-    writers = [
-        threading.Thread(
-            target=lambda i=i: writes.append(
-                oracle.write_randomly(master.client(DBS[i]), seed * 10 + i, keys[DBS[i]], stop)
-            )
-        )
-        for i in range(2)
-    ]
-    for w in writers:
-        w.start()
-    try:
+    with oracle.writing([(master.client(DBS[i]), seed * 10 + i, keys[DBS[i]]) for i in range(2)]) as writes:
         code = _audit(master, replica, rnd, tmp_path, monkeypatch)
-    finally:
-        stop.set()
-        for w in writers:
-            w.join()
 
     root = latest_run(tmp_path / "out")
     pair = summary(root)["pairs"][0]
