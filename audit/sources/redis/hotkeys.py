@@ -29,7 +29,7 @@ from audit.pacing import Pacer
 from audit.sources.redis.ack import same_stream
 from audit.sources.redis.digest import OrderedDigest, UnorderedDigest
 from audit.sources.redis.info import as_int, parse_info
-from audit.sources.redis.keys import KeyState
+from audit.sources.redis.keys import KeyState, expiries_differ
 from audit.sources.redis.resp import Command, RespPipe
 
 Key = tuple[int, bytes]
@@ -95,9 +95,7 @@ def same_value(a: Value, b: Value, tolerance_ms: int) -> bool:
     (absolute expiry times from two reads differ by the reads' clock skew, as in the diff)."""
     if a is None or b is None:
         return a is b
-    if a[:3] != b[:3] or (a[3] is None) != (b[3] is None):
-        return False
-    return a[3] is None or b[3] is None or abs(a[3] - b[3]) <= tolerance_ms
+    return a[:3] == b[:3] and not expiries_differ(a[3], b[3], tolerance_ms)
 
 
 def bracket(samples: list[Sample], replica: Sample, tolerance_ms: int) -> tuple[bool | None, Sample | None]:

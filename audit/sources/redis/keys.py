@@ -76,6 +76,14 @@ class KeyState(NamedTuple):
     read_at_ms: int
 
 
+def expiries_differ(a_ms: int | None, b_ms: int | None, tolerance_ms: int) -> bool:
+    """Two reads' absolute expiry times differ: one has none, or they lie further apart than the
+    tolerance (two reads' clocks skew a little, as the diff allows: audit/diff/keyspace.py ttl_differs)."""
+    if a_ms is None or b_ms is None:
+        return (a_ms is None) != (b_ms is None)
+    return abs(a_ms - b_ms) > tolerance_ms
+
+
 @dataclass
 class Rows:
     """Columns of read keys (SNAPSHOT_SCHEMA without `db`); vanished keys are counted, not kept."""

@@ -39,7 +39,7 @@ from audit.diff.spark import arrow_frame
 from audit.pacing import Pacer, PaceSettings
 from audit.sources.redis.ack import ReplicaAck, wait_for
 from audit.sources.redis.hotkeys import Verdict, as_state, fits_one_read, judge_keys
-from audit.sources.redis.keys import ERROR, UNSTABLE, VANISHED, KeyReader, KeyState
+from audit.sources.redis.keys import ERROR, UNSTABLE, VANISHED, KeyReader, KeyState, expiries_differ
 from audit.sources.redis.resp import RespPipe
 from audit.sources.redis.snapshot import SNAPSHOT_SCHEMA
 
@@ -164,7 +164,7 @@ def category_of(master: KeyState | None, replica: KeyState | None, tolerance_ms:
         r_length=r.length if r else None,
         m_status=m.status if m else None,
         r_status=r.status if r else None,
-        ttl_differs=m is not None and r is not None and _ttl_differs(m, r, tolerance_ms),
+        ttl_differs=m is not None and r is not None and expiries_differ(m.expire_at_ms, r.expire_at_ms, tolerance_ms),
     )
 
 
@@ -182,17 +182,7 @@ def _full_category(master: KeyState | None, replica: KeyState | None, tolerance_
         return "type_mismatch"
     if m.digest != r.digest or m.length != r.length or UNSTABLE in (m.status, r.status):
         return "value_mismatch"
-    return "ttl_mismatch" if _ttl_differs(m, r, tolerance_ms) else None
-
-
-def _ttl_differs(m: KeyState, r: KeyState, tolerance_ms: int) -> bool:
-    if (m.expire_at_ms is None) != (r.expire_at_ms is None):
-        return True
-    return (
-        m.expire_at_ms is not None
-        and r.expire_at_ms is not None
-        and abs(m.expire_at_ms - r.expire_at_ms) > tolerance_ms
-    )
+    return "ttl_mismatch" if expiries_differ(m.expire_at_ms, r.expire_at_ms, tolerance_ms) else None
 
 
 def _same_master_value(a: KeyState | None, b: KeyState | None, tolerance_ms: int) -> bool:
@@ -202,9 +192,7 @@ def _same_master_value(a: KeyState | None, b: KeyState | None, tolerance_ms: int
         return a is None and b is None
     if UNSTABLE in (a.status, b.status) or (a.type, a.digest, a.length) != (b.type, b.digest, b.length):
         return False
-    if (a.expire_at_ms is None) != (b.expire_at_ms is None):
-        return False
-    return a.expire_at_ms is None or b.expire_at_ms is None or abs(a.expire_at_ms - b.expire_at_ms) <= tolerance_ms
+    return not expiries_differ(a.expire_at_ms, b.expire_at_ms, tolerance_ms)
 
 
 @dataclass
