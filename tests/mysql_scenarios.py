@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -229,6 +230,20 @@ def variants(shape: str) -> list[str]:
     if shape == "comp":
         out.append("reordered")
     return out
+
+
+def vary_replica(
+    rng: random.Random, schema: str, table: Table, on_replica: Callable[[str], None], chance: float
+) -> None:
+    """With `chance`, the replica's definition of `table` made another of its variants (compared by key
+    digests or as a multiset, as docs/mysql.md says); one the replica refuses (a collation under which two
+    keys are one) leaves it as it was."""
+    if variants(table.shape) and rng.random() < chance:
+        table.variant = rng.choice(variants(table.shape))
+        try:
+            on_replica(str(table.alter(schema, rng)))
+        except Exception:
+            table.variant = "same"
 
 
 def random_table(rng: random.Random, name: str, shape: str | None = None, n: int | None = None) -> Table:

@@ -134,13 +134,8 @@ def run_seed(pair: Pair, seed: int, planted: bool) -> tuple[list[str], dict[str,
         if planted:
             t.rows += writers.protect(rng, t, guards[t.name], rng.randint(1, 3))
     pair.on_master(*(t.ddl(schema) for t in tables), *(s for t in tables for s in scenarios.inserts(schema, t)))
-    for t in tables:  # another replica definition, compared as docs/mysql.md says (key digests, a multiset)
-        if scenarios.variants(t.shape) and rng.random() < 0.3:
-            t.variant = rng.choice(scenarios.variants(t.shape))
-            try:
-                pair.on_replica_only(str(t.alter(schema, rng)))
-            except Exception:  # a collation under which two keys are one: the replica keeps its definition
-                t.variant = "same"
+    for t in tables:
+        scenarios.vary_replica(rng, schema, t, pair.on_replica_only, 0.3)
     planted_sql = [s for t in tables for s in plant(pair, rng, schema, t, guards[t.name])] if planted else []
     settings = settings_for(rng)
     sessions = [t for t in tables for _ in range(rng.choice([1, 2]))]  # two: deadlocks, rows written at once
