@@ -239,14 +239,20 @@ def test_a_healthy_pair_written_in_two_domains_passes(
         before, (waits, timeouts) = sum(writers.commits), gtid_waits(pair)
         code, root = audit_cli(pair, schema, tmp_path, monkeypatch)
         during, (waits_after, timeouts_after) = sum(writers.commits) - before, gtid_waits(pair)
-    assert during > 100, during  # the audit ran under writes (500-2,000 commits on a quiet machine)
-    assert waits_after - waits >= 3 and timeouts_after == timeouts  # chunks read while the replica was behind
+    assert during > 100, during  # the audit ran under writes (10,000-16,000 commits on this machine)
+    # the audit waited for the replica, none of the waits timed out: 5-15 waits here, loaded or not, but
+    # 2 in one CI run (how far behind the replica is when a chunk is read is up to the scheduler); the wait
+    # and re-read themselves are pinned down in test_mysql_under_writes.py
+    assert waits_after - waits >= 1 and timeouts_after == timeouts
     assert [(f["check"], f["category"], f["key"]) for f in findings(root)] == []
     s = summary(root)["pairs"][0]
     assert code == 0 and s["status"] == "passed", s
     coverage = s["coverage"]
     assert coverage["rows_unrechecked"] == 0 and coverage["chunks_uncovered"] == 0, coverage
-    assert 3 * ROWS <= coverage["rows_compared"] <= max(coverage["master_rows"], coverage["replica_rows"])
+    # each chunk counts its larger side: one chunk the replica read with a row inserted after the
+    # master's snapshot, another with a row deleted after it, count one more than either side's sum
+    most = max(coverage["master_rows"], coverage["replica_rows"])
+    assert 3 * ROWS <= most <= coverage["rows_compared"] <= most * 1.01, coverage
 
 
 def test_planted_differences_are_found_exactly_under_writes_in_two_domains(
