@@ -163,7 +163,7 @@ def run_seed(pair: Pair, seed: int, planted: bool) -> tuple[list[str], dict[str,
             want = oracle.expected(t, oracle.read_side(m, schema, t), oracle.read_side(r, schema, t))
             found = [f for f in result.findings if f.evidence.get("table") == name]
             undecided = [u for u in result.uncovered if u["table"] == name]
-            judged = _judged(t, want, undecided, found)
+            judged = _judged(t, want, undecided, found, InRange(schema, t, (m, r)))
             problems += [p for p in oracle.problems(t, judged, found, _summary(judged)) if "rows " not in p]
     for u in result.uncovered:
         if not any(u["reason"].startswith(a) for a in ALLOWED):
@@ -187,13 +187,14 @@ def run_seed(pair: Pair, seed: int, planted: bool) -> tuple[list[str], dict[str,
 
 
 def _judged(
-    table: scenarios.Table, want: oracle.Expected, undecided: list[dict[str, Any]], found: list[Any]
+    table: scenarios.Table, want: oracle.Expected, undecided: list[dict[str, Any]], found: list[Any], within: InRange
 ) -> oracle.Expected:
     """The oracle's differences less those the audit left uncovered, documented as not judged (neither
-    found nor missed): rows it named, and, where a key range or a keyless table's copies were left
-    uncovered, whatever it did not find."""
+    found nor missed): rows it named, and what it did not find inside a key range it left uncovered (a
+    keyless table's or one matched as a multiset: the whole table). A difference it did not find outside
+    every uncovered range is missed."""
     rows = {tuple(u["row"]) for u in undecided if u.get("row") is not None}
-    ranges = any(u.get("row") is None for u in undecided)
+    ranges = [(u.get("from"), u.get("to")) for u in undecided if u.get("row") is None]
     shown = {
         oracle.shown_signature(table, f.evidence.get("row", {})) if f.key is None else oracle.finding_key(table, f.key)
         for f in found
@@ -201,7 +202,7 @@ def _judged(
     }
 
     def judged(key: tuple[Any, ...]) -> bool:
-        if ranges and key not in shown:
+        if key not in shown and any(within(key, lower, upper) for lower, upper in ranges):
             return False
         return tuple(v.hex() if isinstance(v, bytes) else str(v) for v in key) not in rows
 
@@ -212,6 +213,53 @@ def _judged(
         Counter({k: n for k, n in want.extra.items() if judged(k)}),
         {k: c for k, c in want.mismatch.items() if judged(k)},
     )
+
+
+class InRange:
+    """Whether a key in the oracle's form lies in an uncovered range `lower <= key < upper` (the bounds as
+    summary.json has them: text, binary values as hex; None unbounded), as either server orders the
+    table's key (its collation may differ between the sides)."""
+
+    def __init__(self, schema: str, table: scenarios.Table, sessions: tuple[Any, Any]) -> None:
+        self.table, self.sessions = table, sessions
+        self.kinds = [kind for _, _, kind in scenarios.KEY_SHAPES[table.shape]]
+        self.collations = [self._collations(s, schema) for s in sessions]
+
+    def _collations(self, session: Any, schema: str) -> dict[str, str]:
+        with session.cursor() as cur:
+            cur.execute(
+                "SELECT COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS"
+                " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND COLLATION_NAME IS NOT NULL",
+                (schema, self.table.name),
+            )
+            return {n.decode(): c.decode() for n, c in cur.fetchall()}
+
+    def __call__(self, key: tuple[Any, ...], lower: list[str] | None, upper: list[str] | None) -> bool:
+        if self.table.matched_by == "multiset" or (lower is None and upper is None):
+            return True  # a keyless table is compared whole, and so left uncovered whole
+        return any(self._on(i, key, lower, upper) for i in range(len(self.sessions)))
+
+    def _on(self, side: int, key: tuple[Any, ...], lower: list[str] | None, upper: list[str] | None) -> bool:
+        def row(values: list[Any], from_bound: bool) -> str:
+            return "(" + ", ".join(self._sql(side, i, v, from_bound) for i, v in enumerate(values)) + ")"
+
+        conds = [f"{row(list(key), False)} >= {row(lower, True)}"] if lower is not None else []
+        conds += [f"{row(list(key), False)} < {row(upper, True)}"] if upper is not None else []
+        with self.sessions[side].cursor() as cur:
+            cur.execute("SELECT " + " AND ".join(conds))
+            return bool(int(cur.fetchone()[0]))
+
+    def _sql(self, side: int, i: int, value: Any, from_bound: bool) -> str:
+        kind = self.kinds[i]
+        if kind == "bin":
+            return "X'" + (value if from_bound else value.hex()) + "'"
+        if kind in ("int", "dec"):
+            return str(int(value) if kind == "int" else value)
+        text = "_utf8mb4 X'" + str(value).encode("utf-8", errors="surrogateescape").hex() + "'"
+        if kind == "dt":
+            return f"CAST({text} AS DATETIME(6))"
+        name = scenarios.KEY_SHAPES[self.table.shape][i][0]
+        return f"{text} COLLATE {self.collations[side][name]}"
 
 
 def _summary(want: oracle.Expected) -> dict[str, Any]:
