@@ -19,6 +19,7 @@ import pytest
 from audit.errors import ConfigError, SourceConnectError, SourceError
 from audit.findings import Finding
 from audit.local.mariadb_server import MariaDBServer, free_port, mariadb_available
+from audit.sources.mysql.chunks import TableWork
 from audit.sources.mysql.engine import audit_tables
 from tests.integration.mysql_pair import FAST, Pair, start_module_pair, statements
 
@@ -406,7 +407,9 @@ def test_table_the_auditor_may_not_read_names_the_privilege(pair: Pair, schema: 
         audit_tables(None, *urls, None, FAST)
 
 
-def test_table_altered_during_the_audit_is_uncovered_not_a_crash(pair: Pair, schema: str) -> None:
+def test_table_altered_during_the_audit_is_uncovered_not_a_crash(
+    pair: Pair, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pair.on_master(
         f"CREATE TABLE {schema}.moving (id INT PRIMARY KEY, v INT)",
         f"INSERT INTO {schema}.moving SELECT seq, seq FROM {schema}.seq_1_to_1000",
@@ -414,12 +417,28 @@ def test_table_altered_during_the_audit_is_uncovered_not_a_crash(pair: Pair, sch
         f"INSERT INTO {schema}.still SELECT seq, seq FROM {schema}.seq_1_to_100",
     )
     slow = FAST.model_copy(update={"max_rows_per_s": 800, "min_chunk_rows": 100, "max_chunk_rows": 100})
-    timer = threading.Timer(0.5, lambda: pair.master.execute(f"ALTER TABLE {schema}.moving ADD COLUMN w INT"))
-    timer.start()
+    # altered once the audit has planned the table and read its first chunk (of ten, paced over 1.25 s):
+    # a timer of 0.5 s from the call could fire before the plan on a loaded machine (the audit then
+    # plans the altered table, and nothing was altered "during" it). From another thread: the ALTER
+    # waits for the metadata lock of the chunk's snapshot, which the audit's next chunk releases.
+    first_chunk = threading.Event()
+    real_chunk = TableWork.chunk
+
+    def chunk(self: TableWork, lower: Any, upper: Any) -> Iterator[Any]:
+        yield from real_chunk(self, lower, upper)
+        if self.plan.name == "moving":
+            first_chunk.set()
+
+    monkeypatch.setattr(TableWork, "chunk", chunk)
+    alter = threading.Thread(
+        target=lambda: first_chunk.wait(60) and pair.master.execute(f"ALTER TABLE {schema}.moving ADD COLUMN w INT")
+    )
+    alter.start()
     try:
         result = pair.audit([f"{schema}.*"], slow)
     finally:
-        timer.join()
+        first_chunk.set()  # an audit that never read the table: the ALTER, late, and the asserts fail
+        alter.join()
     assert result.findings == []
     moving = next(t for t in result.tables if t["table"] == f"{schema}.moving")
     still = next(t for t in result.tables if t["table"] == f"{schema}.still")
