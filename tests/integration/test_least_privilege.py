@@ -27,6 +27,8 @@ from tests.integration.helpers import latest_run, run_cli, summary, write_invent
 
 pytestmark = pytest.mark.integration
 README_ACL = re.compile(r"`(ACL SETUSER auditor [^`]+)`")
+MARK = "replica-audit-test-monitor:"
+"""ECHOed by the test around the audit (Monitor), left out of what the auditor sent."""
 ALLOWED_ADMIN = {"client|list"}
 """Admin commands the documented ACL grants on purpose (who is connected: the SYNC-replica diagnosis)."""
 
@@ -39,11 +41,17 @@ def documented_acl(password: str) -> list[str]:
 
 
 class Monitor:
-    """`MONITOR` on one server, in a thread; `commands()` gives (client address, [name, arg1]) seen."""
+    """`MONITOR` on one server, in a thread; `commands()` gives (client address, [name, arg1]) seen.
+
+    Entered once MONITOR shows a mark sent after it started, left once it shows a mark sent after the
+    block: the feed is in the server's order of execution, so every command of the block was read
+    (fixed sleeps instead could miss the first or last commands on a loaded machine)."""
 
     def __init__(self, server: RedisServer) -> None:
         self.client = redis.Redis(host="127.0.0.1", port=server.port)
+        self.marker = redis.Redis(host="127.0.0.1", port=server.port)
         self.seen: list[tuple[str, list[str]]] = []
+        self._marks = {"start": threading.Event(), "end": threading.Event()}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -55,17 +63,29 @@ class Monitor:
                 if conn.can_read(timeout=0.2):
                     c = m.next_command()
                     words = str(c["command"]).split(" ")
+                    if words[0].lower() == "echo" and len(words) == 2 and words[1].startswith(MARK):
+                        self._marks[words[1].removeprefix(MARK)].set()  # the test's own, not the auditor's
+                        continue
                     self.seen.append((f"{c['client_address']}:{c['client_port']}", [w.lower() for w in words[:2]]))
+
+    def _mark(self, which: str) -> None:
+        """Until MONITOR has shown a mark sent now (sent again while MONITOR may not be on yet)."""
+        deadline = time.monotonic() + 60
+        while not self._marks[which].is_set():
+            assert self._thread.is_alive() and time.monotonic() < deadline, f"MONITOR never showed the {which} mark"
+            self.marker.echo(MARK + which)
+            self._marks[which].wait(0.2)
 
     def __enter__(self) -> Monitor:
         self._thread.start()
-        time.sleep(0.2)
+        self._mark("start")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        time.sleep(0.3)
+        self._mark("end")
         self._stop.set()
         self._thread.join(timeout=5)
+        self.marker.close()
 
     def commands(self, exclude: set[str]) -> list[tuple[str, list[str]]]:
         return [(addr, args) for addr, args in self.seen if addr not in exclude]
