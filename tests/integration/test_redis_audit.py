@@ -356,7 +356,9 @@ def test_a_hot_key_whose_ttl_diverges_is_judged_by_its_ttl(fresh_pair, tmp_path,
     wait_in_sync(master, replica)
     r = replica.client()
     r.config_set("replica-read-only", "no")
-    r.expire(b"hot", 600)  # 50 minutes sooner than its master's
+    # 50 minutes sooner than its master's, to the ms: from the master's own expiry, not from a second
+    # EXPIRE whose distance to the master's (a sync wait apart) grows with the machine's load
+    r.pexpireat(b"hot", c.pexpiretime(b"hot") - 3_000_000)
     stop = threading.Event()
     writer = threading.Thread(target=_hot_writer, args=(master, stop, writes), daemon=True)
     writer.start()
