@@ -49,6 +49,8 @@ class LocalCluster:
     masters: list[RedisServer] = field(default_factory=list)
     replicas: list[list[RedisServer]] = field(default_factory=list)
     password: str | None = None
+    node_args: list[str] = field(default_factory=list)
+    """The options every node was started with (what :meth:`add_replica` starts one more with)."""
 
     @property
     def nodes(self) -> list[RedisServer]:
@@ -81,6 +83,26 @@ class LocalCluster:
             c = server.client()
             c.config_set("masterauth", self.password)
             c.config_set("requirepass", self.password)
+
+    def add_replica(self, master: RedisServer) -> RedisServer:
+        """Start one more node and join it as a replica of `master` (`redis-cli --cluster add-node
+        --cluster-slave`): a shard with more replicas than the others. Returns it once the cluster is
+        healthy again and it has caught up."""
+        server = RedisServer(free_cluster_port(), self.workdir / f"node{len(self.nodes)}", list(self.node_args))
+        server.start()
+        try:
+            if self.password:  # before it joins: redis-cli authenticates to every node with the one password
+                c = server.client()
+                c.config_set("masterauth", self.password)
+                c.config_set("requirepass", self.password)
+            args = ["--cluster", "add-node", f"127.0.0.1:{server.port}", f"127.0.0.1:{master.port}"]
+            _redis_cli([*args, "--cluster-slave", "--cluster-master-id", self.node_id(master)], self.password)
+            self.replicas[self.masters.index(master)].append(server)
+            self.wait_healthy()
+        except BaseException:
+            server.stop()
+            raise
+        return server
 
     def stop(self) -> None:
         """SIGTERM every node first, then wait for each: stopping them one by one takes seconds."""
@@ -140,15 +162,19 @@ def _cluster_ok(client: redis.Redis, nodes: int, replicas: int) -> bool:
 
 
 def _create(servers: list[RedisServer], replicas_per_master: int) -> None:
+    args = ["--cluster", "create", *(f"127.0.0.1:{s.port}" for s in servers)]
+    _redis_cli([*args, "--cluster-replicas", str(replicas_per_master), "--cluster-yes"])
+
+
+def _redis_cli(args: list[str], password: str | None = None) -> None:
     exe = shutil.which("redis-cli")
     if exe is None:
         raise RuntimeError("redis-cli not found: run `make setup` (apt-get install redis-tools)")
-    args = [exe, "--cluster", "create", *(f"127.0.0.1:{s.port}" for s in servers)]
-    args += ["--cluster-replicas", str(replicas_per_master), "--cluster-yes"]
-    done = subprocess.run(args, capture_output=True, timeout=60, check=False)
+    auth = ["-a", password, "--no-auth-warning"] if password else []
+    done = subprocess.run([exe, *auth, *args], capture_output=True, timeout=60, check=False)
     if done.returncode != 0:
         out = (done.stdout + done.stderr).decode("utf-8", "replace")[-2000:]
-        raise RuntimeError(f"redis-cli --cluster create failed ({done.returncode}): {out}")
+        raise RuntimeError(f"redis-cli {' '.join(args[:2])} failed ({done.returncode}): {out}")
 
 
 def _at(servers: list[RedisServer], port: int) -> RedisServer:
@@ -202,7 +228,6 @@ def start_cluster(
     creates it without auth), so clients must use :meth:`LocalCluster.url`.
     """
     n = masters * (1 + replicas_per_master)
-    cluster = LocalCluster(workdir)
     opts = [
         "--cluster-enabled",
         "yes",
@@ -217,6 +242,7 @@ def start_cluster(
         "0",
         *(extra or []),
     ]
+    cluster = LocalCluster(workdir, node_args=opts)
     servers: list[RedisServer] = []
     try:
         for i in range(n):
