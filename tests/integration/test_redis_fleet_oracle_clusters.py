@@ -1,0 +1,259 @@
+"""Kind redis over two more cluster shapes against the independent oracle (tests/redis_oracle.py), as
+tests/integration/test_redis_fleet_oracle.py does for a 3+3 cluster:
+
+- a cluster whose shards have two replicas (shards 0 and 1) and one (shard 2): each replica audited
+  against its own master, findings naming the shard and the replica;
+- a migration between two clusters of different slot layouts (3 masters and 4), either way.
+
+A cluster replica refuses every write, so a divergence on ONE replica of a shard is made by planting on
+the master in a script that does not replicate (both replicas keep what the master had), then restarting
+the replicas meant to stay healthy: a restarted node persists nothing, so it resyncs in full and holds
+what the master holds again.
+
+One seed of each here; sweep more with `REDIS_FLEET_ORACLE_SEEDS=1-40`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from audit.local.redis_cluster import LocalCluster, start_cluster
+from audit.local.redis_server import RedisServer
+from audit.sources.redis.routing import key_slot
+from tests import redis_oracle as oracle
+from tests.integration.helpers import findings, latest_run, run_cli, summary
+from tests.integration.test_redis_fleet_oracle import (
+    FAST,
+    KEY_CATEGORIES,
+    ODD,
+    Unreplicated,
+    _assert_same,
+    _got,
+    _options,
+    _own_name,
+    _owner,
+    _run,
+    _seeds,
+    _want,
+    addr,
+    readonly,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """3 masters; shards 0 and 1 with two replicas, shard 2 with one."""
+    c = start_cluster(Path(tmp_path_factory.mktemp("wide")))
+    try:
+        for m in c.masters[:2]:
+            c.add_replica(m)
+        assert [len(rs) for rs in c.replicas] == [2, 2, 1]
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A cluster of 4 masters and no replica: another slot layout than `wide`'s."""
+    c = start_cluster(Path(tmp_path_factory.mktemp("four")), masters=4, replicas_per_master=0)
+    yield c
+    c.stop()
+
+
+def _empty(cluster: LocalCluster, rnd: random.Random) -> None:
+    """No key anywhere; some nodes (replicas, or a migration's masters) in the big encodings."""
+    for m in cluster.masters:
+        cluster.node(m).flushall()
+    for node in cluster.nodes:
+        odd = rnd.random() < 0.4 and (node not in cluster.masters or not cluster.replicas[0])
+        for name, v in ODD.items():
+            default = {"--set-max-intset-entries": "512", "--list-max-listpack-size": "-2"}.get(name, "128")
+            cluster.node(node).config_set(name.lstrip("-"), v if odd else default)
+    cluster.wait_all_in_sync()
+
+
+def _pair(name: str, cluster: LocalCluster, rnd: random.Random, **more: Any) -> dict[str, Any]:
+    master = {"url": cluster.url(), "topology": "cluster"}
+    return {"name": name, "kind": "redis", "master": master, "fleet_snapshot": rnd.choice(["threads", "spark"]), **more}
+
+
+def _got_named(root: Path) -> set[tuple[Any, ...]]:
+    """(db, key, category, replica, shard) of every key finding."""
+    out = set()
+    for f in findings(root):
+        if f["category"] in KEY_CATEGORIES:
+            detail = json.loads(f["detail"] or "{}")
+            out.add((f["db"], bytes(f["key"]), f["category"], detail.get("replica"), detail.get("shard")))
+    return out
+
+
+# --- a cluster whose shards have two replicas -----------------------------------------------------------------
+
+
+def _resync(cluster: LocalCluster, replicas: list[RedisServer]) -> None:
+    """Restart `replicas`: each comes back empty and copies its master whole (a full resync)."""
+    for r in replicas:
+        r.stop()
+    for r in replicas:
+        cluster.restart(r)
+    cluster.wait_healthy()
+
+
+@pytest.mark.parametrize("seed", _seeds([7]))
+def test_two_replicas_a_shard_divergences_on_one_are_what_the_oracle_finds(
+    seed: int, wide: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rnd = random.Random(seed)
+    _empty(wide, rnd)
+    keys = oracle.fill(wide.cluster_client(), rnd, rnd.choice([0, 60, 400]))
+    wide.wait_all_in_sync()
+    owner = _owner(wide)
+    fields, keep, mode = _options(rnd)
+    healed = []
+    for i, m in enumerate(wide.masters):
+        mine = [k for k in keys if owner[key_slot(k)] == i]
+        node = Unreplicated(host="127.0.0.1", port=m.port, protocol=2)
+        planted = rnd.randrange(1 if i == 0 else 0, 8)
+        oracle.plant(node, rnd, mine, planted, own=lambda n, i=i: _own_name(owner, i, n))
+        # which replicas keep the divergence: shard 0 one of its two, the others one, both or none
+        n = len(wide.replicas[i])
+        kept = rnd.choice([[0], [1]] if i == 0 else [[0], [1], [0, 1], []] if n == 2 else [[0], []])
+        healed += [r for j, r in enumerate(wide.replicas[i]) if j not in kept]
+    _resync(wide, healed)
+    want = set()
+    for i, m in enumerate(wide.masters):
+        on_master = oracle.read_whole(wide.node(m))
+        for r in wide.replicas[i]:
+            for k, category in _want(on_master, oracle.read_whole(readonly(r)), keep, mode):
+                want.add((0, k, category, addr(r), addr(m)))
+
+    code, root = _run(tmp_path, monkeypatch, _pair("c", wide, rnd, **fields), rnd)
+
+    _assert_same(want, _got_named(root))
+    assert code == (1 if want else 0)
+    assert summary(root)["pairs"][0]["not_covered"] == []
+
+
+@pytest.mark.parametrize("seed", _seeds([8]))
+def test_two_replicas_a_shard_healthy_under_random_writes_has_no_finding(
+    seed: int, wide: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rnd = random.Random(seed)
+    _empty(wide, rnd)
+    cc = wide.cluster_client()
+    keys = oracle.fill(cc, rnd, rnd.choice([60, 400])) + oracle.fill_big(cc)
+    wide.wait_all_in_sync()
+    pair = _pair("c", wide, rnd, **_options(rnd)[0])
+    with oracle.writing([(wide.cluster_client(), seed * 10 + i, keys) for i in range(2)]) as writes:
+        code, root = _run(tmp_path, monkeypatch, pair, rnd)
+
+    s = summary(root)["pairs"][0]
+    assert len(writes) == 2 and sum(done for done, _ in writes) > 200, writes
+    assert findings(root) == [], findings(root)[:5]
+    assert (code, s["status"], s["not_covered"]) == (0, "passed", [])
+    assert "snapshot: 8 nodes read" in json.dumps(s), s  # 3 masters and their 5 replicas
+
+
+# --- a migration between two clusters -------------------------------------------------------------------------
+
+
+def _copy(src: dict[bytes, oracle.Read], dst: redis.RedisCluster, rnd: random.Random) -> None:
+    """Every key of `src` written anew through `dst`, in a random order and its elements shuffled (another
+    insertion order, encoding and node than the source's), with the same absolute expiry."""
+    items = list(src.items())
+    rnd.shuffle(items)
+    for k, (kind, v, expire_at) in items:
+        v = list(v) if kind != "string" else v
+        if kind in ("hash", "set", "zset"):
+            rnd.shuffle(v)
+        if kind == "string":
+            dst.set(k, v)
+        elif kind == "hash":
+            dst.hset(k, mapping=dict(v))
+        elif kind == "list":
+            dst.rpush(k, *v)
+        elif kind == "set":
+            dst.sadd(k, *v)
+        elif kind == "zset":
+            dst.zadd(k, {member: float(score) for member, score in v})
+        else:  # a stream: its entries, ids kept
+            for entry_id, entry in v:
+                dst.xadd(k, dict(entry), id=entry_id)
+        if expire_at is not None:
+            dst.pexpireat(k, expire_at)
+
+
+def _whole(cluster: LocalCluster) -> dict[bytes, oracle.Read]:
+    out: dict[bytes, oracle.Read] = {}
+    for m in cluster.masters:
+        out.update(oracle.read_whole(cluster.node(m)))
+    return out
+
+
+def _migration(
+    wide: LocalCluster, four: LocalCluster, rnd: random.Random, planted: int
+) -> tuple[dict[str, Any], set[tuple[Any, ...]], int]:
+    """Keys on one cluster, copied onto the other, `planted` changes on either: the pair (either way), what
+    the oracle says it must find, and how many of the source's keys the pair's filter keeps."""
+    _empty(wide, rnd)
+    _empty(four, rnd)
+    clusters = [wide, four]
+    rnd.shuffle(clusters)  # the migration's source
+    source, target = clusters
+    keys = oracle.fill(source.cluster_client(), rnd, rnd.choice([0, 60, 400]))
+    _copy(_whole(source), target.cluster_client(), rnd)
+    if planted:
+        oracle.plant(rnd.choice(clusters).cluster_client(), rnd, keys, planted)
+    source.wait_all_in_sync()
+    fields, keep, mode = _options(rnd)
+    on_source = _whole(source)
+    want = {(0, k, category, None) for k, category in _want(on_source, _whole(target), keep, mode)}
+    pair = _pair("m", source, rnd, replica={"url": target.url(), "topology": "cluster"}, check_replication=False)
+    return pair | fields, want, sum(map(keep, on_source))
+
+
+@pytest.mark.parametrize("seed", _seeds([9]))
+def test_cluster_to_cluster_planted_divergences_are_what_the_oracle_finds(
+    seed: int, wide: LocalCluster, four: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rnd = random.Random(seed)
+    pair, want, _ = _migration(wide, four, rnd, rnd.randrange(1, 12))
+
+    code, root = _run(tmp_path, monkeypatch, pair, rnd)
+
+    _assert_same(want, _got(root))
+    assert code == (1 if want else 0)
+    assert summary(root)["pairs"][0]["not_covered"] == []
+
+
+@pytest.mark.parametrize("seed", _seeds([10]))
+def test_cluster_to_cluster_a_faithful_copy_has_no_finding(
+    seed: int, wide: LocalCluster, four: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through `verify`: its certificate passes, with equal content digests (another slot layout, insertion
+    order and encoding on the target: the same content)."""
+    rnd = random.Random(seed)
+    pair, want, kept = _migration(wide, four, rnd, 0)
+    assert want == set()  # the oracle's own check of the copy
+    args = ["verify", "--source", json.dumps(pair["master"]), "--target", json.dumps(pair["replica"])]
+    args += [f"--option={k}={json.dumps(pair[k])}" for k in ("compare", "keys") if k in pair]
+    settings = {**FAST, "fleet_snapshot": pair["fleet_snapshot"], "big_key_elements": rnd.choice([10, 50, 10_000])}
+    args += [f"--setting={k}={v}" for k, v in settings.items()]
+
+    code = run_cli([*args, "-o", str(tmp_path / "out"), "--quiet"], monkeypatch)
+
+    root = latest_run(tmp_path / "out")
+    cert = json.loads((root / "certificate.json").read_text())
+    assert findings(root) == [], findings(root)[:5]
+    assert (code, cert["verdict"], cert["reasons"], cert["digests_equal"]) == (0, "passed", [], True)
+    assert cert["source"]["content"]["keys"] == cert["target"]["content"]["keys"] == kept
