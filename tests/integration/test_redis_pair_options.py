@@ -93,3 +93,35 @@ def test_filter_fields_and_plan_on_a_standalone_pair(
     overview = (run / "report.html").read_text().split('<table id="pairs">')[1].split("</table>")[0]
     assert "values not compared" in overview and "full coverage" not in overview
     assert s["compared"] == [f"{s['coverage']['keys_compared']:,} keys compared"] and s["compared"][0] in overview
+
+
+@pytest.mark.parametrize("mode", ["keys", "length"])
+def test_a_verification_certifies_what_its_compare_mode_compares(
+    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # values differing at the same length (and, for `keys`, a type and an expiry): no finding, the gate
+    # passed, and the certificate failed: "the content digests of source and target differ (keys that
+    # differed when snapshotted agreed only when re-read)", its digests being of the whole content
+    from audit.local.redis_server import free_port
+
+    source = RedisServer(free_port(), tmp_path / "source").start()
+    target = RedisServer(free_port(), tmp_path / "target").start()
+    try:
+        for server in (source, target):
+            for i in range(50):
+                server.client().set(f"k:{i}", f"v{i:03d}")
+        target.client().set("k:3", "XXXX")
+        if mode == "keys":
+            target.client().delete("k:4")
+            target.client().hset("k:4", "f", "v")
+            target.client().expire("k:5", 3600)
+        args = ["verify", "--source", source.url, "--target", target.url, "-o", str(tmp_path / "out"), "--quiet"]
+        code = run_cli([*args, "--option", f"compare={mode}", "--setting", "recheck_interval_s=0.2"], monkeypatch)
+        run = latest_run(tmp_path / "out")
+        cert = json.loads((run / "certificate.json").read_text())
+        assert findings(run) == []
+        assert (code, cert["verdict"], cert["reasons"], cert["digests_equal"]) == (0, "passed", [], True)
+        assert cert["source"]["content"]["compared"] == cert["target"]["content"]["compared"]
+    finally:
+        source.stop()
+        target.stop()

@@ -211,3 +211,24 @@ def test_every_gate_meaning_reads_in_source_and_target_words(suite: Path) -> Non
     worded = [in_verification_prose(m if isinstance(m, str) else json.dumps(m)) for m in meanings]
     assert not [w for w in worded if re.search(r"\b(master|replica)\b", w, re.I)]
     assert in_verification_prose("The replica's keys; the Master's.") == "The target's keys; the Source's."
+
+
+def test_digest_covers_what_the_compare_mode_compares(tmp_path: Path) -> None:
+    # `verify --option compare=keys` (or length) of two servers whose values differed at the same length:
+    # no finding, the gate passed, and the certificate failed on the full-content digests
+    base = [_row(0, b"k%d" % i, digest=f"v{i}") for i in range(50)]
+
+    def digests(rows: list[dict[str, Any]], name: str) -> dict[str, str | None]:
+        path = _write(tmp_path / f"{name}.parquet", rows)
+        return {mode: snapshot_digest(path, compare=mode).digest for mode in ("full", "length", "keys")}
+
+    ref = digests(base, "ref")
+    same_length = digests([*base[:-1], _row(0, b"k49", digest="other")], "value")
+    longer = digests([*base[:-1], {**_row(0, b"k49", digest="other"), "length": 2}], "length")
+    expiring = digests([*base[:-1], _row(0, b"k49", digest="v49", expire=99_999)], "expiry")
+    retyped = digests([*base[:-1], {**_row(0, b"k49", digest="v49"), "type": "hash"}], "type")
+    missing = digests(base[:-1], "missing")
+    differs = lambda d: {m for m in d if d[m] != ref[m]}  # noqa: E731
+    assert differs(same_length) == {"full"}
+    assert differs(longer) == differs(expiring) == differs(retyped) == {"full", "length"}
+    assert differs(missing) == {"full", "length", "keys"}

@@ -6,6 +6,10 @@ digest is the sum of these modulo 2^128, so the order of SCAN does not matter an
 equal digests. A key SCAN returned twice counts once (its later read, as the diff does). Expiry times
 are compared by the diff with a tolerance (read skew) and are not part of the digest; whether a key
 expires is.
+
+The digest covers what the pair's compare mode compares (:data:`DIGEST_COVERS`): in `length` the value
+digest is replaced by the element count, in `keys` type, value and expiry are left out. A verification
+in `keys` mode of values that differ must not fail on a digest of the values it was told to ignore.
 """
 
 from __future__ import annotations
@@ -20,6 +24,12 @@ from audit.kernel.state import PairState
 from audit.sources.redis.snapshot import KEYS_FILE, META_FILE
 
 DIGEST_ALGORITHM = "xxh3_128-sum"
+DIGEST_COVERS = {
+    "full": "db, key, type, value digest, whether it expires",
+    "length": "db, key, type, element count, whether it expires",
+    "keys": "db, key",
+}
+"""What each compare mode's content digest is of (the certificate's `content.compared`)."""
 _MASK = (1 << 128) - 1
 _ROW_HEAD = struct.Struct("<iI")  # db, key length
 
@@ -29,6 +39,7 @@ class SideDigest:
     """What one side's snapshot held: readable keys per db, unreadable ones, and the content digest."""
 
     digest: str | None = None
+    compare: str = "full"
     keys: int = 0
     keys_per_db: dict[str, int] = field(default_factory=dict)
     keys_unreadable: int = 0
@@ -38,6 +49,7 @@ class SideDigest:
         return {
             "algorithm": DIGEST_ALGORITHM,
             "digest": self.digest,
+            "compared": DIGEST_COVERS[self.compare],
             "keys": self.keys,
             "keys_per_db": self.keys_per_db,
             "keys_unreadable": self.keys_unreadable,
@@ -61,11 +73,24 @@ def _row_hash(db: int, key: bytes, type_: str | None, digest: str | None, expire
     return int(xxhash.xxh3_128_intdigest(data))
 
 
-_COLUMNS = ["db", "key", "type", "digest", "expire_at_ms", "status", "read_at_ms"]
+_COLUMNS = ["db", "key", "type", "digest", "expire_at_ms", "status", "read_at_ms", "length"]
 
 
-def snapshot_digest(path: Path, dedupe: bool = True, batch_size: int = 50_000) -> SideDigest:
-    """The content digest of a keyspace snapshot (`keys.parquet`), streamed batch by batch.
+def _compared(
+    compare: str, type_: str | None, digest: str | None, expires: bool, length: int | None
+) -> tuple[str | None, str | None, bool]:
+    """(type, value digest, expires) as the compare mode sees them: the value's digest replaced by its
+    element count (`length`), or nothing but the key (`keys`)."""
+    if compare == "keys":
+        return None, None, False
+    if compare == "length":
+        return type_, f"length:{length}", expires
+    return type_, digest, expires
+
+
+def snapshot_digest(path: Path, dedupe: bool = True, batch_size: int = 50_000, compare: str = "full") -> SideDigest:
+    """The content digest of a keyspace snapshot (`keys.parquet`), streamed batch by batch, of what the
+    compare mode compares (:data:`DIGEST_COVERS`).
 
     With `dedupe` (needed when SCAN returned some key twice) one 8-byte key hash, one read time and
     the 16-byte row hash are kept per row until the end, instead of only running sums.
@@ -74,15 +99,19 @@ def snapshot_digest(path: Path, dedupe: bool = True, batch_size: int = 50_000) -
     import pyarrow.dataset as ds
     import xxhash
 
-    result = SideDigest()
+    if compare not in DIGEST_COVERS:
+        raise ValueError(f"compare mode {compare!r}: one of {sorted(DIGEST_COVERS)}")
+    result = SideDigest(compare=compare)
     total = 0
     kept: list[tuple[Any, ...]] = []
     for batch in ds.dataset(path, format="parquet").to_batches(columns=_COLUMNS, batch_size=batch_size):
         cols = [batch.column(c).to_pylist() for c in _COLUMNS]
         hashes, key_ids, read_at, ok, db_of = [], [], [], [], []
-        for db, key, type_, digest, expire_at, status, at in zip(*cols, strict=True):
+        for db, key, type_, digest, expire_at, status, at, length in zip(*cols, strict=True):
             good = status == "ok"
-            hashes.append(_row_hash(db, key, type_, digest, expire_at is not None) if good else 0)
+            hashes.append(
+                _row_hash(db, key, *_compared(compare, type_, digest, expire_at is not None, length)) if good else 0
+            )
             if dedupe:
                 key_ids.append(xxhash.xxh3_64_intdigest(_ROW_HEAD.pack(db, len(key)) + key))
                 read_at.append(at or 0)
@@ -122,9 +151,10 @@ def snapshot_digest(path: Path, dedupe: bool = True, batch_size: int = 50_000) -
     return result
 
 
-def side_certificate(snap_dir: Path, state: PairState, side: str) -> dict[str, Any]:
+def side_certificate(snap_dir: Path, state: PairState, side: str, compare: str = "full") -> dict[str, Any]:
     """What the certificate states about one side of a keyspace pair: the server as its INFO showed it
-    when the snapshot began, the keys it reported, and the content digest of the snapshot."""
+    when the snapshot began, the keys it reported, and the content digest of the snapshot (of what the
+    pair's compare mode compares)."""
     meta = json.loads((snap_dir / META_FILE).read_text()) if (snap_dir / META_FILE).is_file() else {}
     info_server = (meta.get("start") or {}).get("info_server") or {}
     info_keyspace = (meta.get("start") or {}).get("info_keyspace") or {}
@@ -144,7 +174,7 @@ def side_certificate(snap_dir: Path, state: PairState, side: str) -> dict[str, A
     keys_file = snap_dir / KEYS_FILE
     duplicates = state.metrics.get(f"{side}_scan_duplicates")
     out["content"] = (
-        snapshot_digest(keys_file, dedupe=duplicates is None or int(duplicates) > 0).as_dict()
+        snapshot_digest(keys_file, dedupe=duplicates is None or int(duplicates) > 0, compare=compare).as_dict()
         if keys_file.exists()
         else None
     )

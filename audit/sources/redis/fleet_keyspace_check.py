@@ -445,7 +445,7 @@ class FleetKeyspaceCheck(Check):
     def certify(self, run: RunDir, state: PairState, side: str) -> dict[str, Any]:
         from audit.sources.redis.content import side_certificate
 
-        certified = side_certificate(Path(run.snapshot(state.pair, side)), state, side)
+        certified = side_certificate(Path(run.snapshot(state.pair, side)), state, side, self.extras.compare)
         return {**certified, "compare": self.extras.compare, "compare_meaning": COMPARE_MEANING[self.extras.compare]}
 
 
