@@ -121,7 +121,9 @@ def test_a_verification_certifies_what_its_compare_mode_compares(
         cert = json.loads((run / "certificate.json").read_text())
         assert findings(run) == []
         assert (code, cert["verdict"], cert["reasons"], cert["digests_equal"]) == (0, "passed", [], True)
-        assert cert["source"]["content"]["compared"] == cert["target"]["content"]["compared"]
+        covers = {"keys": "db, key", "length": "db, key, type, element count, whether it expires"}[mode]
+        assert cert["source"]["content"]["compared"] == cert["target"]["content"]["compared"] == covers
+        assert f"xxh3_128-sum, of {covers})" in (run / "certificate.html").read_text()
     finally:
         source.stop()
         target.stop()
