@@ -222,14 +222,32 @@ def _migration(
     return pair | fields, want, sum(map(keep, on_source))
 
 
+def _verify(
+    tmp: Path, mp: pytest.MonkeyPatch, pair: dict[str, Any], rnd: random.Random
+) -> tuple[int, Path, dict[str, Any]]:
+    """The pair through `verify` (its compare mode and filter as --option): exit code, run, certificate."""
+    args = ["verify", "--source", json.dumps(pair["master"]), "--target", json.dumps(pair["replica"])]
+    args += [f"--option={k}={json.dumps(pair[k])}" for k in ("compare", "keys") if k in pair]
+    settings = {**FAST, "fleet_snapshot": pair["fleet_snapshot"], "big_key_elements": rnd.choice([10, 50, 10_000])}
+    args += [f"--setting={k}={v}" for k, v in settings.items()]
+    code = run_cli([*args, "-o", str(tmp / "out"), "--quiet"], mp)
+    root = latest_run(tmp / "out")
+    return code, root, json.loads((root / "certificate.json").read_text())
+
+
 @pytest.mark.parametrize("seed", _seeds([9]))
 def test_cluster_to_cluster_planted_divergences_are_what_the_oracle_finds(
     seed: int, wide: LocalCluster, four: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Through `run` or `verify` (whose certificate passes exactly when the oracle finds nothing)."""
     rnd = random.Random(seed)
     pair, want, _ = _migration(wide, four, rnd, rnd.randrange(1, 12))
 
-    code, root = _run(tmp_path, monkeypatch, pair, rnd)
+    if rnd.random() < 0.5:
+        code, root = _run(tmp_path, monkeypatch, pair, rnd)
+    else:
+        code, root, cert = _verify(tmp_path, monkeypatch, pair, rnd)
+        assert cert["verdict"] == ("failed" if want else "passed"), cert["reasons"]
 
     _assert_same(want, _got(root))
     assert code == (1 if want else 0)
@@ -245,15 +263,9 @@ def test_cluster_to_cluster_a_faithful_copy_has_no_finding(
     rnd = random.Random(seed)
     pair, want, kept = _migration(wide, four, rnd, 0)
     assert want == set()  # the oracle's own check of the copy
-    args = ["verify", "--source", json.dumps(pair["master"]), "--target", json.dumps(pair["replica"])]
-    args += [f"--option={k}={json.dumps(pair[k])}" for k in ("compare", "keys") if k in pair]
-    settings = {**FAST, "fleet_snapshot": pair["fleet_snapshot"], "big_key_elements": rnd.choice([10, 50, 10_000])}
-    args += [f"--setting={k}={v}" for k, v in settings.items()]
 
-    code = run_cli([*args, "-o", str(tmp_path / "out"), "--quiet"], monkeypatch)
+    code, root, cert = _verify(tmp_path, monkeypatch, pair, rnd)
 
-    root = latest_run(tmp_path / "out")
-    cert = json.loads((root / "certificate.json").read_text())
     assert findings(root) == [], findings(root)[:5]
     assert (code, cert["verdict"], cert["reasons"], cert["digests_equal"]) == (0, "passed", [], True)
     assert cert["source"]["content"]["keys"] == cert["target"]["content"]["keys"] == kept
