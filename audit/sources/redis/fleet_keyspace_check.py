@@ -374,15 +374,19 @@ class FleetKeyspaceCheck(Check):
     def _still_in_shard(self, ctx: StageContext, cands: DataFrame, shard: Shard, master: RespPipe) -> DataFrame:
         """A shard's candidates but those of slots it owned at discovery and its master no longer serves: a
         key resharded away since answers ASK or MOVED there, never its value; left out and counted, as
-        moving slots' keys are. A key of a slot the shard never owned (a replica's orphan) stays."""
-        from audit.sources.redis.routing import stable_slots
+        moving slots' keys are. A slot being migrated away still serves the keys its master holds: those
+        stay. A key of a slot the shard never owned (a replica's orphan) stays."""
+        from audit.sources.redis.routing import migrating_slots, stable_slots, still_held
 
         reply = master.execute([(b"CLUSTER", b"NODES")])[0]
-        served = stable_slots(reply.decode("utf-8", "replace")) if isinstance(reply, bytes) else None
+        text = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else ""
+        served = stable_slots(text) if text else None
         gone = {n for a, b in shard.slots for n in range(a, b + 1)} - (served or set())
         if served is None or not gone:  # no master now, or no answer: the reads say so (roles changed, ...)
             return cands
-        kept = _in_slots(cands, gone, inside=False)
+        migrating = gone & migrating_slots(text)
+        keys = [bytes(r["key"]) for r in _in_slots(cands, migrating, inside=True).select("key").collect()]
+        kept = _in_slots(cands, gone, inside=False, held=still_held(master, keys) if keys else set())
         if moved := cands.count() - kept.count():
             ctx.metrics["keys_in_moving_slots"] = int(ctx.metrics.get("keys_in_moving_slots") or 0) + moved
             said = f"{moved} differing keys moved out of their shard during the audit (resharding): not compared"
@@ -449,14 +453,17 @@ class FleetKeyspaceCheck(Check):
         return {**certified, "compare": self.extras.compare, "compare_meaning": COMPARE_MEANING[self.extras.compare]}
 
 
-def _in_slots(cands: DataFrame, slots: set[int], *, inside: bool) -> DataFrame:
-    """The candidates whose key's cluster slot is (`inside`) or is not in `slots`."""
+def _in_slots(
+    cands: DataFrame, slots: set[int], *, inside: bool, held: frozenset[bytes] | set[bytes] = frozenset()
+) -> DataFrame:
+    """The candidates whose key's cluster slot is (`inside`) or is not in `slots`; the keys in `held` too."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType
 
     from audit.sources.redis.routing import key_slot
 
-    return cands.where(F.udf(lambda key: (key_slot(bytes(key)) in slots) is inside, BooleanType())(F.col("key")))
+    keep = lambda key: bytes(key) in held or (key_slot(bytes(key)) in slots) is inside  # noqa: E731 (no hints: a plain UDF)
+    return cands.where(F.udf(keep, BooleanType())(F.col("key")))
 
 
 def _union(ctx: StageContext, frames: list[DataFrame]) -> DataFrame:

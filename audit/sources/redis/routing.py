@@ -78,6 +78,19 @@ def stable_slots(nodes_text: str) -> set[int] | None:
     return {n for a, b in me.slots for n in range(a, b + 1)} - set(me.migrating)
 
 
+def migrating_slots(nodes_text: str) -> set[int]:
+    """The slots the node that answered `CLUSTER NODES` is migrating to another node."""
+    me = next((n for n in parse_cluster_nodes(nodes_text, "") if "myself" in n.flags), None)
+    return set(me.migrating) if me is not None else set()
+
+
+def still_held(master: RespPipe, keys: Sequence[bytes]) -> set[bytes]:
+    """Which of `keys` (of slots `master` is migrating) it still holds and serves: EXISTS answers 1 for
+    those; a key already moved answers ASK (MOVED once the slot has gone)."""
+    replies = master.execute([(b"EXISTS", k) for k in keys])
+    return {k for k, reply in zip(keys, replies, strict=True) if reply == 1}
+
+
 def split_packed(payload: bytes) -> list[list[bytes]]:
     """Packed RESP commands back into their words (a request is an array of bulk strings, which
     hiredis' reply parser reads like any array)."""
