@@ -28,24 +28,9 @@ import redis
 from audit.local.redis_cluster import LocalCluster, start_cluster
 from audit.local.redis_server import RedisServer
 from audit.sources.redis.routing import key_slot
+from tests import redis_fleet_oracle as fleet
 from tests import redis_oracle as oracle
 from tests.integration.helpers import findings, latest_run, run_cli, summary
-from tests.integration.test_redis_fleet_oracle import (
-    FAST,
-    KEY_CATEGORIES,
-    ODD,
-    Unreplicated,
-    _assert_same,
-    _got,
-    _options,
-    _own_name,
-    _owner,
-    _run,
-    _seeds,
-    _want,
-    addr,
-    readonly,
-)
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +62,7 @@ def _empty(cluster: LocalCluster, rnd: random.Random) -> None:
         cluster.node(m).flushall()
     for node in cluster.nodes:
         odd = rnd.random() < 0.4 and (node not in cluster.masters or not cluster.replicas[0])
-        for name, v in ODD.items():
+        for name, v in fleet.ODD.items():
             default = {"--set-max-intset-entries": "512", "--list-max-listpack-size": "-2"}.get(name, "128")
             cluster.node(node).config_set(name.lstrip("-"), v if odd else default)
     cluster.wait_all_in_sync()
@@ -92,7 +77,7 @@ def _got_named(root: Path) -> set[tuple[Any, ...]]:
     """(db, key, category, replica, shard) of every key finding."""
     out = set()
     for f in findings(root):
-        if f["category"] in KEY_CATEGORIES:
+        if f["category"] in fleet.KEY_CATEGORIES:
             detail = json.loads(f["detail"] or "{}")
             out.add((f["db"], bytes(f["key"]), f["category"], detail.get("replica"), detail.get("shard")))
     return out
@@ -110,7 +95,7 @@ def _resync(cluster: LocalCluster, replicas: list[RedisServer]) -> None:
     cluster.wait_healthy()
 
 
-@pytest.mark.parametrize("seed", _seeds([7]))
+@pytest.mark.parametrize("seed", fleet.seeds([7]))
 def test_two_replicas_a_shard_divergences_on_one_are_what_the_oracle_finds(
     seed: int, wide: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -118,14 +103,14 @@ def test_two_replicas_a_shard_divergences_on_one_are_what_the_oracle_finds(
     _empty(wide, rnd)
     keys = oracle.fill(wide.cluster_client(), rnd, rnd.choice([0, 60, 400]))
     wide.wait_all_in_sync()
-    owner = _owner(wide)
-    fields, keep, mode = _options(rnd)
+    owner = fleet.owner(wide)
+    fields, keep, mode = fleet.options(rnd)
     healed = []
     for i, m in enumerate(wide.masters):
         mine = [k for k in keys if owner[key_slot(k)] == i]
-        node = Unreplicated(host="127.0.0.1", port=m.port, protocol=2)
+        node = fleet.Unreplicated(host="127.0.0.1", port=m.port, protocol=2)
         planted = rnd.randrange(1 if i == 0 else 0, 8)
-        oracle.plant(node, rnd, mine, planted, own=lambda n, i=i: _own_name(owner, i, n))
+        oracle.plant(node, rnd, mine, planted, own=lambda n, i=i: fleet.own_name(owner, i, n))
         # which replicas keep the divergence: shard 0 one of its two, the others one, both or none
         n = len(wide.replicas[i])
         kept = rnd.choice([[0], [1]] if i == 0 else [[0], [1], [0, 1], []] if n == 2 else [[0], []])
@@ -140,13 +125,13 @@ def test_two_replicas_a_shard_divergences_on_one_are_what_the_oracle_finds(
             migrating = {slot for slot, src, _ in moving if src == m}
             on_master = _read_except(wide.node(m), importing)
             for r in wide.replicas[i]:
-                for k, category in _want(on_master, _read_except(readonly(r), importing), keep, mode):
+                for k, category in fleet.want(on_master, _read_except(fleet.readonly(r), importing), keep, mode):
                     if k in on_master or key_slot(k) not in migrating:
-                        want.add((0, k, category, addr(r), addr(m)))
+                        want.add((0, k, category, fleet.addr(r), fleet.addr(m)))
 
-        code, root = _run(tmp_path, monkeypatch, _pair("c", wide, rnd, **fields), rnd)
+        code, root = fleet.run(tmp_path, monkeypatch, _pair("c", wide, rnd, **fields), rnd)
 
-    _assert_same(want, _got_named(root))
+    fleet.assert_same(want, _got_named(root))
     assert code == (1 if want else 0)
     assert summary(root)["pairs"][0]["not_covered"] == []
 
@@ -158,7 +143,7 @@ def _read_except(c: redis.Redis, slots: set[int]) -> dict[bytes, oracle.Read]:
     return oracle.read_whole(c)
 
 
-@pytest.mark.parametrize("seed", _seeds([8]))
+@pytest.mark.parametrize("seed", fleet.seeds([8]))
 def test_two_replicas_a_shard_healthy_under_random_writes_has_no_finding(
     seed: int, wide: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -167,9 +152,9 @@ def test_two_replicas_a_shard_healthy_under_random_writes_has_no_finding(
     cc = wide.cluster_client()
     keys = oracle.fill(cc, rnd, rnd.choice([60, 400])) + oracle.fill_big(cc)
     wide.wait_all_in_sync()
-    pair = _pair("c", wide, rnd, **_options(rnd)[0])
+    pair = _pair("c", wide, rnd, **fleet.options(rnd)[0])
     with oracle.writing([(wide.cluster_client(), seed * 10 + i, keys) for i in range(2)]) as writes:
-        code, root = _run(tmp_path, monkeypatch, pair, rnd)
+        code, root = fleet.run(tmp_path, monkeypatch, pair, rnd)
 
     s = summary(root)["pairs"][0]
     assert len(writes) == 2 and sum(done for done, _ in writes) > 200, writes
@@ -229,9 +214,9 @@ def _migration(
     if planted:
         oracle.plant(rnd.choice(clusters).cluster_client(), rnd, keys, planted)
     source.wait_all_in_sync()
-    fields, keep, mode = _options(rnd)
+    fields, keep, mode = fleet.options(rnd)
     on_source = _whole(source)
-    want = {(0, k, category, None) for k, category in _want(on_source, _whole(target), keep, mode)}
+    want = {(0, k, category, None) for k, category in fleet.want(on_source, _whole(target), keep, mode)}
     pair = _pair("m", source, rnd, replica={"url": target.url(), "topology": "cluster"}, check_replication=False)
     return pair | fields, want, sum(map(keep, on_source))
 
@@ -240,7 +225,7 @@ def _migration(
 def _resharding(cluster: LocalCluster, rnd: random.Random) -> Iterator[list[tuple[int, RedisServer, RedisServer]]]:
     """Up to 3 slots holding keys left half migrated to another master (some of their keys moved, the
     rest not) for the block, then finished; yields each one's (slot, migrating master, importing master)."""
-    owner = _owner(cluster)
+    owner = fleet.owner(cluster)
     held = sorted({key_slot(k) for m in cluster.masters for k in cluster.node(m).scan_iter(count=1000)})
     moving = []
     for slot in rnd.sample(held, min(len(held), rnd.randrange(1, 4))):
@@ -273,14 +258,18 @@ def _verify(
     """The pair through `verify` (its compare mode and filter as --option): exit code, run, certificate."""
     args = ["verify", "--source", json.dumps(pair["master"]), "--target", json.dumps(pair["replica"])]
     args += [f"--option={k}={json.dumps(pair[k])}" for k in ("compare", "keys") if k in pair]
-    settings = {**FAST, "fleet_snapshot": pair["fleet_snapshot"], "big_key_elements": rnd.choice([10, 50, 10_000])}
+    settings = {
+        **fleet.FAST,
+        "fleet_snapshot": pair["fleet_snapshot"],
+        "big_key_elements": rnd.choice([10, 50, 10_000]),
+    }
     args += [f"--setting={k}={v}" for k, v in settings.items()]
     code = run_cli([*args, "-o", str(tmp / "out"), "--quiet"], mp)
     root = latest_run(tmp / "out")
     return code, root, json.loads((root / "certificate.json").read_text())
 
 
-@pytest.mark.parametrize("seed", _seeds([9]))
+@pytest.mark.parametrize("seed", fleet.seeds([9]))
 def test_cluster_to_cluster_planted_divergences_are_what_the_oracle_finds(
     seed: int, wide: LocalCluster, four: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -294,7 +283,7 @@ def test_cluster_to_cluster_planted_divergences_are_what_the_oracle_finds(
     resharded = rnd.choice([wide, four]) if rnd.random() < 0.5 else None
     with _resharding(resharded, rnd) if resharded else nullcontext([]) as moving:
         if rnd.random() < 0.5:
-            code, root = _run(tmp_path, monkeypatch, pair, rnd)
+            code, root = fleet.run(tmp_path, monkeypatch, pair, rnd)
             assert code == (1 if want else 0)
         else:
             code, root, cert = _verify(tmp_path, monkeypatch, pair, rnd)
@@ -302,11 +291,11 @@ def test_cluster_to_cluster_planted_divergences_are_what_the_oracle_finds(
             if moving and not want:
                 assert cert["reasons"] == [f"gate failed: slot_migration={2 * len(moving)} (max 0)"]
 
-    _assert_same(want, _got(root))
+    fleet.assert_same(want, fleet.got(root))
     assert summary(root)["pairs"][0]["not_covered"] == []
 
 
-@pytest.mark.parametrize("seed", _seeds([10]))
+@pytest.mark.parametrize("seed", fleet.seeds([10]))
 def test_cluster_to_cluster_a_faithful_copy_has_no_finding(
     seed: int, wide: LocalCluster, four: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -334,20 +323,22 @@ def test_a_divergence_in_a_slot_being_migrated_away_is_found_while_its_key_stays
     for i in range(10):
         cc.set(b"{mig}:%d" % i, b"v")
     wide.wait_all_in_sync()
-    slot, owner = key_slot(b"{mig}"), _owner(wide)
+    slot, owner = key_slot(b"{mig}"), fleet.owner(wide)
     src = wide.masters[owner[slot]]
     dst = next(m for m in wide.masters if m != src)
-    Unreplicated(host="127.0.0.1", port=src.port, protocol=2).set(b"{mig}:stays", b"only on the master")
+    fleet.Unreplicated(host="127.0.0.1", port=src.port, protocol=2).set(b"{mig}:stays", b"only on the master")
     wide.node(dst).execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", wide.node_id(src))
     wide.node(src).execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", wide.node_id(dst))
     try:
-        code, root = _run(tmp_path, monkeypatch, _pair("c", wide, rnd), rnd)
+        code, root = fleet.run(tmp_path, monkeypatch, _pair("c", wide, rnd), rnd)
     finally:
         for m in (src, dst):
             wide.node(m).execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
         wide.wait_healthy()
 
     replicas = wide.replicas[wide.masters.index(src)]
-    assert _got_named(root) == {(0, b"{mig}:stays", "missing_on_replica", addr(r), addr(src)) for r in replicas}
+    assert _got_named(root) == {
+        (0, b"{mig}:stays", "missing_on_replica", fleet.addr(r), fleet.addr(src)) for r in replicas
+    }
     assert code == 1
     assert summary(root)["pairs"][0]["metrics"]["keys_in_moving_slots"] == 0
