@@ -115,7 +115,7 @@ def got(root: Path) -> set[tuple[Any, ...]]:
     out = set()
     for f in findings(root):
         if f["category"] in KEY_CATEGORIES:
-            replica = json.loads(f["detail"] or "{}").get("replica")  # a migration's: the key's read there
+            replica = json.loads(f["detail"] or "{}").get("replica_node")  # a migration's: None
             out.add((f["db"], bytes(f["key"]), f["category"], replica if isinstance(replica, str) else None))
     return out
 

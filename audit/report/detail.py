@@ -34,6 +34,7 @@ LABELS = {
     "ttl_delta_ms": "TTL difference",
     "lag_bytes": "Lag",
     "max_lag_bytes": "Lag threshold",
+    "replica_node": "Replica",
 }
 DIGEST_SHOWN = 12
 """Hex digits of a digest shown in the table; the full digest is in the cell's title."""

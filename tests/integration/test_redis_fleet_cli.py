@@ -130,6 +130,12 @@ def replica_of(cluster: LocalCluster, master: RedisServer) -> RedisServer:
 # --- replication audit of every shard -----------------------------------------------------------------------
 
 
+def _no_duplicate_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    names = [name for name, _ in pairs]
+    assert len(names) == len(set(names)), names
+    return dict(pairs)
+
+
 def test_cluster_replication_audit_finds_each_planted_divergence(
     empty: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,9 +156,12 @@ def test_cluster_replication_audit_finds_each_planted_divergence(
     got = {bytes(r["key"]): r for r in rows}
     assert set(got) == set(planted)
     for key, (category, master) in planted.items():
-        row, detail = got[key], json.loads(got[key]["detail"])
+        # one name per field: the detail had `replica` twice (what the replica holds, then its address);
+        # the findings kept the address alone, and the report lost its side-by-side view of the key
+        row, detail = got[key], json.loads(got[key]["detail"], object_pairs_hook=_no_duplicate_names)
+        assert isinstance(detail["master"], dict) and isinstance(detail["replica"], dict), detail
         assert (row["category"], row["db"]) == (category, 0)
-        assert detail["shard"] == addr(master) and detail["replica"] == addr(replica_of(cluster, master))
+        assert detail["shard"] == addr(master) and detail["replica_node"] == addr(replica_of(cluster, master))
     fields = json.loads(got[changed_hash]["detail"])["fields"]
     assert (fields["total"], fields["items"]) == (
         1,
@@ -174,6 +183,15 @@ def test_cluster_replication_audit_finds_each_planted_divergence(
         ("RESYNC", 0, added),
         ("RESYNC", 0, expiring),
         ("DELETE", 0, dropped),
+    }
+    # each line under the replica (and shard) it is for
+    section, where = None, {}
+    for line in plan:
+        section = line.removeprefix("# on replica ") if line.startswith("# on replica ") else section
+        if parsed := parse_line(line):
+            where[parsed[2]] = section
+    assert where == {
+        key: f"{addr(replica_of(cluster, master))} (shard {addr(master)})" for key, (_, master) in planted.items()
     }
     report = (run / "report.html").read_text()
     assert "repair/sessions.txt" in report and PASSWORD not in report

@@ -79,7 +79,7 @@ def _got_named(root: Path) -> set[tuple[Any, ...]]:
     for f in findings(root):
         if f["category"] in fleet.KEY_CATEGORIES:
             detail = json.loads(f["detail"] or "{}")
-            out.add((f["db"], bytes(f["key"]), f["category"], detail.get("replica"), detail.get("shard")))
+            out.add((f["db"], bytes(f["key"]), f["category"], detail.get("replica_node"), detail.get("shard")))
     return out
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from audit.findings import Finding
 from audit.local.redis_server import RedisServer, free_port
-from audit.sources.redis.repair import write_plan
+from audit.sources.redis.repair import FLEET_REPLICAS, parse_line, write_plan
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli not installed")
 
@@ -51,3 +51,41 @@ def test_the_header_recipes_delete_the_extra_keys_and_copy_the_missing_ones(tmp_
     finally:
         target.stop()
         source.stop()
+
+
+def test_a_fleets_plan_puts_each_line_under_the_replica_it_is_for(tmp_path: Path) -> None:
+    # a cluster's plan listed its keys without the node each was for: on a shard with two replicas a
+    # key that differs on both came twice, neither saying where to repair it
+    rows = [
+        {"category": "value_mismatch", "db": 0, "key": b"both", "target": "10.0.0.2:7004 (shard 10.0.0.1:7001)"},
+        {"category": "extra_on_replica", "db": 0, "key": b"x y", "target": "10.0.0.2:7004 (shard 10.0.0.1:7001)"},
+        {"category": "missing_on_replica", "db": 0, "key": b"one", "target": "10.0.0.2:7004 (shard 10.0.0.1:7001)"},
+        {"category": "value_mismatch", "db": 0, "key": b"both", "target": "10.0.0.3:7005 (shard 10.0.0.1:7001)"},
+        {"category": "extra_on_replica", "db": 0, "key": b"z", "target": "10.0.0.9:7009 (shard 10.0.0.8:7008)"},
+    ]
+    plan = write_plan(rows, tmp_path, pair="c", run_id="r", master="m", replica=FLEET_REPLICAS)
+    assert (plan.resync, plan.delete) == (3, 2)
+    under: dict[str, list[tuple[str, int, bytes]]] = {}
+    section = None
+    for line in plan.path.read_text().splitlines():
+        if line.startswith("# on replica "):
+            section = line.removeprefix("# on replica ")
+        elif (parsed := parse_line(line)) is not None:
+            assert section is not None, line
+            under.setdefault(section, []).append(parsed)
+    assert under == {
+        "10.0.0.2:7004 (shard 10.0.0.1:7001)": [("RESYNC", 0, b"both"), ("RESYNC", 0, b"one"), ("DELETE", 0, b"x y")],
+        "10.0.0.3:7005 (shard 10.0.0.1:7001)": [("RESYNC", 0, b"both")],
+        "10.0.0.9:7009 (shard 10.0.0.8:7008)": [("DELETE", 0, b"z")],
+    }
+    assert "A fleet: the lines under '# on replica HOST:PORT (shard NAME)' are for that node." in plan.path.read_text()
+
+
+def test_a_pairs_plan_has_no_sections(tmp_path: Path) -> None:
+    rows = [
+        Finding("keyspace", "missing_on_replica", db=0, key=b"k"),
+        {"category": "extra_on_replica", "db": 1, "key": b"e"},
+    ]
+    text = write_plan(rows, tmp_path, pair="p", run_id="r", master="m", replica="r").path.read_text()
+    assert "# on replica" not in text and "A fleet" not in text
+    assert [parse_line(x) for x in text.splitlines() if parse_line(x)] == [("RESYNC", 0, b"k"), ("DELETE", 1, b"e")]

@@ -81,7 +81,8 @@ def test_sentinel_group_healthy_under_writes_then_a_planted_divergence(
     detail = json.loads(row["detail"])
     assert (bytes(row["key"]), row["category"]) == (b"only-on-master", "missing_on_replica")
     assert detail["shard"] == f"127.0.0.1:{group.master.port}"
-    assert detail["replica"] == f"127.0.0.1:{group.replica.port}"
+    assert detail["replica_node"] == f"127.0.0.1:{group.replica.port}"
+    assert isinstance(detail["replica"], dict)  # what the replica holds, not its address
 
 
 def test_unknown_service_names_the_sentinels(

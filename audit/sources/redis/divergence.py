@@ -109,20 +109,23 @@ def with_fields(findings: DataFrame, evidence: list[tuple[int, bytes, str]]) -> 
 def write_repair(ctx: StageContext, findings: DataFrame | pa.Table, extra: Mapping[str, Any] | None = None) -> None:
     """repair/<pair>.txt from the keyspace findings (a Spark frame, or an Arrow table already in the
     driver); linked as an artifact when it lists any key."""
-    from audit.sources.redis.repair import write_plan
+    from audit.sources.redis.repair import FLEET_REPLICAS, write_plan
 
     columns = ["category", "db", "key"]
+    replica = ctx.pair.display_endpoint("replica")
     if isinstance(findings, pa.Table):
         rows: Iterable[Any] = findings.select(columns).to_pylist()
-    else:
+    elif replica:
         rows = findings.select(*columns).toLocalIterator()
+    else:  # a fleet: each line under the replica (and shard) it was compared on, in that order
+        rows = _with_target(findings).select(*columns, "target").orderBy("target").toLocalIterator()
     counts = write_plan(
         rows,
         ctx.run.root,
         pair=ctx.pair.name,
         run_id=ctx.run.run_id,
         master=ctx.pair.display_endpoint("master"),
-        replica=ctx.pair.display_endpoint("replica") or "(the fleet's replicas)",
+        replica=replica or FLEET_REPLICAS,
         extra=extra,
     )
     ctx.metrics.update(repair_resync=counts.resync, repair_delete=counts.delete)
@@ -130,6 +133,15 @@ def write_repair(ctx: StageContext, findings: DataFrame | pa.Table, extra: Mappi
         ctx.state.artifacts["repair plan"] = str(counts.path.relative_to(ctx.run.root))
     else:
         counts.path.unlink()
+
+
+def _with_target(findings: DataFrame) -> DataFrame:
+    """A fleet's findings with `target`: "HOST:PORT (shard NAME)" from their detail's replica_node and shard."""
+    from pyspark.sql import functions as F
+
+    replica, shard = (F.get_json_object("detail", f"$.{k}") for k in ("replica_node", "shard"))
+    target = F.when(shard.isNull(), replica).otherwise(F.concat(replica, F.lit(" (shard "), shard, F.lit(")")))
+    return findings.withColumn("target", target)
 
 
 def compare_note(mode: str) -> str:

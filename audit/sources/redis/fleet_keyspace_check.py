@@ -362,7 +362,8 @@ class FleetKeyspaceCheck(Check):
             try:
                 if by_db:
                     part = self._still_in_shard(ctx, part, shard, pipes[0])
-                extra = {"shard": F.lit(shard.name), "replica": F.lit(replica.addr)}
+                # `replica_node`, not `replica`: that is what the replica holds (detail.replica, as for a pair)
+                extra = {"shard": F.lit(shard.name), "replica_node": F.lit(replica.addr)}
                 survivors, found = self._run_recheck(ctx, part, (pipes[0], pipes[1]), stats, True, extra)
                 evidence = self._fields(survivors, selecting(*pipes))
             finally:

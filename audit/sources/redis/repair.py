@@ -12,6 +12,9 @@ Format (one key per line, UTF-8 text)::
 - `RESYNC <db> <key>`: copy the key from the master (it is missing on the replica, or its type, value
   or TTL differs);
 - `DELETE <db> <key>`: only the replica has the key;
+- a fleet's plan (a cluster or a sentinel group) has its lines in sections, each under a comment
+  `# on replica HOST:PORT (shard NAME)`: the node they are for (a key differing on two replicas of a
+  shard is in both sections);
 - `<key>` is in redis-cli's quoting (`"..."`, `\\"`, `\\\\`, `\\n`, `\\xHH`; :mod:`audit.sources.redis.display`),
   so it can follow a command on a redis-cli input line, spaces and binary bytes included; `#` lines are
   comments. RESYNC lines come first, then DELETE lines, each in the order the findings came.
@@ -58,13 +61,14 @@ class PlanCounts:
     delete: int
 
 
-def _fields(finding: Finding | Mapping[str, Any] | Any) -> tuple[str | None, int | None, bytes | None]:
+def _fields(finding: Finding | Mapping[str, Any] | Any) -> tuple[str | None, int | None, bytes | None, str | None]:
+    """(category, db, key, target): target is the node a fleet's line is for (None for a pair)."""
     if isinstance(finding, Finding):
-        return finding.category, finding.db, finding.key
+        return finding.category, finding.db, finding.key, None
     if hasattr(finding, "asDict"):  # a Spark Row (findings-schema or diff-candidate columns)
         finding = finding.asDict()
     key = finding.get("key")
-    return finding.get("category"), finding.get("db"), bytes(key) if key is not None else None
+    return finding.get("category"), finding.get("db"), bytes(key) if key is not None else None, finding.get("target")
 
 
 def plan_line(action: str, db: int, key: bytes) -> str:
@@ -96,7 +100,28 @@ def _header(pair: str, run_id: str, master: str, replica: str, extra: Mapping[st
     ]
     if extra:
         lines.append(f"# {json.dumps(dict(extra), sort_keys=True, default=str)}")
+    if replica == FLEET_REPLICAS:
+        lines.append("# A fleet: the lines under '# on replica HOST:PORT (shard NAME)' are for that node.")
     return lines
+
+
+FLEET_REPLICAS = "(the fleet's replicas)"
+"""The header's replica for a fleet, whose lines are in a section per replica."""
+
+
+class _Sections:
+    """One stream of plan lines, a `# on replica ...` comment written before a line whose target differs
+    from the previous line's."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.target: str | None = None
+
+    def write(self, line: str, target: str | None) -> None:
+        if target is not None and target != self.target:
+            self.out.write(f"# on replica {target}\n")
+            self.target = target
+        self.out.write(line)
 
 
 def write_plan(
@@ -112,7 +137,8 @@ def write_plan(
     """Write `out_dir/repair/<pair>.txt` from keyspace findings (Finding values, findings-schema rows as
     mappings or Spark Rows; diff candidates work too: they have category, db and key).
 
-    `master`/`replica` are shown in the header: pass them redacted. Findings of other categories (and
+    `master`/`replica` are shown in the header: pass them redacted. A row's `target` (a fleet's: the
+    replica and shard it was compared on) puts its line in that replica's section. Findings of other categories (and
     keyspace findings without a key) are ignored. Streams: DELETE lines are spooled to a temporary file
     while RESYNC lines are written, so a plan of millions of keys needs no memory for them.
     """
@@ -121,18 +147,14 @@ def write_plan(
     resync = delete = 0
     with path.open("w", encoding="utf-8") as out, tempfile.TemporaryFile("w+", encoding="utf-8") as deletes:
         out.write("\n".join(_header(pair, run_id, master, replica, extra)) + "\n")
+        streams = {RESYNC: _Sections(out), DELETE: _Sections(deletes)}
         for f in findings:
-            category, db, key = _fields(f)
+            category, db, key, target = _fields(f)
             action = ACTION_BY_CATEGORY.get(category or "")
             if action is None or key is None:
                 continue
-            line = plan_line(action, int(db or 0), key) + "\n"
-            if action == RESYNC:
-                out.write(line)
-                resync += 1
-            else:
-                deletes.write(line)
-                delete += 1
+            streams[action].write(plan_line(action, int(db or 0), key) + "\n", target)
+            resync, delete = (resync + 1, delete) if action == RESYNC else (resync, delete + 1)
         deletes.seek(0)
         for line in deletes:
             out.write(line)
