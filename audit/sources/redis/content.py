@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from audit.diff.compare_modes import check_mode
 from audit.kernel.state import PairState
 from audit.sources.redis.snapshot import KEYS_FILE, META_FILE
 
@@ -99,9 +100,7 @@ def snapshot_digest(path: Path, dedupe: bool = True, batch_size: int = 50_000, c
     import pyarrow.dataset as ds
     import xxhash
 
-    if compare not in DIGEST_COVERS:
-        raise ValueError(f"compare mode {compare!r}: one of {sorted(DIGEST_COVERS)}")
-    result = SideDigest(compare=compare)
+    result = SideDigest(compare=check_mode(compare))
     total = 0
     kept: list[tuple[Any, ...]] = []
     for batch in ds.dataset(path, format="parquet").to_batches(columns=_COLUMNS, batch_size=batch_size):

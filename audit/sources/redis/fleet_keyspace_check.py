@@ -386,7 +386,8 @@ class FleetKeyspaceCheck(Check):
         if served is None or not gone:  # no master now, or no answer: the reads say so (roles changed, ...)
             return cands
         migrating = gone & migrating_slots(text)
-        keys = [bytes(r["key"]) for r in _in_slots(cands, migrating, inside=True).select("key").collect()]
+        moving = _in_slots(cands, migrating, inside=True).select("key").collect() if migrating else []
+        keys = [bytes(r["key"]) for r in moving]
         kept = _in_slots(cands, gone, inside=False, held=still_held(master, keys) if keys else set())
         if moved := cands.count() - kept.count():
             ctx.metrics["keys_in_moving_slots"] = int(ctx.metrics.get("keys_in_moving_slots") or 0) + moved

@@ -116,12 +116,14 @@ class _Sections:
     def __init__(self, out: Any) -> None:
         self.out = out
         self.target: str | None = None
+        self.lines = 0
 
     def write(self, line: str, target: str | None) -> None:
         if target is not None and target != self.target:
             self.out.write(f"# on replica {target}\n")
             self.target = target
         self.out.write(line)
+        self.lines += 1
 
 
 def write_plan(
@@ -144,7 +146,6 @@ def write_plan(
     """
     path = out_dir / REPAIR_DIR / f"{pair}.txt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    resync = delete = 0
     with path.open("w", encoding="utf-8") as out, tempfile.TemporaryFile("w+", encoding="utf-8") as deletes:
         out.write("\n".join(_header(pair, run_id, master, replica, extra)) + "\n")
         streams = {RESYNC: _Sections(out), DELETE: _Sections(deletes)}
@@ -154,11 +155,10 @@ def write_plan(
             if action is None or key is None:
                 continue
             streams[action].write(plan_line(action, int(db or 0), key) + "\n", target)
-            resync, delete = (resync + 1, delete) if action == RESYNC else (resync, delete + 1)
         deletes.seek(0)
         for line in deletes:
             out.write(line)
-    return PlanCounts(path, resync, delete)
+    return PlanCounts(path, streams[RESYNC].lines, streams[DELETE].lines)
 
 
 def findings_rows(findings_path: str | Path, pair: str) -> Iterable[dict[str, Any]]:

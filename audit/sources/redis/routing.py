@@ -26,7 +26,7 @@ from audit.sources.redis.client import open_pipe
 from audit.sources.redis.endpoints import node_url
 from audit.sources.redis.keys import ERROR, KeyReader, KeyState
 from audit.sources.redis.resp import Command, RespPipe, pack
-from audit.sources.redis.topology import SLOTS, Topology, parse_cluster_nodes
+from audit.sources.redis.topology import SLOTS, NodeLine, Topology, parse_cluster_nodes
 
 
 def _crc16_table() -> list[int]:
@@ -69,10 +69,15 @@ def parse_redirect(error: str | None) -> tuple[str, int, str] | None:
     return None
 
 
+def _myself(nodes_text: str) -> NodeLine | None:
+    """The node that answered `CLUSTER NODES` (its `myself` line)."""
+    return next((n for n in parse_cluster_nodes(nodes_text, "") if "myself" in n.flags), None)
+
+
 def stable_slots(nodes_text: str) -> set[int] | None:
     """The slots the node that answered `CLUSTER NODES` (its `myself` line) owns and is not migrating:
     the keys it serves as they stand. None when that node is no master (a failover: said elsewhere)."""
-    me = next((n for n in parse_cluster_nodes(nodes_text, "") if "myself" in n.flags), None)
+    me = _myself(nodes_text)
     if me is None or not me.is_master:
         return None
     return {n for a, b in me.slots for n in range(a, b + 1)} - set(me.migrating)
@@ -80,7 +85,7 @@ def stable_slots(nodes_text: str) -> set[int] | None:
 
 def migrating_slots(nodes_text: str) -> set[int]:
     """The slots the node that answered `CLUSTER NODES` is migrating to another node."""
-    me = next((n for n in parse_cluster_nodes(nodes_text, "") if "myself" in n.flags), None)
+    me = _myself(nodes_text)
     return set(me.migrating) if me is not None else set()
 
 
