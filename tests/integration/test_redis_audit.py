@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from audit.local.mariadb_server import MariaDBServer, mariadb_available
 from audit.local.redis_server import RedisServer, free_port, start_pair, wait_in_sync
 from audit.local.sample import load_sample, plant_divergences
 from tests.integration.helpers import findings, latest_run, run_cli, summary, write_inventory
@@ -255,6 +256,39 @@ def test_a_conn_of_another_kinds_type_is_a_config_error_naming_the_side(
     err = " ".join(capsys.readouterr().err.split())
     assert "mysql://u:***@127.0.0.1:1 is not a Redis URL" in err and "Zq9pw" not in err
     assert "Traceback" not in err
+
+
+def test_a_conn_url_with_an_option_redis_py_does_not_take_is_a_config_error(
+    redis_pair, tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    # AIRFLOW_CONN_<ID> as a URI reaches the client unchecked by the inventory: `?foo=1` was a TypeError
+    # inside redis-py, "internal error (a bug in replica-audit)", exit 4 and a traceback
+    master, replica = redis_pair
+    monkeypatch.setenv("AIRFLOW_CONN_CACHE_M", f"redis://:Zq9pw@127.0.0.1:{master.port}/0?foo=1")
+    inv = write_inventory(
+        tmp_path / "inv.yaml", [{"name": "c", "kind": "redis", "master": "conn:cache_m", "replica": replica.url}]
+    )
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out"), "--quiet"], monkeypatch) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"c master redis://:***@127.0.0.1:{master.port}/0: unknown URL option 'foo'" in err
+    assert "Traceback" not in err and "Zq9pw" not in err
+
+
+@pytest.mark.skipif(not mariadb_available(), reason="mariadbd not installed (apt-get install mariadb-server)")
+@pytest.mark.parametrize("kind", ["redis", "pika"])
+def test_a_server_that_is_not_redis_exits_3_naming_it(kind: str, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # kind redis (or pika) pointed at a MariaDB port: "InvalidResponse: Protocol error, got "h" as reply
+    # type byte", reported as a bug in replica-audit (exit 4) with redis-py's traceback
+    server = MariaDBServer(free_port(), tmp_path / "mariadb").start()
+    try:
+        url = f"redis://:{server.password}@127.0.0.1:{server.port}"
+        inv = write_inventory(tmp_path / "inv.yaml", [{"name": "m", "kind": kind, "master": url, "replica": url}])
+        assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out"), "--quiet"], monkeypatch) == 3
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"127.0.0.1:{server.port}: the server does not speak the Redis protocol" in err
+        assert "Traceback" not in err and server.password not in err
+    finally:
+        server.stop()
 
 
 def test_read_only_acl_user_by_url_or_conn_and_password_never_written(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -179,6 +179,23 @@ def test_an_endpoint_that_would_not_parse_as_typed_is_a_config_error_without_its
     assert "s3cret" not in str(e.value)
 
 
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        # `?foo=1` was a TypeError inside redis-py at the snapshot (exit 4, a traceback); a bad value was
+        # "unreachable" (exit 3); a db that is no number was read as db 0
+        ("/0?foo=1", "unknown URL option 'foo'"),
+        ("/0?socket_timeout=soon", "Invalid value for 'socket_timeout'"),
+        ("/zero", "the db in the path must be a number, got 'zero'"),
+    ],
+)
+def test_a_redis_url_option_redis_py_would_not_take_is_refused_naming_the_field(query: str, says: str) -> None:
+    text = f"pairs:\n  - {{name: c, kind: redis, master: 'redis://:s3cret@h:1{query}', replica: 'redis://h:2'}}\n"
+    with pytest.raises(ConfigError, match=re.escape(says)) as e:
+        parse_inventory(text)
+    assert "pairs[0] (c).master: redis://:***@h:1" in str(e.value) and "s3cret" not in str(e.value)
+
+
 def test_a_connection_port_that_is_not_a_number_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_REDIS_M", '{"conn_type": "redis", "host": "h", "port": "abc", "password": "x"}')
     with pytest.raises(ConfigError, match="conn:redis_m: port 'abc' is not a number"):

@@ -11,7 +11,7 @@ import redis
 
 from audit import defaults
 from audit.errors import ConfigError, SourceConnectError
-from audit.sources.redis.endpoints import unreadable_tls_file
+from audit.sources.redis.endpoints import unreadable_tls_file, url_options_problem
 from audit.sources.redis.info import parse_info
 from audit.sources.redis.resp import RespPipe
 from audit.urls import redact_url
@@ -67,6 +67,9 @@ def connect(
     missing = unreadable_tls_file(parse_qsl(urlsplit(url).query))  # the operator's mistake (exit 2), not
     if missing:  # the server being unreachable
         raise ConfigError(f"{role} {redact_url(url)}: {missing}: no such readable file")
+    problem = url_options_problem(url)
+    if problem:
+        raise ConfigError(f"{role} {redact_url(url)}: {problem}")
     extra: dict[str, Any] = {}
     if readonly:
         extra["redis_connect_func"] = _readonly_on_connect  # a reply read: TLS tickets drained too
@@ -91,6 +94,11 @@ def connect(
     except redis.AuthenticationError as e:
         where = host_port(url)
         raise SourceConnectError(f"{role} {redact_url(url)}: authentication failed ({e})", where=where) from None
+    except redis.InvalidResponse as e:  # another protocol's bytes (a MySQL greeting, an HTTP reply)
+        raise SourceConnectError(
+            f"{role} {host_port(url)}: the server does not speak the Redis protocol ({e}); is the port right?",
+            where=host_port(url),
+        ) from None
     except redis.ResponseError as e:
         said = "READONLY" if isinstance(e, ReadonlyRefused) else "INFO"
         raise SourceConnectError(

@@ -92,6 +92,29 @@ def address_problem(url: str) -> str | None:
         return f"{redact_url(url)}: no host; expected redis://host:port"
     if parts.scheme == "unix" and not parts.path:
         return f"{redact_url(url)}: no socket path; expected unix:///path/to/redis.sock"
+    problem = url_options_problem(url)
+    return f"{redact_url(url)}: {problem}" if problem else None
+
+
+def url_options_problem(url: str) -> str | None:
+    """What in `url` redis-py would not take, or None: a query option it does not know (`?foo=1` was a
+    TypeError inside redis-py, reported as a bug), an option's value of the wrong type (reported as the
+    server being unreachable), or a db in the path that is not a number (read as db 0)."""
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        return None  # conn:<id>: checked once resolved, when connected
+    db = parts.path.strip("/")
+    if parts.scheme != "unix" and db and not db.isdigit():
+        return f"the db in the path must be a number, got {db!r}"
+    import redis  # here: the inventory imports this module, and needs no client to validate
+
+    try:  # builds the connection object only: nothing is connected
+        redis.ConnectionPool.from_url(url).make_connection()
+    except TypeError as e:  # "...got an unexpected keyword argument 'foo'": the option's name only
+        name = str(e).rpartition(" ")[2]
+        return f"unknown URL option {name}"
+    except (ValueError, redis.RedisError) as e:  # "Invalid value for 'socket_timeout' in connection URL."
+        return f"a URL option's value is not one redis-py takes: {e}"
     return None
 
 
