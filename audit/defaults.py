@@ -38,6 +38,11 @@ SPARK_MASTER = "local[*]"
 CONNECT_TIMEOUT_S = 5.0
 """Socket connect timeout for servers."""
 
+HISTORY_READ_TIMEOUT_S = 120.0
+"""The longest a MySQL history store may take to answer one request (its greeting included), above
+InnoDB's 50 s lock wait, whose error the append retries: a port where another server listens (a Redis
+one says nothing first) held a run at its end for ever."""
+
 PARQUET_ROWS_PER_GROUP = 50_000
 """Rows buffered before a Parquet row group is flushed: bounds snapshot memory."""
 

@@ -135,6 +135,8 @@ class MySQLHistory(SqlHistory):
                 database=target.database,
                 charset="utf8mb4",
                 autocommit=False,
+                read_timeout=defaults.HISTORY_READ_TIMEOUT_S,
+                write_timeout=defaults.HISTORY_READ_TIMEOUT_S,
                 **target.options,
             )
         except pymysql.err.MySQLError as e:

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from audit import defaults
 from audit.errors import ConfigError, SourceConnectError
 from audit.history import HistoryStore, MySQLHistory, open_history
 from audit.local.mariadb_server import MariaDBServer, free_port, mariadb_available
+from audit.local.redis_server import RedisServer
 from tests.unit.test_history_sqlite import HistoryContract, build_runs
 
 pytestmark = [
@@ -71,6 +73,22 @@ def test_unreachable_server_names_host_and_port_not_the_password() -> None:
         open_history(f"mysql://auditor:S3cr%40t-pw@127.0.0.1:{port}/history?connect_timeout=2")
     assert f"127.0.0.1:{port}" in str(e.value) and e.value.where == f"127.0.0.1:{port}"
     assert "S3cr" not in str(e.value) and "S3cr" not in repr(e.value.__cause__)
+
+
+@pytest.mark.timeout(60)
+def test_a_port_where_another_server_listens_is_an_error_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --history mysql://... at a Redis port: pymysql waited for a MySQL greeting that never comes, and
+    # the run never ended (no read timeout on the history store's connection)
+    monkeypatch.setattr(defaults, "HISTORY_READ_TIMEOUT_S", 2.0)
+    server = RedisServer(free_port(), tmp_path / "redis").start()
+    try:
+        with pytest.raises(SourceConnectError) as e:
+            open_history(f"mysql://auditor:S3cr-pw@127.0.0.1:{server.port}/history")
+        assert f"127.0.0.1:{server.port}" in str(e.value) and "S3cr-pw" not in str(e.value)
+    finally:
+        server.stop()
 
 
 def test_wrong_password_and_unknown_database(mariadb: MariaDBServer, database: str) -> None:
