@@ -184,15 +184,28 @@ def endpoint_from_json(conn_id: str, conn: Mapping[str, Any]) -> str:
         port_number = int(port) if port not in (None, "") else None
     except (TypeError, ValueError):
         raise ConfigError(f"conn:{conn_id}: port {port!r} is not a number") from None
+    text = {name: _text_field(conn_id, conn, name) for name in ("conn_type", "host", "login", "password", "schema")}
     return connection_endpoint(
         conn_id,
-        conn.get("conn_type"),
-        host=conn.get("host"),
+        text["conn_type"],
+        host=text["host"],
         port=port_number,
-        login=conn.get("login"),
-        password=conn.get("password"),
-        schema=conn.get("schema"),
+        login=text["login"],
+        password=text["password"],
+        schema=text["schema"],
         extra=conn.get("extra"),
+    )
+
+
+def _text_field(conn_id: str, conn: Mapping[str, Any], name: str) -> str | None:
+    """A text field of the JSON form, or None; a number, list or mapping there (`"password": ["..."]`) was
+    a TypeError at the URL's quoting: exit 4 and a traceback. The value is not quoted: it may be the secret."""
+    value = conn.get(name)
+    if value is None or isinstance(value, str):
+        return value
+    raise ConfigError(
+        f"conn:{conn_id}: AIRFLOW_CONN_{conn_id.upper()}'s {name} is a JSON {type(value).__name__}, not text: "
+        "write it as a JSON string"
     )
 
 

@@ -140,3 +140,13 @@ def test_an_environment_connections_bad_extra_is_refused_in_either_form(
 def test_an_empty_extra_is_no_extra() -> None:
     for extra in (None, "", "  ", "{}", {}):
         assert connection_endpoint("c", "replica_audit_redis", host="h", port=1, extra=extra) == "redis://h:1"
+
+
+@pytest.mark.parametrize("field", ["password", "login", "host", "conn_type"])
+def test_a_json_field_that_is_not_text_is_refused_naming_it(field: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `"password": ["..."]` was a TypeError when the URL was quoted: exit 4, a traceback
+    conn = {"conn_type": "redis", "host": "h", "login": "u", "password": "pw", field: ["s3cretpw"]}
+    monkeypatch.setenv("AIRFLOW_CONN_SIDE", json.dumps(conn))
+    with pytest.raises(ConfigError, match=f"conn:side: AIRFLOW_CONN_SIDE's {field} is a JSON list, not text") as e:
+        env_conn_resolver("side")
+    assert "s3cretpw" not in str(e.value)
