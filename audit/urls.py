@@ -69,7 +69,9 @@ def _port_parses(parts: SplitResult) -> bool:
         return False
 
 
-_PASSWORD_RE = re.compile(r"(?<=[:/])[^:/@]*:[^@]*@")
+_PASSWORD_RE = re.compile(r"(?:(?<=[:/])|^(?=[^:/@]*:[^/]))[^:/@]*:[^@]*@")
+"""`user:pw@` after a ":" or "/" (`redis:/:pw@h`, a scheme typed with one slash) or at the start (`u:pw@h:3306`,
+a URL whose scheme was left out: AIRFLOW_CONN_<ID> so written was shown whole)."""
 
 
 _SECRET_KEYS = ("pass", "secret", "token")
@@ -121,6 +123,16 @@ def _mapping_secrets(text: str) -> list[str]:
 
     walk(loaded)
     return found
+
+
+def shown_server_url(url: str | None) -> str:
+    """What a message about a server endpoint shows: :func:`redact_url`'s form, or a placeholder for a value
+    with no `scheme://` at all. The inventory refuses those before any message, so one comes of a `conn:<id>`
+    whose value is not a URL: a password pasted into AIRFLOW_CONN_<ID>, or a secret manager's key that
+    holds just the password."""
+    if not url or "://" in url:
+        return redact_url(url)
+    return "(a value that is not a URL; not shown: it may be a secret)"
 
 
 def redact_url(url: str | None) -> str:

@@ -181,6 +181,33 @@ def test_a_password_typed_unencoded_is_a_config_error_and_written_nowhere(tmp_pa
     assert "s3cret" not in said.out + said.err and "Zq9" not in said.out + said.err
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        "Zq9s3cretpw",
+        "auditor:Zq9s3cretpw@127.0.0.1:1",
+        '{"conn_type": "redis", "host": "h", "password": ["Zq9s3cretpw"]}',
+    ],
+)
+def test_a_connection_whose_value_is_no_url_is_a_config_error_and_written_nowhere(
+    value: str, tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    # AIRFLOW_CONN_<ID> holding just the password, or a URL without its scheme, was quoted whole in the
+    # error: on stderr, in summary.json, manifest.json, state.json and report.html; a password as a JSON
+    # list was a TypeError (exit 4, a traceback)
+    monkeypatch.setenv("AIRFLOW_CONN_SIDE", value)
+    pairs = [
+        {"name": "r", "kind": "redis", "master": "conn:side", "replica": "redis://127.0.0.1:2"},
+        {"name": "m", "kind": "mysql", "master": "conn:side", "replica": "mysql://a@127.0.0.1:2"},
+    ]
+    inv = write_inventory(tmp_path / "inv.yaml", pairs)
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 2
+    said = capsys.readouterr()
+    assert "Traceback" not in said.err and "Zq9s3cretpw" not in said.out + said.err
+    written = [p for p in (tmp_path / "out").rglob("*") if p.is_file() and b"Zq9s3cretpw" in p.read_bytes()]
+    assert not written
+
+
 @pytest.mark.parametrize("command", ["snapshot", "diff", "recheck", "gate", "report", "run"])
 @pytest.mark.parametrize("run_id", ["../escaped", "nosuch", "gx", "verifications"])
 def test_a_run_id_names_a_run_under_out_and_a_later_stage_needs_it_to_exist(

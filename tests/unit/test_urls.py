@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from audit.errors import ConfigError
-from audit.urls import checked_url, redact_url, url_secrets
+from audit.urls import checked_url, redact_url, shown_server_url, url_secrets
 
 
 @pytest.mark.parametrize(
@@ -48,3 +48,15 @@ def test_a_port_that_is_no_server_port_is_refused(url: str) -> None:
 
 def test_a_url_without_a_port_keeps_the_default() -> None:
     assert checked_url("redis://127.0.0.1") == "redis://127.0.0.1"
+
+
+@pytest.mark.parametrize("url", ["auditor:s3cretpw@10.0.0.5:3306", ":s3cretpw@h:6379", "redis:/:s3cretpw@h"])
+def test_a_url_without_its_scheme_is_shown_without_its_password(url: str) -> None:
+    # `u:pw@host:port` (a scheme left out of AIRFLOW_CONN_<ID>) was shown whole: the masking began after a ":" or "/"
+    assert "s3cretpw" not in redact_url(url) and "***@" in redact_url(url)
+
+
+def test_a_server_value_that_is_no_url_is_not_shown() -> None:
+    # a password pasted into AIRFLOW_CONN_<ID> is no URL: it was quoted as "s3cretpw is not a Redis URL"
+    assert "s3cretpw" not in shown_server_url("s3cretpw")
+    assert shown_server_url("redis://:s3cretpw@h:1") == "redis://:***@h:1"

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError
 from audit.connections import extra_field
 from audit.errors import ConfigError
 from audit.kernel.pair import Strict as _Strict
-from audit.urls import redact_url
+from audit.urls import shown_server_url
 
 DEFAULT_PORT = 3306
 UNENCODED_HINT = "a password with an unencoded '/', '?' or '#' reads as one: percent-encode it"
@@ -47,7 +47,7 @@ class MySQLEndpoint(_Strict):
 
     @classmethod
     def from_url(cls, url: str, field: str = "endpoint", *, check_files: bool = True) -> MySQLEndpoint:
-        shown = redact_url(url)
+        shown = shown_server_url(url)
         try:
             parts = urlsplit(url)
             port = parts.port

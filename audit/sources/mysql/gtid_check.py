@@ -13,7 +13,7 @@ from audit.kernel.check import Check
 from audit.kernel.context import StageContext
 from audit.kernel.identity import refuse_one_server
 from audit.sources.mysql.model import MySQLPair
-from audit.urls import redact_url
+from audit.urls import shown_server_url
 
 SIDES = ("master", "replica")
 
@@ -28,7 +28,7 @@ class GtidCheck(Check):
         from audit.sources.mysql.replication import audit_connected, connected
 
         for side in SIDES:
-            ctx.state.servers[side] = {"endpoint": redact_url(ctx.url(side)), "version": None}
+            ctx.state.servers[side] = {"endpoint": shown_server_url(ctx.url(side)), "version": None}
         settings = self.pair.settings
         with connected(str(ctx.url("master")), str(ctx.url("replica")), settings) as (master, replica, m_ep):
             # both endpoints leading to one server are an inventory mistake, found before any table is read

@@ -26,7 +26,7 @@ from audit.sources.redis.client import connected_sides, info_text
 from audit.sources.redis.info import parse_info
 from audit.sources.redis.replication import SAMPLE_GAP_S
 from audit.sources.redis.replication_check import host_port, sleep_until
-from audit.urls import redact_url
+from audit.urls import shown_server_url
 
 SIDES = ("master", "replica")
 BINLOG_UNIT = "binlog position (bytes)"
@@ -110,7 +110,7 @@ class PikaReplicationCheck(Check):
             return
         with self._clients(ctx) as clients:
             for side, client in clients.items():
-                ctx.state.servers[side] = {"endpoint": redact_url(ctx.url(side)), "version": _version(client)}
+                ctx.state.servers[side] = {"endpoint": shown_server_url(ctx.url(side)), "version": _version(client)}
             size = configured_file_size(clients["master"])
             if size is not None:
                 ctx.metrics[FILE_SIZE_METRIC] = size

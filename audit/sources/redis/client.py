@@ -14,7 +14,7 @@ from audit.errors import ConfigError, SourceConnectError
 from audit.sources.redis.endpoints import unreadable_tls_file, url_options_problem
 from audit.sources.redis.info import parse_info
 from audit.sources.redis.resp import RespPipe
-from audit.urls import redact_url
+from audit.urls import redact_url, shown_server_url
 
 
 def host_port(url: str) -> str:
@@ -61,7 +61,7 @@ def connect(
     """
     if urlsplit(url).scheme not in ("redis", "rediss", "unix"):  # a conn:<id> of another kind's type
         raise ConfigError(
-            f"{role}: {redact_url(url)} is not a Redis URL (expected redis://, rediss:// or unix://;"
+            f"{role}: {shown_server_url(url)} is not a Redis URL (expected redis://, rediss:// or unix://;"
             " a conn:<id> must be a Redis or Pika connection)"
         )
     missing = unreadable_tls_file(parse_qsl(urlsplit(url).query))  # the operator's mistake (exit 2), not

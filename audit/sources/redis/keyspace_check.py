@@ -47,7 +47,7 @@ from audit.sources.redis.keyfilter import KeyFilter, KeysSpec
 from audit.sources.redis.model import KeyspaceSettings
 from audit.sources.redis.resp import RespPipe
 from audit.sources.redis.snapshot import KEYS_FILE, SnapshotOptions
-from audit.urls import redact_url
+from audit.urls import shown_server_url
 
 SIDES = ("master", "replica")
 Annotate = Callable[[StageContext, "DataFrame"], "DataFrame"]
@@ -147,7 +147,7 @@ class KeyspaceCheck(Check):
 
         s = self.settings
         jobs = [
-            SideJob(side, str(ctx.url(side)), redact_url(ctx.url(side)), dbs, ctx.snapshot_dir(side)) for side in SIDES
+            SideJob(side, str(ctx.url(side)), shown_server_url(ctx.url(side)), dbs, ctx.snapshot_dir(side)) for side in SIDES
         ]
         progress = ctx.progress
         label = ctx.pair.name

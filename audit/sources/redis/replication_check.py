@@ -32,7 +32,7 @@ from audit.sources.redis.replication import (
     wrong_master,
 )
 from audit.sources.redis.snapshot import capture_state
-from audit.urls import redact_url
+from audit.urls import shown_server_url
 
 SIDES = ("master", "replica")
 _REPL_FIELDS = (
@@ -103,9 +103,9 @@ class ReplicationCheck(Check):
         with self._clients(ctx) as clients:
             states = {side: capture_state(c, with_clients=False) for side, c in clients.items()}
         for side, s in states.items():
-            standalone_only(side, redact_url(ctx.url(side)), str(s["info_server"].get("redis_mode") or ""))
+            standalone_only(side, shown_server_url(ctx.url(side)), str(s["info_server"].get("redis_mode") or ""))
             ctx.state.servers[side] = {
-                "endpoint": redact_url(ctx.url(side)),
+                "endpoint": shown_server_url(ctx.url(side)),
                 "version": s["info_server"].get("redis_version"),
                 "role": s["info_replication"].get("role"),
             }
