@@ -21,10 +21,11 @@ def daily_report(
     ] = None,
 ) -> None:
     """Render OUT/reports/daily-<date>.html from the results history: trends per pair over the last days."""
-    from audit.history import history_url
+    from audit.history import history_url, missing_store
     from audit.report.daily import render_daily_report
 
     new_out = not Path(out_dir).exists() and not history_url(history)
+    new_store = missing_store(history)
     path = render_daily_report(out_dir, history, days, as_of)
     out.print(escape(f"daily report: {path}"))
     if new_out:  # a mistyped OUT: no history there, so the report is empty (not an error: a first day)
@@ -32,5 +33,11 @@ def daily_report(
             escape(
                 f"warning: {out_dir} did not exist: the report holds no runs "
                 "(a mistyped -o? --history reads a store elsewhere)"
+            )
+        )
+    elif new_store:  # a mistyped --history: an empty store was just created there
+        err.print(
+            escape(
+                f"warning: history store {new_store} did not exist: the report holds no runs (a mistyped --history?)"
             )
         )

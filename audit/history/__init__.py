@@ -18,7 +18,7 @@ from pathlib import Path
 from audit.errors import ConfigError
 from audit.history.mysql import MySQLHistory
 from audit.history.record import PairRecord, RunRecord, read_run
-from audit.history.sqlite import DEFAULT_FILE_NAME, SqliteHistory
+from audit.history.sqlite import DEFAULT_FILE_NAME, SqliteHistory, sqlite_path
 from audit.history.store import HistoryStore, SqlHistory, shown_url, to_frame
 from audit.urls import ConnResolver
 
@@ -38,6 +38,20 @@ def history_url(given: str | None) -> str | None:
     if given is not None and given.strip():
         return given
     return os.environ.get(ENV_VAR) or None
+
+
+def missing_store(given: str | None) -> str | None:
+    """The path of the SQLite store a command is given (`--history`, else $REPLICA_AUDIT_HISTORY) when no
+    such file exists yet, else None. Opening it creates an empty store: a reader of the history (the daily
+    report) then says that it holds no runs, not a quiet day's report of a mistyped path."""
+    url = history_url(given)
+    if url is None or not url.startswith(f"{SqliteHistory.SCHEME}:"):
+        return None
+    try:
+        path = sqlite_path(url)
+    except ConfigError:
+        return None  # refused, naming it, when the store is opened
+    return None if path.exists() else str(path)
 
 
 def open_history(url: str | None, *, out: Path | None = None, resolver: ConnResolver | None = None) -> HistoryStore:

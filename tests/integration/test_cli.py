@@ -392,6 +392,20 @@ def test_a_daily_report_of_an_out_that_did_not_exist_says_it_holds_no_runs(tmp_p
     assert "did not exist" not in capsys.readouterr().err
 
 
+def test_a_daily_report_of_a_history_store_that_did_not_exist_says_it_holds_no_runs(
+    tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    # `--history sqlite:////mistyped/h.sqlite` created an empty store there and wrote an empty report, exit 0,
+    # without a word: a quiet day, as far as anyone reading it could tell
+    store = tmp_path / "typo" / "h.sqlite"
+    args = ["daily-report", "-o", str(tmp_path / "out"), "--history", f"sqlite:///{store}"]
+    assert run_cli(args, monkeypatch) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"history store {store} did not exist: the report holds no runs" in err
+    assert run_cli(args, monkeypatch) == 0  # now it exists: a quiet day
+    assert "did not exist" not in capsys.readouterr().err
+
+
 def test_the_command_list_shows_each_command_in_one_unbroken_line_of_help(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     """`replica-audit --help` lists each command by its help's first paragraph, line breaks kept: a
     first paragraph wrapped in the docstring showed as a sentence cut in two."""

@@ -147,7 +147,8 @@ class KeyspaceCheck(Check):
 
         s = self.settings
         jobs = [
-            SideJob(side, str(ctx.url(side)), shown_server_url(ctx.url(side)), dbs, ctx.snapshot_dir(side)) for side in SIDES
+            SideJob(side, str(ctx.url(side)), shown_server_url(ctx.url(side)), dbs, ctx.snapshot_dir(side))
+            for side in SIDES
         ]
         progress = ctx.progress
         label = ctx.pair.name
