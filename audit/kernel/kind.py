@@ -77,11 +77,14 @@ def _load(target: str) -> KindSpec:
 
 
 def _from_env() -> dict[str, str]:
+    """`name=module[:attribute]` items; one that is not that form is refused (it was skipped without a word,
+    so a mistyped registration left its kind unknown, or the built-in one it meant to replace in use)."""
     found = {}
-    for item in os.environ.get(ENV_VAR, "").split(";"):
-        if "=" in item:
-            name, target = item.split("=", 1)
-            found[name.strip()] = target.strip()
+    for item in filter(str.strip, os.environ.get(ENV_VAR, "").split(";")):
+        name, eq, target = (part.strip() for part in item.partition("="))
+        if not (eq and name and target):
+            raise ConfigError(f"{ENV_VAR}: {item.strip()!r}: expected name=module[:attribute] (items separated by ';')")
+        found[name] = target
     return found
 
 

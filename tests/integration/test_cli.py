@@ -381,6 +381,24 @@ def test_a_kind_registered_by_a_name_that_loads_nothing_is_a_config_error(
     assert f"kind module {target}: cannot load it" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("value", ["tests.kinds.dirfiles", "=tests.kinds.dirfiles", "x="])
+def test_a_kind_registration_that_is_not_name_equals_module_is_a_config_error(
+    value: str, tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    # REPLICA_AUDIT_KINDS without its `name=` was skipped without a word: the run went on without the kind
+    from audit.kernel.kind import registered_kinds
+
+    monkeypatch.setenv("REPLICA_AUDIT_KINDS", value)
+    registered_kinds.cache_clear()
+    try:
+        assert run_cli(["run", "-i", str(two_pairs(tmp_path)), "-o", str(tmp_path / "out")], monkeypatch) == 2
+    finally:
+        monkeypatch.delenv("REPLICA_AUDIT_KINDS")
+        registered_kinds.cache_clear()
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"REPLICA_AUDIT_KINDS: {value!r}: expected name=module[:attribute]" in err and "Traceback" not in err
+
+
 def test_a_daily_report_of_an_out_that_did_not_exist_says_it_holds_no_runs(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     # a mistyped -o once gave an empty report, a new history.sqlite and exit 0 without a word
     monkeypatch.delenv("REPLICA_AUDIT_HISTORY", raising=False)
