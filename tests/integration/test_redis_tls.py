@@ -134,3 +134,33 @@ def test_a_tls_cluster_is_discovered_on_its_tls_ports_with_the_seed_options(
     inv = write_inventory(tmp_path / "inv.yaml", [pair], recheck_interval_s=0.2, recheck_rounds=2)
     assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 0
     assert findings(latest_run(tmp_path / "out")) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        ("ssl_ca_certs={junk}", "ssl_ca_certs {junk}: no CA certificate (PEM) in it"),
+        ("ssl_certfile={junk}&ssl_keyfile={junk}", "ssl_certfile {junk} with ssl_keyfile {junk}: not a certificate"),
+    ],
+)
+def test_a_tls_file_that_is_no_pem_in_a_url_is_a_config_error_naming_it(
+    option: str,
+    says: str,
+    certs: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `rediss://...?ssl_ca_certs=<a file that is no certificate>` was "master 127.0.0.1:P unreachable: Error
+    # 136 connecting ... NO_CERTIFICATE_OR_CRL_FOUND": exit 3, which Airflow retries, for an inventory mistake
+    junk = tmp_path / "not-a-cert.pem"
+    junk.write_text("not a certificate\n")
+    server = RedisServer(free_port(), tmp_path / "s", extra=tls_args(certs, free_port())).start()
+    try:
+        url = f"rediss://:Zq9pw@127.0.0.1:{server.port}?" + option.format(junk=junk)
+        inv = write_inventory(tmp_path / "inv.yaml", [{"name": "t", "kind": "redis", "master": url, "replica": url}])
+        assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out"), "--quiet"], monkeypatch) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert says.format(junk=junk) in err and "Traceback" not in err and "Zq9pw" not in err
+    finally:
+        server.stop()

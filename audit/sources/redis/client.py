@@ -11,7 +11,7 @@ import redis
 
 from audit import defaults
 from audit.errors import ConfigError, SourceConnectError
-from audit.sources.redis.endpoints import unreadable_tls_file, url_options_problem
+from audit.sources.redis.endpoints import tls_files_problem, url_options_problem
 from audit.sources.redis.info import parse_info
 from audit.sources.redis.resp import RespPipe
 from audit.urls import redact_url, shown_server_url
@@ -64,10 +64,7 @@ def connect(
             f"{role}: {shown_server_url(url)} is not a Redis URL (expected redis://, rediss:// or unix://;"
             " a conn:<id> must be a Redis or Pika connection)"
         )
-    missing = unreadable_tls_file(parse_qsl(urlsplit(url).query))  # the operator's mistake (exit 2), not
-    if missing:  # the server being unreachable
-        raise ConfigError(f"{role} {redact_url(url)}: {missing}: no such readable file")
-    problem = url_options_problem(url)
+    problem = url_options_problem(url) or tls_files_problem(dict(parse_qsl(urlsplit(url).query)))
     if problem:
         raise ConfigError(f"{role} {redact_url(url)}: {problem}")
     extra: dict[str, Any] = {}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 import ssl
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -112,7 +112,8 @@ def url_options_problem(url: str) -> str | None:
         redis.ConnectionPool.from_url(url).make_connection()
     except TypeError as e:  # "...got an unexpected keyword argument 'foo'": the option's name only
         name = str(e).rpartition(" ")[2]
-        return f"unknown URL option {name}"
+        hint = ": a TLS option, for a rediss:// URL" if name.startswith("'ssl") and parts.scheme != "rediss" else ""
+        return f"unknown URL option {name}{hint}"
     except (ValueError, redis.RedisError) as e:  # "Invalid value for 'socket_timeout' in connection URL."
         return f"a URL option's value is not one redis-py takes: {e}"
     return None
@@ -195,22 +196,33 @@ class SentinelEndpoint(_Strict):
         """ConfigError naming the field when a TLS file cannot be read or does not load as PEM. Checked on
         the host that connects (an inventory is also read where the files are not), before any node is:
         a certificate that does not load would otherwise read as every data node being unreachable."""
-        missing = unreadable_tls_file((f, getattr(self, f)) for f in TLS_FILES)
-        if missing:
-            raise ConfigError(f"{where}: {missing}: no such readable file")
+        problem = tls_files_problem({f: getattr(self, f) for f in TLS_FILES})
+        if problem:
+            raise ConfigError(f"{where}: {problem}")
+
+
+def tls_files_problem(files: Mapping[str, str | None]) -> str | None:
+    """Why TLS files (`ssl_ca_certs`, `ssl_certfile`, `ssl_keyfile`, and `ssl_password` for the key) cannot be
+    used, or None: a file that cannot be read, a CA file with no certificate, a certificate and key that do
+    not load (PEM). One rule for a sentinel endpoint's fields and a URL's options (`?ssl_ca_certs=...`),
+    checked before connecting: redis-py's error was "unreachable", exit 3, which Airflow retries."""
+    missing = unreadable_tls_file(files.items())
+    if missing:
+        return f"{missing}: no such readable file"
+    ca, cert, key = (files.get(f) for f in TLS_FILES)
+    if ca is None and cert is None:
+        return None  # no file to load (and the system's CAs are not read on every connection)
+    try:
+        context = ssl.create_default_context(cafile=ca)
+    except ssl.SSLError as e:
+        return f"ssl_ca_certs {ca}: no CA certificate (PEM) in it ({e})"
+    if cert is not None:
         try:
-            context = ssl.create_default_context(cafile=self.ssl_ca_certs)
+            context.load_cert_chain(cert, key, password=files.get("ssl_password"))
         except ssl.SSLError as e:
-            said = f"ssl_ca_certs {self.ssl_ca_certs}: no CA certificate (PEM) in it ({e})"
-            raise ConfigError(f"{where}: {said}") from None
-        if self.ssl_certfile is not None:
-            try:
-                context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
-            except ssl.SSLError as e:
-                key = f" with ssl_keyfile {self.ssl_keyfile}" if self.ssl_keyfile else ""
-                raise ConfigError(
-                    f"{where}: ssl_certfile {self.ssl_certfile}{key}: not a certificate and its key (PEM) ({e})"
-                ) from None
+            with_key = f" with ssl_keyfile {key}" if key else ""
+            return f"ssl_certfile {cert}{with_key}: not a certificate and its key (PEM) ({e})"
+    return None
 
 
 RedisEndpoint = NodeEndpoint | SentinelEndpoint
