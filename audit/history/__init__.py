@@ -20,7 +20,7 @@ from audit.history.mysql import MySQLHistory
 from audit.history.record import PairRecord, RunRecord, read_run
 from audit.history.sqlite import DEFAULT_FILE_NAME, SqliteHistory, sqlite_path
 from audit.history.store import HistoryStore, SqlHistory, shown_url, to_frame
-from audit.urls import ConnResolver
+from audit.urls import ConnResolver, shown_server_url
 
 HISTORY_BY_SCHEME: dict[str, type[SqlHistory]] = {
     SqliteHistory.SCHEME: SqliteHistory,
@@ -87,6 +87,7 @@ def check_history_url(url: str | None, resolver: ConnResolver | None = None) -> 
 
 def _backend(url: str, resolver: ConnResolver | None) -> tuple[type[SqlHistory], str]:
     """The backend of a URL (a `conn:<id>` resolved first) and the URL it opens."""
+    shown = shown_url
     if url.startswith("conn:"):
         from audit.connections import endpoint_url
 
@@ -94,11 +95,12 @@ def _backend(url: str, resolver: ConnResolver | None) -> tuple[type[SqlHistory],
             url = str(endpoint_url(url, resolver))
         except ConfigError as e:
             raise ConfigError(f"history: {e}") from None
+        shown = shown_server_url  # a connection's value with no scheme may be just its password: never quoted
     scheme = url.split("://", 1)[0] if "://" in url else ""
     backend = HISTORY_BY_SCHEME.get(scheme)
     if backend is None:
         examples = "; ".join(b.URL_HELP for b in HISTORY_BY_SCHEME.values())
-        raise ConfigError(f"history: unsupported URL {shown_url(url)!r} (expected one of: {examples})")
+        raise ConfigError(f"history: unsupported URL {shown(url)!r} (expected one of: {examples})")
     return backend, url
 
 

@@ -410,3 +410,14 @@ def test_a_history_not_given_or_given_blank_is_the_environments_everywhere(
     monkeypatch.delenv(ENV_VAR)
     assert history_url(given) is None
     check_history_url(given)  # OUT's sqlite: nothing to check
+
+
+@pytest.mark.parametrize("value", ["hunter2secret", "u:hunter2secret@db:3306/h"])
+def test_a_history_connection_whose_value_is_no_url_is_never_quoted(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a secret manager's key holding just the password, or a URL whose scheme was left out
+    monkeypatch.setenv("AIRFLOW_CONN_HIST", value)
+    with pytest.raises(ConfigError) as e:
+        open_history("conn:hist")
+    assert str(e.value).startswith("history: ") and "hunter2secret" not in str(e.value)
