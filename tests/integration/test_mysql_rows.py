@@ -19,6 +19,7 @@ import pytest
 from audit.errors import ConfigError, SourceConnectError, SourceError
 from audit.findings import Finding
 from audit.local.mariadb_server import MariaDBServer, free_port, mariadb_available
+from audit.local.redis_server import RedisServer
 from audit.sources.mysql.chunks import TableWork
 from audit.sources.mysql.engine import audit_tables
 from tests.integration.mysql_pair import FAST, Pair, start_module_pair, statements
@@ -389,6 +390,24 @@ def test_unreachable_server_and_bad_password_name_the_host(pair: Pair) -> None:
     wrong = f"mysql://auditor:not-the-pw@127.0.0.1:{pair.master.port}"
     with pytest.raises(SourceConnectError, match=f"master 127.0.0.1:{pair.master.port}: access denied for user 'aud"):
         audit_tables(None, wrong, pair.replica_url, ["x.y"])
+
+
+def test_a_port_where_another_protocol_listens_is_said_without_waiting_the_read_timeout(
+    pair: Pair, tmp_path: Path
+) -> None:
+    """A Redis server says nothing until spoken to: the greeting's wait was the session's read timeout."""
+    server = RedisServer(free_port(), tmp_path / "redis").start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(SourceConnectError, match=f"replica 127.0.0.1:{server.port}: no MySQL handshake") as e:
+            audit_tables(
+                None, pair.master_url, f"mysql://a:secret-pw@127.0.0.1:{server.port}?connect_timeout=2", ["x.y"]
+            )
+        # the handshake's bound (10 s at least), not the 600 s read timeout
+        assert time.monotonic() - started < 120
+        assert e.value.where == f"127.0.0.1:{server.port}" and "secret-pw" not in str(e.value)
+    finally:
+        server.stop()
 
 
 def test_table_that_does_not_exist_is_a_config_error_naming_it(pair: Pair, schema: str) -> None:

@@ -31,6 +31,8 @@ START_SNAPSHOT = "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"
 
 CONNECT_ERRORS = frozenset({2002, 2003, 2005, 2006, 2013})
 """Cannot connect, unknown host, server gone, connection lost."""
+HANDSHAKE_MIN_S = 10.0
+"""The shortest wait for a server's handshake: a loaded server may take seconds to authenticate."""
 TABLE_GONE_ERRORS = frozenset({1054, 1146, 1176, 1412})
 """Unknown column, no such table, key gone, table definition changed: the table was altered under us."""
 _PRIVILEGE = re.compile(r"you need \(at least one of\) the (.+?) privilege", re.IGNORECASE)
@@ -65,6 +67,11 @@ def audit_error(e: pymysql.MySQLError, endpoint: MySQLEndpoint, side: str, doing
     if code in TABLE_GONE_ERRORS:
         return TableGone(f"{side} {where}: {message}")
     return SourceError(f"{side} {where}: {doing} failed: ({code}) {message}", where=where)
+
+
+def _timed_out(e: pymysql.MySQLError) -> bool:
+    """A connection lost to a socket timeout (pymysql's 2013 "... (timed out)")."""
+    return bool(e.args) and e.args[0] == 2013 and "timed out" in str(e.args[-1])
 
 
 @dataclass
@@ -211,7 +218,12 @@ class Server:
 
 
 def connect(endpoint: MySQLEndpoint, side: str, *, read_timeout_s: float = 600.0) -> Server:
-    """A read-only session on `endpoint`; SourceConnectError naming host:port when it cannot be had."""
+    """A read-only session on `endpoint`; SourceConnectError naming host:port when it cannot be had.
+
+    The handshake (greeting and authentication) is bounded as the mysql client bounds it, by the connect
+    timeout (at least HANDSHAKE_MIN_S): a port where a server of another protocol listens says nothing,
+    and the session's read timeout (up to 10 minutes) was spent waiting for a greeting that never came."""
+    handshake_s = max(endpoint.connect_timeout_s, HANDSHAKE_MIN_S)
     ssl = {k: v for k, v in (("ca", endpoint.ssl_ca), ("cert", endpoint.ssl_cert), ("key", endpoint.ssl_key)) if v}
     try:
         conn = pymysql.connect(
@@ -226,15 +238,22 @@ def connect(endpoint: MySQLEndpoint, side: str, *, read_timeout_s: float = 600.0
             conv={},
             autocommit=True,
             connect_timeout=endpoint.connect_timeout_s,
-            read_timeout=read_timeout_s,
+            read_timeout=handshake_s,
             ssl=ssl or None,
         )
     except pymysql.MySQLError as e:
+        if _timed_out(e):
+            raise SourceConnectError(
+                f"{side} {endpoint.where}: no MySQL handshake within {handshake_s:g} s: is this port a MySQL or "
+                "MariaDB server's? (another server, such as Redis, waits for the client to speak first)",
+                where=endpoint.where,
+            ) from None
         raise audit_error(e, endpoint, side, "connecting") from None
     except OSError as e:  # pymysql builds the TLS context first (ssl.SSLError): a file that is no certificate
         raise ConfigError(
             f"{side} {endpoint.shown}: the TLS options (ssl_ca, ssl_cert, ssl_key) do not load: {e}"
         ) from None
+    conn._read_timeout = read_timeout_s  # pymysql re-arms its socket's timeout from this before each read
     server = Server(endpoint, side, conn)
     for statement in SESSION_SETUP:
         server.query(statement, "setting up a read-only session")
