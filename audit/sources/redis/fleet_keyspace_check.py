@@ -50,6 +50,7 @@ from audit.sources.redis.fleet_check import excluded_nodes, roles_changed, roles
 from audit.sources.redis.fleet_readers import SingleServer, fleet_nodes, pipes_for, side_reader
 from audit.sources.redis.fleet_snapshot import FleetSnapshot, TaskResult, side_tasks, snapshot_fleet
 from audit.sources.redis.keyfilter import KeyFilter
+from audit.sources.redis.keys import KeyReader
 from audit.sources.redis.keyspace_check import (
     WINDOW_BYTES,
     KeyspaceCheck,
@@ -60,6 +61,7 @@ from audit.sources.redis.keyspace_check import (
 from audit.sources.redis.model import RedisPair, topology_of
 from audit.sources.redis.recheck import RecheckStats, set_confirmed_live
 from audit.sources.redis.resp import RespPipe
+from audit.sources.redis.routing import AskAbsentReader
 from audit.sources.redis.topology import Shard, Topology
 
 if TYPE_CHECKING:
@@ -360,11 +362,13 @@ class FleetKeyspaceCheck(Check):
                 open_pipe(replica.url, role=f"{role} replica", readonly=topo.kind == "cluster"),
             ]
             try:
+                master: RespPipe | KeyReader = pipes[0]
                 if by_db:
                     part = self._still_in_shard(ctx, part, shard, pipes[0])
+                    master = AskAbsentReader(pipes[0], self.settings.big_key_elements, WINDOW_BYTES)
                 # `replica_node`, not `replica`: that is what the replica holds (detail.replica, as for a pair)
                 extra = {"shard": F.lit(shard.name), "replica_node": F.lit(replica.addr)}
-                survivors, found = self._run_recheck(ctx, part, (pipes[0], pipes[1]), stats, True, extra)
+                survivors, found = self._run_recheck(ctx, part, (master, pipes[1]), stats, True, extra)
                 evidence = self._fields(survivors, selecting(*pipes))
             finally:
                 for p in pipes:
@@ -373,22 +377,21 @@ class FleetKeyspaceCheck(Check):
         return frames
 
     def _still_in_shard(self, ctx: StageContext, cands: DataFrame, shard: Shard, master: RespPipe) -> DataFrame:
-        """A shard's candidates but those of slots it owned at discovery and its master no longer serves: a
-        key resharded away since answers ASK or MOVED there, never its value; left out and counted, as
-        moving slots' keys are. A slot being migrated away still serves the keys its master holds: those
-        stay. A key of a slot the shard never owned (a replica's orphan) stays."""
-        from audit.sources.redis.routing import migrating_slots, stable_slots, still_held
+        """A shard's candidates but those of slots it owned at discovery and its master no longer owns: a
+        key resharded away since answers MOVED there, never its value; left out and counted, as moving
+        slots' keys are. A slot being migrated away stays: its master still answers for every key of it
+        (its value, or ASK for a key it does not hold, read as absent: AskAbsentReader), so a key only
+        the replica holds there is compared. A key of a slot the shard never owned (a replica's orphan)
+        stays."""
+        from audit.sources.redis.routing import served_slots
 
         reply = master.execute([(b"CLUSTER", b"NODES")])[0]
         text = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else ""
-        served = stable_slots(text) if text else None
+        served = served_slots(text) if text else None
         gone = {n for a, b in shard.slots for n in range(a, b + 1)} - (served or set())
         if served is None or not gone:  # no master now, or no answer: the reads say so (roles changed, ...)
             return cands
-        migrating = gone & migrating_slots(text)
-        moving = _in_slots(cands, migrating, inside=True).select("key").collect() if migrating else []
-        keys = [bytes(r["key"]) for r in moving]
-        kept = _in_slots(cands, gone, inside=False, held=still_held(master, keys) if keys else set())
+        kept = _in_slots(cands, gone, inside=False)
         if moved := cands.count() - kept.count():
             ctx.metrics["keys_in_moving_slots"] = int(ctx.metrics.get("keys_in_moving_slots") or 0) + moved
             said = f"{moved} differing keys moved out of their shard during the audit (resharding): not compared"
@@ -455,16 +458,14 @@ class FleetKeyspaceCheck(Check):
         return {**certified, "compare": self.extras.compare, "compare_meaning": COMPARE_MEANING[self.extras.compare]}
 
 
-def _in_slots(
-    cands: DataFrame, slots: set[int], *, inside: bool, held: frozenset[bytes] | set[bytes] = frozenset()
-) -> DataFrame:
-    """The candidates whose key's cluster slot is (`inside`) or is not in `slots`; the keys in `held` too."""
+def _in_slots(cands: DataFrame, slots: set[int], *, inside: bool) -> DataFrame:
+    """The candidates whose key's cluster slot is (`inside`) or is not in `slots`."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType
 
     from audit.sources.redis.routing import key_slot
 
-    keep = lambda key: bytes(key) in held or (key_slot(bytes(key)) in slots) is inside  # noqa: E731 (no hints: a plain UDF)
+    keep = lambda key: (key_slot(bytes(key)) in slots) is inside  # noqa: E731 (no hints: a plain UDF)
     return cands.where(F.udf(keep, BooleanType())(F.col("key")))
 
 

@@ -334,8 +334,8 @@ def _snapshot_state(row: Any) -> KeyState | None:
 def recheck(
     spark: SparkSession,
     candidates: DataFrame,
-    master: RespPipe | DbReader,
-    replica: RespPipe | DbReader,
+    master: RespPipe | KeyReader | DbReader,
+    replica: RespPipe | KeyReader | DbReader,
     *,
     rounds: int,
     interval_s: float,
@@ -350,27 +350,28 @@ def recheck(
 ) -> tuple[DataFrame, RecheckStats]:
     """The persisting divergences (the diff's candidate columns, re-read values) and what happened.
 
-    `master`/`replica`: a pipe to one server (keys read there, db by db), or a DbReader (a fleet side
-    whose keys live on several nodes). The replication stream (`ack`) and hot-key judging need a pipe
-    on both sides: with a DbReader they are not used (two independent systems).
+    `master`/`replica`: a pipe to one server (keys read there, db by db), a KeyReader on one (a reader
+    that reads some replies its own way: audit/sources/redis/routing.py AskAbsentReader), or a DbReader
+    (a fleet side whose keys live on several nodes). The replication stream (`ack`) and hot-key judging
+    need one server on each side: with a DbReader they are not used (two independent systems).
     """
     stats = RecheckStats()
     rows = candidates.select("db", "key", *MASTER_FIELDS).collect()
     stats.candidates = len(rows)
-    stats.live = ack is not None and isinstance(master, RespPipe) and isinstance(replica, RespPipe)
+    m_reader, r_reader = (_reader(side, page, window_bytes) for side in (master, replica))
+    stats.live = ack is not None and isinstance(m_reader, KeyReader) and isinstance(r_reader, KeyReader)
     if rounds == 0:
         return candidates, stats
     pending: dict[Key, KeyState | None] = {(r["db"], bytes(r["key"])): _snapshot_state(r) for r in rows}
     divergent: dict[Key, tuple[KeyState | None, KeyState | None]] = {}
-    m_reader, r_reader = (_reader(side, page, window_bytes) for side in (master, replica))
     paced = pacers(max_keys_per_s)
     unreadable: set[Key] = set()
     suspected: dict[Key, tuple[KeyState | None, KeyState | None]] = {}
     if not (isinstance(m_reader, KeyReader) and isinstance(r_reader, KeyReader)):
         ack, judge_hot_keys = None, 0
     judging: Judge | None = None
-    if judge_hot_keys and isinstance(master, RespPipe) and isinstance(replica, RespPipe):
-        pipes = (master, replica)
+    if judge_hot_keys and isinstance(m_reader, KeyReader) and isinstance(r_reader, KeyReader):
+        pipes = (m_reader.pipe, r_reader.pipe)
         judging = functools.partial(
             judge_keys, pipes=pipes, budget_s=ack_wait_s, tolerance_ms=tolerance_ms, paced=paced
         )
@@ -421,7 +422,7 @@ def _judge_still_moving(
             divergent[k] = (as_state(k[1], verdict.master), as_state(k[1], verdict.replica))
 
 
-def _reader(side: RespPipe | DbReader, page: int, window_bytes: int) -> Reader:
+def _reader(side: RespPipe | KeyReader | DbReader, page: int, window_bytes: int) -> Reader:
     return KeyReader(side, page, window_bytes) if isinstance(side, RespPipe) else side
 
 

@@ -24,7 +24,7 @@ import hiredis
 
 from audit.sources.redis.client import open_pipe
 from audit.sources.redis.endpoints import node_url
-from audit.sources.redis.keys import ERROR, KeyReader, KeyState
+from audit.sources.redis.keys import ERROR, VANISHED, KeyReader, KeyState
 from audit.sources.redis.resp import Command, RespPipe, pack
 from audit.sources.redis.topology import SLOTS, NodeLine, Topology, parse_cluster_nodes
 
@@ -74,26 +74,39 @@ def _myself(nodes_text: str) -> NodeLine | None:
     return next((n for n in parse_cluster_nodes(nodes_text, "") if "myself" in n.flags), None)
 
 
-def stable_slots(nodes_text: str) -> set[int] | None:
-    """The slots the node that answered `CLUSTER NODES` (its `myself` line) owns and is not migrating:
-    the keys it serves as they stand. None when that node is no master (a failover: said elsewhere)."""
+def served_slots(nodes_text: str) -> set[int] | None:
+    """The slots the node that answered `CLUSTER NODES` (its `myself` line) owns, those it is migrating
+    away included: it still answers for their keys (a key it holds with its value, any other with ASK,
+    which :class:`AskAbsentReader` reads as absent). None when that node is no master (a failover: said
+    elsewhere)."""
     me = _myself(nodes_text)
     if me is None or not me.is_master:
         return None
-    return {n for a, b in me.slots for n in range(a, b + 1)} - set(me.migrating)
+    return {n for a, b in me.slots for n in range(a, b + 1)}
 
 
-def migrating_slots(nodes_text: str) -> set[int]:
-    """The slots the node that answered `CLUSTER NODES` is migrating to another node."""
-    me = _myself(nodes_text)
-    return set(me.migrating) if me is not None else set()
+class AskAbsentReader(KeyReader):
+    """A shard master's reads in a replication audit, where its ASK for a key means the key is not there.
+
+    Redis answers ASK only from the node migrating the key's slot, and only for a key it does not hold
+    (one it holds is served; redis 7.0, any single-key command: EXISTS, TYPE, PTTL, GET...): the master
+    does not hold the key, exactly as TYPE `none` says elsewhere. Its replica (READONLY) is not told
+    the slot is migrating: it answers from what it holds, so a key only the replica holds reads present
+    there and is compared (extra_on_replica), while a key MIGRATE moved away, its DEL replicated, reads
+    absent on both once the replica has applied the master's position (the recheck waits for it).
+
+    Only for a replication audit: a migration reads each key where the cluster serves it, ASK followed
+    (:class:`ClusterKeyReader`)."""
+
+    def read(self, keys: Sequence[bytes]) -> list[KeyState]:
+        return [_absent_if_asked(s) for s in super().read(keys)]
 
 
-def still_held(master: RespPipe, keys: Sequence[bytes]) -> set[bytes]:
-    """Which of `keys` (of slots `master` is migrating) it still holds and serves: EXISTS answers 1 for
-    those; a key already moved answers ASK (MOVED once the slot has gone)."""
-    replies = master.execute([(b"EXISTS", k) for k in keys])
-    return {k for k, reply in zip(keys, replies, strict=True) if reply == 1}
+def _absent_if_asked(state: KeyState) -> KeyState:
+    redirect = parse_redirect(state.error) if state.status == ERROR else None
+    if redirect is None or redirect[0] != "ASK":
+        return state  # MOVED: the slot has left the shard (left out by the caller), never "absent"
+    return KeyState(state.key, "", None, None, 0, None, VANISHED, None, state.read_at_ms)
 
 
 def split_packed(payload: bytes) -> list[list[bytes]]:
