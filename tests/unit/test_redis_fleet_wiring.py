@@ -1,6 +1,6 @@
 """The redis kind's fleet wiring without servers: pair shapes, the checks composed for each, the topology
-kept in the state without secrets, the ASK pipe's re-packing, key-filter counts, the compare mode in the
-diff and the recheck, detail.fields spliced into findings."""
+kept in the state without secrets, the ASK pipe's re-packing, a shard master's ASK read as absence,
+key-filter counts, the compare mode in the diff and the recheck, detail.fields spliced into findings."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from audit.sources.redis.fleet_state import topology_from_json, topology_json
 from audit.sources.redis.keys import KeyState
 from audit.sources.redis.recheck import category_of
 from audit.sources.redis.resp import pack
-from audit.sources.redis.routing import split_packed
+from audit.sources.redis.routing import _absent_if_asked, served_slots, split_packed
 from audit.sources.redis.scan_filter import filtered_by_match
 from audit.sources.redis.topology import Node, Shard, SlotMove, Topology
 
@@ -105,6 +105,33 @@ def test_topology_kept_without_urls_and_rebuilt() -> None:
 def test_ask_pipe_splits_packed_commands_back() -> None:
     commands = [[b"TYPE", b"a b"], [b"PTTL", b"\x00\r\n"], [b"HSCAN", b"k", b"0", b"COUNT", b"10"]]
     assert split_packed(pack(commands)) == commands
+
+
+def test_a_shard_masters_ask_reads_as_absent_and_its_slot_as_served() -> None:
+    """Redis answers ASK only from the node migrating the key's slot, for a key it does not hold: in a
+    replication audit that is the key's absence on the master (and the snapshot counts no such row as
+    left out). MOVED (the slot gone) and any other error stay errors; a replica's ASK is not taken."""
+    import pyarrow as pa
+
+    from audit.sources.redis.fleet_snapshot import SnapshotTask, _left_out, _redirected
+
+    def state(status: str, error: str | None) -> KeyState:
+        return KeyState(b"k", "", None, None, 0, None, status, error, 5)
+
+    assert _absent_if_asked(state("error", "ASK 3999 10.0.0.6:7001")) == state("vanished", None)
+    for kept in (state("error", "MOVED 3999 10.0.0.6:7001"), state("error", "CLUSTERDOWN x"), state("ok", None)):
+        assert _absent_if_asked(kept) == kept
+    me = "a" * 40
+    text = f"{me} 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-9 [5->-{'b' * 40}]\n"
+    assert served_slots(text) == set(range(10))  # the migrating slot 5 included
+    assert served_slots(text.replace("myself,master", "myself,slave")) is None
+    rows = pa.table({"status": ["error", "error", "ok"], "error": ["ASK 5 h:1", "MOVED 5 h:1", None]})
+    master = SnapshotTask("master", 0, "s", "n", "redis://n", cluster=True)
+    replica = SnapshotTask("replica", 0, "s", "r", "redis://r", readonly=True, cluster=True)
+    redirected = _redirected(rows)
+    assert _left_out(rows, redirected, master, 0).to_pylist() == [False, True, False]
+    assert _left_out(rows, redirected, replica, 0).to_pylist() == [True, True, False]
+    assert _left_out(rows, redirected, master, None).to_pylist() == [True, True, False]  # a migration re-reads
 
 
 def test_scan_match_count_is_the_servers_count_minus_the_keys_scanned() -> None:
