@@ -226,9 +226,8 @@ def _resharding(cluster: LocalCluster, rnd: random.Random) -> Iterator[list[tupl
     """Up to 3 slots holding keys left half migrated to another master (some of their keys moved, the
     rest not) for the block, then finished; yields each one's (slot, migrating master, importing master)."""
     owner = fleet.owner(cluster)
-    held = sorted({key_slot(k) for m in cluster.masters for k in cluster.node(m).scan_iter(count=1000)})
     moving = []
-    for slot in rnd.sample(held, min(len(held), rnd.randrange(1, 4))):
+    for slot in _slots_to_move(cluster, rnd):
         src = cluster.masters[owner[slot]]
         dst = rnd.choice([m for m in cluster.masters if m != src])
         cluster.node(dst).execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", cluster.node_id(src))
@@ -245,6 +244,21 @@ def _resharding(cluster: LocalCluster, rnd: random.Random) -> Iterator[list[tupl
             for m in cluster.masters:
                 cluster.node(m).execute_command("CLUSTER", "SETSLOT", slot, "NODE", cluster.node_id(dst))
         cluster.wait_healthy()
+
+
+def _slots_to_move(cluster: LocalCluster, rnd: random.Random) -> list[int]:
+    """Up to 3 slots holding keys; for half the seeds one holding a key only a replica holds when there is
+    one (its master answers ASK for it once the slot migrates: the key's absence there)."""
+    held = sorted({key_slot(k) for m in cluster.masters for k in cluster.node(m).scan_iter(count=1000)})
+    stale = set()
+    for m, replicas in zip(cluster.masters, cluster.replicas, strict=True):
+        on_master = set(cluster.node(m).scan_iter(count=1000))
+        for r in replicas:
+            stale |= {key_slot(k) for k in fleet.readonly(r).scan_iter(count=1000) if k not in on_master}
+    picked = rnd.sample(held, min(len(held), rnd.randrange(1, 4)))
+    if stale and rnd.random() < 0.5:
+        picked = [rnd.choice(sorted(stale)), *(s for s in picked if s not in stale)][:3]
+    return picked
 
 
 def _move(src: RedisServer, dst: RedisServer, keys: list[bytes]) -> None:
