@@ -67,6 +67,16 @@ def test_typed_values_round_trip_through_json() -> None:
     assert decode_value(text, "A-17 é".encode()) == "A-17 é" and decode_value(text, None) is None
 
 
+def test_a_replicas_text_copy_of_a_number_column_decodes_as_its_text() -> None:
+    """A migration made the master's INT, DECIMAL or DOUBLE a VARCHAR on the replica, which holds 'n/a':
+    decoding it as the master's type raised (decimal.InvalidOperation, ValueError) and stopped the audit
+    when its finding was shown; it is shown (and written by the repair plan) as the text it is."""
+    for data_type in ("int", "bit", "decimal", "double", "float"):
+        assert decode_value(col("v", data_type), b"n/a") == "n/a"
+        assert decode_value(col("v", data_type), b"1#2") == "1#2"
+    assert decode_value(col("v", "int"), b"5.5") == Decimal("5.5") and decode_value(col("v", "double"), b"1e3") == 1e3
+
+
 def test_column_expressions_normalise_what_text_would_hide_or_split() -> None:
     assert column_expr(col("f", "float")) == "CAST(`f` AS DOUBLE)"
     assert column_expr(col("b", "bit", "bit(8)")) == "CAST(`b` AS UNSIGNED)"

@@ -98,13 +98,18 @@ def decode_value(column: Column, raw: bytes | None) -> KeyValue | None:
     if raw is None:
         return None
     t = column.data_type
-    if t in INT_TYPES or t == "bit":
-        # a key the master holds as an INT may be a DECIMAL on the replica (5.5): kept exact, not a crash
-        return int(raw) if raw.lstrip(b"-").isdigit() else Decimal(raw.decode())
-    if t in ("decimal", "numeric"):
-        return Decimal(raw.decode())
-    if t in FLOAT_TYPES:
-        return float(raw)
+    try:
+        if t in INT_TYPES or t == "bit":
+            # a key the master holds as an INT may be a DECIMAL on the replica (5.5): kept exact, not a crash
+            return int(raw) if raw.lstrip(b"-").isdigit() else Decimal(raw.decode())
+        if t in ("decimal", "numeric"):
+            return Decimal(raw.decode())
+        if t in FLOAT_TYPES:
+            return float(raw)
+    except (ArithmeticError, ValueError):
+        # the replica's copy of a number column may be text ('1#2', 'n/a' in a VARCHAR after a
+        # migration): shown and written as the text it is, where its finding stopped the audit
+        return raw.decode("utf-8", errors="surrogateescape")
     if t in BINARY_TYPES:
         return bytes(raw)
     return raw.decode("utf-8", errors="surrogateescape")
