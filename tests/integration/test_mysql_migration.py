@@ -239,6 +239,26 @@ def test_values_retyped_by_a_migration_compare_in_a_form_both_types_share(pair: 
     )
 
 
+def test_a_separator_only_the_replicas_type_can_hold_does_not_hide_a_difference(pair: Pair, schema: str) -> None:
+    """An ENUM or INT the migration made a VARCHAR may hold '#', the row text's separator, on the replica
+    only. Its length was left out of the row text (the master's type cannot hold '#'), so the master's
+    ('a', 'b#c') and the replica's ('a#b', 'c') were one text, one hash: no finding."""
+    tables = []
+    for name, m_type, value in (("en", "ENUM('a','b')", "'a'"), ("num", "INT", "1")):
+        t = f"{schema}.{name}"
+        ddl = "CREATE TABLE {t} (id INT PRIMARY KEY, v %s, s VARCHAR(10))"
+        rows = f"INSERT INTO {{t}} VALUES (1, {value}, 'b#c'), (2, NULL, 'x')"
+        migrated(pair, t, ddl % m_type, ddl % "VARCHAR(10)", rows)
+        tables.append(t)
+    assert rows_found(pair.audit(tables)) == []
+
+    for t in tables:
+        pair.on_replica_only(f"UPDATE {t} SET v = CONCAT(v, '#b'), s = 'c' WHERE id = 1")
+    found = pair.audit(tables).findings
+    rows = sorted((f.evidence["table"], f.key, f.evidence["columns"]) for f in found if f.category == "row_mismatch")
+    assert rows == [(t, b"[1]", ["v", "s"]) for t in tables]
+
+
 def test_a_key_the_replica_cannot_spell_in_its_character_set_is_a_finding_not_a_crash(pair: Pair, schema: str) -> None:
     """A key column moved from utf8mb4 to latin1 (a migration's default character set): the copy of
     '😀' reads '?' there. The replica's rows were read by key, `k IN ('😀', ...)`, which the server

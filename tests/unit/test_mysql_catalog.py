@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from audit.sources.mysql.catalog import _column, _leading_columns, _unique_keys, plan_table
-from audit.sources.mysql.values import TableDef, UniqueKey
+from audit.sources.mysql.sql import TableSql
+from audit.sources.mysql.values import Column, TableDef, UniqueKey
 
 
 def _row(name: str, data_type: str, extra: str, expression: str | None = None) -> dict[str, str | None]:
@@ -54,3 +55,17 @@ def test_an_invisible_mysql_8_index_is_neither_a_key_nor_forced() -> None:
     assert [k.index for k in _unique_keys(indexes, columns)[("s", "t")]] == ["u_seen"]
     del indexes[("s", "t", "u_seen")]
     assert _unique_keys(indexes, columns) == {} and _leading_columns(indexes) == {}
+
+
+def test_a_column_whose_replica_type_may_hold_the_separator_has_its_length_in_the_row_text() -> None:
+    """The master's INT is a VARCHAR on the replica, which may hold '#': both sides' row texts give its
+    length, else the master's (1, '2#3') and the replica's ('1#2', '3') were one text."""
+    key = (UniqueKey("PRIMARY", ("id",), True),)
+    text = Column("s", "varchar", "varchar(9)")
+    master = TableDef("s", "t", (Column("id", "int", "int"), Column("n", "int", "int"), text), key)
+    replica = TableDef("s", "t", (Column("id", "int", "int"), Column("n", "varchar", "varchar(9)"), text), key)
+    plan = plan_table(master, replica)
+    assert plan.separators == frozenset({"n"})
+    for side in ("master", "replica"):
+        assert "LENGTH(`n`)" in TableSql(plan, side, "crc32").hash
+    assert plan_table(master, master).separators == frozenset()

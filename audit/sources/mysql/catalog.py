@@ -20,7 +20,7 @@ from audit.errors import ConfigError
 from audit.findings import Finding
 from audit.sources.mysql.client import Server, TableGone, decode_texts
 from audit.sources.mysql.endpoint import SYSTEM_SCHEMAS, TablePattern
-from audit.sources.mysql.sql import column_expr, key_order, literal, table_ref
+from audit.sources.mysql.sql import column_expr, key_order, literal, may_hold_separator, table_ref
 from audit.sources.mysql.values import Column, SideSql, TableDef, TablePlan, UniqueKey
 
 TableName = tuple[str, str]
@@ -357,6 +357,10 @@ def plan_table(master: TableDef, replica: TableDef, *, keyless: bool = False) ->
         signatures=signatures,
         ranges=ranges,
         collated=collated,
+        # both sides' rows hash with the same length fields: those either side's definition needs
+        separators=frozenset(
+            c.name for c in common if may_hold_separator(r_cols[c.name]) and not may_hold_separator(c)
+        ),
     )
 
 

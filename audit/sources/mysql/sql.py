@@ -14,9 +14,9 @@ Row hash (both sides run the same expression over the columns they have in commo
 `ei` is each column's normalised text (see `column_expr`), a long one (a TEXT, BLOB, JSON or geometry
 value over DIGESTED_BYTES) as `md5:<its MD5>` (see `hashed_expr`); the ISNULL flags of the columns that may be
 NULL (on either side) make NULL differ from '' and from a missing value (CONCAT_WS skips NULLs); the
-byte lengths of the columns whose text may contain '#' (strings, binaries, JSON; enums and sets with
-a '#' in a value), all but the last, make the encoding unambiguous (`'a#','b'` vs `'a','#b'`). CRC32 detects every
-change of up to 32 adjacent bits; `hash_function: md5` gives 64 bits.
+byte lengths of the columns whose text may contain '#' on either side (strings, binaries, JSON; enums
+and sets with a '#' in a value), all but the last, make the encoding unambiguous (`'a#','b'` vs
+`'a','#b'`). CRC32 detects every change of up to 32 adjacent bits; `hash_function: md5` gives 64 bits.
 A chunk's digest is `COUNT(*)` and `SUM(hash)`: a sum, not pt-table-checksum's BIT_XOR, so two equal
 rows do not cancel out (a keyless table is a multiset) and swapping values between two rows of equal
 length (which XOR of CRCs cannot see: CRC is linear) changes it; it is order-independent and additive,
@@ -352,6 +352,11 @@ def force_index(index: str | None) -> str:
     return f" FORCE INDEX ({quote_ident(index)})" if index else ""
 
 
+def _separable(plan: TablePlan, column: Column) -> bool:
+    """Whether the column's text may hold '#' on either side (TablePlan.separators: the replica's)."""
+    return may_hold_separator(column) or column.name in plan.separators
+
+
 # --- SQL over one table -----------------------------------------------------------------------------------
 
 
@@ -360,7 +365,7 @@ class TableSql:
 
     def __init__(self, plan: TablePlan, side: Side, hash_function: str) -> None:
         sql = plan.side(side)
-        separable = [may_hold_separator(c) for c in plan.columns]
+        separable = [_separable(plan, c) for c in plan.columns]
         nullable = [c.nullable for c in plan.columns]
         self.plan, self.exprs = plan, sql.exprs
         hashed = [hashed_expr(c, e) for c, e in zip(plan.columns, sql.exprs, strict=True)]
@@ -403,7 +408,7 @@ class TableSql:
             weight_expr(c, e) if self.plan.collated and c.data_type in ("char", "varchar") else e
             for c, e in zip(columns, self.key_exprs, strict=True)
         ]
-        return row_string(exprs, [False] * len(columns), [may_hold_separator(c) for c in columns])
+        return row_string(exprs, [False] * len(columns), [_separable(self.plan, c) for c in columns])
 
     def bucket_digests(self, buckets: int) -> str:
         """COUNT(*) and SUM(row hash) of each bucket of rows, by CRC32 of the key's text: in bucket order."""

@@ -99,6 +99,11 @@ class TablePlan:
     """Whether every key column compares alike on both sides (same character set and collation for
     text): rows are then matched by key as that collation compares them, with key ranges or without
     (a replica whose key leads with another column), else by the key's bytes."""
+    separators: frozenset[str] = frozenset()
+    """Columns whose text may hold the row text's separator '#' on the replica though the master's
+    definition cannot (an INT or an ENUM there, a VARCHAR here): their lengths enter the row text on
+    both sides (sql.row_string), else the master's (1, '2#3') and the replica's ('1#2', '3') were one
+    row text, a difference never seen."""
 
     @property
     def display(self) -> str:
