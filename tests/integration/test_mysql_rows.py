@@ -132,6 +132,38 @@ def test_composite_varchar_binary_and_datetime_keys(pair: Pair, schema: str) -> 
     assert digests[f"{schema}.events"]["key"] == ["at"] and digests[f"{schema}.orders"]["replica_rows"] == 2000
 
 
+def test_non_ascii_keys_and_values_in_legacy_character_sets(pair: Pair, schema: str) -> None:
+    """A composite key whose latin1 column holds 'é': MariaDB's `(a, b) IN ((..), (..))` compared it with
+    the auditor's utf8mb4 literals byte for byte, so no differing row was read on either side and each
+    was taken for equal: the table's digests differed, no finding. A row of latin1 and cp1251 columns
+    (one legacy table) made the row text an 'Illegal mix of collations' that stopped the audit."""
+    row = "CONCAT('é', seq % 7), CONCAT('д', seq), seq, CONCAT('ü', seq), CONCAT('ж', seq)"
+    pair.on_master(
+        f"CREATE TABLE {schema}.legacy (a VARCHAR(5) CHARACTER SET latin1 NOT NULL, "
+        "b VARCHAR(8) CHARACTER SET latin1 NOT NULL, v INT, PRIMARY KEY (a, b))",
+        f"INSERT INTO {schema}.legacy SELECT CONCAT('é', seq % 7), CONCAT('è', seq), seq FROM {schema}.seq_1_to_600",
+        f"CREATE TABLE {schema}.mixed (a VARCHAR(5) CHARACTER SET latin1 NOT NULL, b VARCHAR(8) CHARACTER SET "
+        "cp1251 NOT NULL, v INT, l VARCHAR(8) CHARACTER SET latin1, c VARCHAR(8) CHARACTER SET cp1251, "
+        "PRIMARY KEY (a, b))",
+        f"INSERT INTO {schema}.mixed SELECT {row} FROM {schema}.seq_1_to_600",
+    )
+    pair.on_replica_only(
+        *(f"UPDATE {schema}.{t} SET v = -1 WHERE v IN (5, 300)" for t in ("legacy", "mixed")),
+        f"UPDATE {schema}.mixed SET c = 'з' WHERE v = 8",
+    )
+
+    result = pair.audit([f"{schema}.legacy", f"{schema}.mixed"])
+
+    found = sorted((f.evidence["table"], f.key, f.evidence["columns"]) for f in result.findings)
+    assert found == [
+        (f"{schema}.legacy", '["é5", "è5"]'.encode(), ["v"]),
+        (f"{schema}.legacy", '["é6", "è300"]'.encode(), ["v"]),
+        (f"{schema}.mixed", '["é1", "д8"]'.encode(), ["c"]),
+        (f"{schema}.mixed", '["é5", "д5"]'.encode(), ["v"]),
+        (f"{schema}.mixed", '["é6", "д300"]'.encode(), ["v"]),
+    ]
+
+
 def test_spark_tasks_find_the_same_rows(pair: Pair, schema: str, spark: Any) -> None:
     pair.on_master(
         f"CREATE TABLE {schema}.big (id BIGINT PRIMARY KEY, v VARCHAR(20))",

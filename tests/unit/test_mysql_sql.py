@@ -110,6 +110,13 @@ def test_long_values_are_hashed_as_their_digest_so_no_row_text_outgrows_the_pack
     assert hashed_expr(col("b", "varbinary", "varbinary(16)"), "`b`") == "`b`"
 
 
+def test_text_in_a_legacy_character_set_enters_the_row_text_as_its_bytes() -> None:
+    """latin1 and cp1251 columns in one row text were an 'Illegal mix of collations' (the audit stopped)."""
+    assert hashed_expr(col("l", "varchar", "varchar(9)", charset="latin1"), "`l`") == "CAST(`l` AS BINARY)"
+    assert hashed_expr(col("c", "text", charset="cp1251"), "`c`").startswith("IF(LENGTH(CAST(`c` AS BINARY)) > 8192")
+    assert hashed_expr(col("u", "varchar", "varchar(9)", charset="utf8mb4"), "`u`") == "`u`"
+
+
 def test_key_ranges_are_spelt_out_for_the_optimiser() -> None:
     assert range_where(["id"], None, None) == "1=1"
     assert range_where(["id"], (10,), (20,)) == "`id` >= 10 AND `id` < 20"

@@ -314,10 +314,13 @@ def _shared_key(master: TableDef, replica: TableDef, common: set[str]) -> Unique
     return None
 
 
-def _key_charset(column: Column, peer: Column) -> tuple[str, str] | None:
-    """The character set and collation the peer's key values are converted to before they are
-    compared with `column` (sql.key_literal), when the peer's may hold characters it cannot."""
-    if column.charset is None or column.charset == peer.charset or column.charset == "utf8mb4":
+def _key_charset(column: Column) -> tuple[str, str] | None:
+    """The character set and collation key values are converted to before they are compared with
+    `column` (sql.key_literal), when it is not utf8mb4, the session's: a key from the other side may
+    hold characters it cannot ('😀' into latin1), and MariaDB's `(a, b) IN ((..), (..))` compares a
+    latin1 column with utf8mb4 literals byte for byte (10.11: 'é' never matched, so a differing row's
+    key found no row on either side and the row was taken for equal: no finding)."""
+    if column.charset is None or column.charset == "utf8mb4":
         return None
     return column.charset, column.collation or f"{column.charset}_bin"
 
@@ -344,8 +347,8 @@ def plan_table(master: TableDef, replica: TableDef, *, keyless: bool = False) ->
     ranges = shared is not None and _indexed(replica, shared) and collated
     m_exprs = tuple(column_expr(c, r_cols[c.name], key=c.name in key) for c in common)
     r_exprs = tuple(column_expr(r_cols[c.name], c, key=c.name in key) for c in common)
-    m_casts = tuple(_key_charset(m_cols[k], r_cols[k]) for k in key)
-    r_casts = tuple(_key_charset(r_cols[k], m_cols[k]) for k in key)
+    m_casts = tuple(_key_charset(m_cols[k]) for k in key)
+    r_casts = tuple(_key_charset(r_cols[k]) for k in key)
     return TablePlan(
         schema=master.schema,
         name=master.name,

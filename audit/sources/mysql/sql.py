@@ -237,7 +237,19 @@ def hashed_expr(column: Column, expr: str) -> str:
     makes CONCAT_WS NULL, and a NULL hash is summed as nothing: any change in such a row was invisible.
     Digesting long values keeps every row text small, on both sides alike, whatever their settings.
     """
-    return _long_as_md5(column, expr)
+    return _long_as_md5(column, bytes_expr(column, expr))
+
+
+def bytes_expr(column: Column, expr: str) -> str:
+    """`expr` as its bytes when the column's text is in another character set than utf8mb4.
+
+    The row text concatenates every column: two that no one character set holds both of (latin1 and
+    cp1251, sjis or greek) are an 'Illegal mix of collations' for CONCAT_WS, which stopped the whole
+    audit. Bytes mix with anything, and equal text has equal bytes on both sides: each side reads the
+    column in the master's character set, or converted to utf8mb4 where they differ (column_expr)."""
+    if column.data_type in TEXT_TYPES and (column.charset or "utf8mb4") != "utf8mb4":
+        return f"CAST({expr} AS BINARY)"
+    return expr
 
 
 def _long_as_md5(column: Column, expr: str, *more: str) -> str:
@@ -405,7 +417,7 @@ class TableSql:
         its collation's weights ('A' and 'a ' weigh as 'a' under utf8mb4_general_ci)."""
         columns = self.plan.key_columns
         exprs = [
-            weight_expr(c, e) if self.plan.collated and c.data_type in ("char", "varchar") else e
+            weight_expr(c, e) if self.plan.collated and c.data_type in ("char", "varchar") else bytes_expr(c, e)
             for c, e in zip(columns, self.key_exprs, strict=True)
         ]
         return row_string(exprs, [False] * len(columns), [_separable(self.plan, c) for c in columns])
