@@ -208,6 +208,29 @@ def test_recheck_judges_no_row_the_replica_has_not_applied(pair: Pair, schema: s
     assert sorted(d.key or () for d in result.behind) == [(), (), (7,), (8,)]
 
 
+def test_a_differing_chunk_whose_rows_no_lookup_finds_is_uncovered_not_equal(
+    pair: Pair, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A differing row whose key lookup reads no row on either side (as MariaDB's row IN did for a
+    latin1 'é') was taken for equal: the table's digests differed, and there was no finding and nothing
+    uncovered, exit 0. Such a chunk is now uncovered, with its rows, which the gate fails."""
+    from audit.sources.mysql.chunks import TableWork
+
+    pair.on_master(
+        f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, v INT)",
+        f"INSERT INTO {schema}.t SELECT seq, seq FROM {schema}.seq_1_to_100",
+    )
+    pair.on_replica_only(f"UPDATE {schema}.t SET v = 0 WHERE id = 5")
+    monkeypatch.setattr(TableWork, "rows_by_key", lambda self, side, keys, _=None: {})
+
+    result = pair.audit([f"{schema}.t"])
+
+    assert result.findings == [] and not result.tables[0]["equal"]
+    assert [(u["table"], u["rows"]) for u in result.uncovered] == [(f"{schema}.t", 50)]  # its chunk
+    assert "no row read by key differed" in result.uncovered[0]["reason"]
+    assert result.metrics["chunks_uncovered"] == 1 and result.metrics["chunks_different"] == 0
+
+
 def test_table_altered_before_its_recheck_or_its_planning_is_uncovered_not_a_crash(
     pair: Pair, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
