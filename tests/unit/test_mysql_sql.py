@@ -21,6 +21,7 @@ from audit.sources.mysql.sql import (
     range_where,
     row_hash,
     row_string,
+    set_members,
     table_ref,
 )
 from audit.sources.mysql.values import Column
@@ -88,6 +89,17 @@ def test_column_expressions_normalise_what_text_would_hide_or_split() -> None:
     assert column_expr(m, r) == "CONVERT(`s` USING utf8mb4)"
     m, r = col("t", "datetime", "datetime"), col("t", "datetime", "datetime(6)")
     assert column_expr(m, r) == "CAST(`t` AS DATETIME(6))"
+
+
+def test_a_set_whose_definition_differs_is_read_as_its_members_in_one_order() -> None:
+    assert set_members("set('a''b','c\\\\d','é','')") == ["a'b", "c\\d", "é", ""]
+    m, r = col("s", "set", "set('x','y')"), col("s", "set", "set('y','x','w')")
+    expr = (
+        "IF(`s` IS NULL, NULL, CONCAT_WS(',', "
+        + ", ".join(f"IF(FIND_IN_SET('{x}', `s`), '{x}', NULL)" for x in "wxy")
+        + "))"
+    )
+    assert column_expr(m, r) == column_expr(r, m) == expr
 
 
 def test_row_string_flags_only_what_can_be_ambiguous() -> None:

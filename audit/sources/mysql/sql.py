@@ -197,6 +197,8 @@ def column_expr(column: Column, peer: Column | None = None, *, key: bool = False
         return f"CAST({c} AS DATETIME(6))"  # a DATE as its midnight: 2024-01-02 = 2024-01-02 00:00:00
     if t == "time" and p == "time":
         return f"CAST({c} AS TIME(6))"
+    if t == "set" and p == "set":
+        return set_members_expr(column, peer)
     if t in TEXT_TYPES and p in TEXT_TYPES:
         text = f"CONVERT({c} USING utf8mb4)"
         # a CHAR drops trailing spaces: 'a ' copied into a CHAR reads 'a' there; in a key only when both
@@ -207,6 +209,24 @@ def column_expr(column: Column, peer: Column | None = None, *, key: bool = False
         # a BINARY(n) pads with 0x00: 'ab' copied into a BINARY(4) reads 'ab\0\0' there
         return f"TRIM(TRAILING X'00' FROM {c})"
     return c
+
+
+def set_members(column_type: str) -> list[str]:
+    """The members of a SET or ENUM definition as COLUMN_TYPE spells it: `set('a''b','c\\\\d')`."""
+    quoted = re.findall(r"'((?:[^'\\]|''|\\.)*)'", column_type)
+    return [re.sub(r"''|\\(.)", lambda m: m.group(1) or "'", q) for q in quoted]
+
+
+def set_members_expr(column: Column, peer: Column) -> str:
+    """A SET's value as its members in one order both definitions share (sorted, over both).
+
+    A SET's text lists its members in its definition's order: a copy whose SET a migration reordered,
+    SET('y','x') for SET('x','y'), reads 'y,x' for the master's 'x,y', the same members: every such row
+    was a row_mismatch (the definitions are the schema_mismatch). NULL stays NULL (CONCAT_WS gives '')."""
+    c = quote_ident(column.name)
+    members = sorted(set(set_members(column.column_type)) | set(set_members(peer.column_type)))
+    found = ", ".join(f"IF(FIND_IN_SET({literal(m)}, {c}), {literal(m)}, NULL)" for m in members)
+    return f"IF({c} IS NULL, NULL, CONCAT_WS(',', {found}))"
 
 
 def binary_length(column: Column) -> int | None:
