@@ -24,7 +24,7 @@ from typing import Any
 
 import pymysql
 
-from tests.mysql_scenarios import BINARY_KINDS, HELD_BYTES, KEY_SHAPES, LONG_KINDS, SHOWN_CHARS, Table
+from tests.mysql_scenarios import BINARY_KINDS, HELD_BYTES, KEY_SHAPES, LONG_KINDS, SHOWN_CHARS, TEXT_KINDS, Table
 
 # --- the oracle ------------------------------------------------------------------------------------------
 
@@ -35,7 +35,7 @@ def read_side(conn: pymysql.Connection[Any], schema: str, table: Table) -> list[
     exprs = [f"CAST(`{n}` AS DOUBLE)" if k == "float" else f"`{n}`" for n, _, k in table.columns]
     collated = table.matched_by == "collation"
     weights = [
-        f"WEIGHT_STRING(TRIM(TRAILING ' ' FROM `{n}`))" if k == "str" and collated else f"`{n}`"
+        f"WEIGHT_STRING(TRIM(TRAILING ' ' FROM `{n}`))" if k in TEXT_KINDS and collated else f"`{n}`"
         for n, _, k in KEY_SHAPES[table.shape]
     ]
     with conn.cursor() as cur:

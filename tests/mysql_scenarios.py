@@ -30,6 +30,7 @@ VALUE_COLUMNS: dict[str, tuple[str, str]] = {
     "st": ("SET('x','y','z') NULL", "set"),
     "d": ("DECIMAL(20,6) NULL", "dec"),
     "dt": ("DATETIME(6) NULL", "dt"),
+    "l": ("VARCHAR(20) CHARACTER SET latin1 NULL", "latin1"),
 }
 # key shape -> key columns (name, DDL, kind)
 KEY_SHAPES: dict[str, list[tuple[str, str, str]]] = {
@@ -39,6 +40,11 @@ KEY_SHAPES: dict[str, list[tuple[str, str, str]]] = {
     "comp": [("a", "INT NOT NULL", "int"), ("k", "VARCHAR(20) NOT NULL", "str")],
     "vbin": [("k", "VARCHAR(30) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL", "str")],
     "vci": [("k", "VARCHAR(30) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL", "str")],
+    # a legacy character set: MariaDB's row IN compared its 'é' with utf8mb4 literals byte for byte
+    "l1comp": [
+        ("a", "INT NOT NULL", "int"),
+        ("k", "VARCHAR(20) CHARACTER SET latin1 COLLATE latin1_bin NOT NULL", "latin1"),
+    ],
     "vbinary": [("k", "VARBINARY(16) NOT NULL", "bin")],
     "dec": [("k", "DECIMAL(20,6) NOT NULL", "dec")],
     "dt": [("k", "DATETIME(6) NOT NULL", "dt")],
@@ -46,6 +52,8 @@ KEY_SHAPES: dict[str, list[tuple[str, str, str]]] = {
     "none": [],
 }
 LONG_KINDS = {"long_text", "long_bin", "json"}
+TEXT_KINDS = {"str", "latin1"}
+"""Short text, a key's or a value's: collated, respelt, padded, NULL or empty."""
 BINARY_KINDS = {"long_bin", "bin"}
 HELD_BYTES = 8192  # the auditor's DIGESTED_BYTES, as docs/mysql.md states it
 SHOWN_CHARS = 200
@@ -108,6 +116,7 @@ class Table:
 # --- values ----------------------------------------------------------------------------------------------
 
 _WORDS = ["", "abc", "abc ", "Abc", "ABC", "😀x", "é", "a#b", "O'Brien", "back\\slash", "tab\tx", "z" * 40]
+_LATIN1_WORDS = ["", "é", "É", "e", "abc ", "Ü#x", "O'Brien", "back\\slash", "ÿ" * 20]
 
 
 def value(rng: random.Random, kind: str, *, nulls: bool = True) -> Any:
@@ -117,6 +126,8 @@ def value(rng: random.Random, kind: str, *, nulls: bool = True) -> Any:
         return rng.choice([0, -1, 1, rng.randint(-(2**31), 2**31 - 1)])
     if kind == "str":
         return rng.choice(_WORDS) if rng.random() < 0.6 else _text(rng, rng.randint(0, 40))
+    if kind == "latin1":
+        return rng.choice(_LATIN1_WORDS) if rng.random() < 0.6 else _text(rng, rng.randint(0, 20), "abé Ü#'ÿ")
     if kind == "long_text":
         return _text(rng, rng.randint(HELD_BYTES // 4 + 1, 5000)) if rng.random() < 0.1 else _text(rng, 30)
     if kind == "long_bin":
@@ -147,8 +158,7 @@ def value(rng: random.Random, kind: str, *, nulls: bool = True) -> Any:
     raise ValueError(kind)
 
 
-def _text(rng: random.Random, n: int) -> str:
-    alphabet = "abcXYZ 09-_#'é😀"
+def _text(rng: random.Random, n: int, alphabet: str = "abcXYZ 09-_#'é😀") -> str:
     return "".join(rng.choice(alphabet) for _ in range(n))
 
 
@@ -188,6 +198,8 @@ def keys(rng: random.Random, shape: str, n: int) -> list[tuple[Any, ...]]:
             k = (near_top,) if rng.random() < 0.9 else (rng.randint(0, 2**63),)
         elif shape == "comp":
             k = (rng.randint(-3, max(1, n // 15)), _key_text(rng, ci=True))
+        elif shape == "l1comp":
+            k = (rng.randint(-3, max(1, n // 15)), _key_text(rng, ci=False, alphabet="aAbéÉü09#"))
         elif shape in ("vbin", "vci"):
             k = (_key_text(rng, ci=shape == "vci"),)
         elif shape == "vbinary":
@@ -202,9 +214,9 @@ def keys(rng: random.Random, shape: str, n: int) -> list[tuple[Any, ...]]:
     return list(out.values())
 
 
-def _key_text(rng: random.Random, *, ci: bool) -> str:
+def _key_text(rng: random.Random, *, ci: bool, alphabet: str = "") -> str:
     # a case-insensitive key stays ASCII: its Python upper() is then the collation's equality
-    alphabet = "aAbBcZ09-_" if ci else "aAbBcZ09-_é😀#"
+    alphabet = alphabet or ("aAbBcZ09-_" if ci else "aAbBcZ09-_é😀#")
     text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8)))
     return text + " " if rng.random() < 0.1 else text  # a trailing space: the same key under PAD SPACE
 
@@ -214,6 +226,8 @@ def norm(shape: str, key: tuple[Any, ...]) -> Any:
         return tuple(x.upper().rstrip(" ") if isinstance(x, str) else x for x in key)
     if shape == "vbin":
         return (key[0].rstrip(" "),)
+    if shape == "l1comp":
+        return (key[0], key[1].rstrip(" "))
     if shape == "dec":
         return (Decimal(key[0]).quantize(Decimal("0.000001")),)
     return key
@@ -225,9 +239,9 @@ def norm(shape: str, key: tuple[Any, ...]) -> Any:
 def variants(shape: str) -> list[str]:
     """The replica definitions a shape can take besides its own."""
     out = ["no_key"] if shape != "none" else []
-    if shape in ("vci", "vbin", "comp"):
+    if shape in ("vci", "vbin", "comp"):  # not l1comp: 'é' and 'e' are one key in the other collation
         out.append("key_collation")
-    if shape == "comp":
+    if shape in ("comp", "l1comp"):
         out.append("reordered")
     return out
 
@@ -303,7 +317,7 @@ def plant(rng: random.Random, schema: str, table: Table, events: int) -> tuple[l
         ops = ["delete", "extra", "change", "null_empty", "space", "case", "deep_byte", "first_last", "run"]
         if not table.key:
             ops = ["delete_copy", "dup", "extra_row", "change_copy"]
-        if table.shape in ("vci", "comp", "vbin"):
+        if table.shape in ("vci", "comp", "vbin", "l1comp"):
             ops.append("respell_key")
         op = rng.choice(ops)
         value_cols = [c for c in table.columns if c[0] not in table.key]
@@ -330,11 +344,11 @@ def plant(rng: random.Random, schema: str, table: Table, events: int) -> tuple[l
             where = ""
             if op == "change":
                 expr = literal(kind, value(rng, kind))
-            elif op == "null_empty" and kind in ("str", "long_text"):
+            elif op == "null_empty" and kind in (*TEXT_KINDS, "long_text"):
                 expr = f"IF({c} IS NULL, '', NULL)"
-            elif op == "space" and kind in ("str", "long_text"):
+            elif op == "space" and kind in (*TEXT_KINDS, "long_text"):
                 expr = f"CONCAT({c}, ' ')"
-            elif op == "case" and kind in ("str", "long_text"):
+            elif op == "case" and kind in (*TEXT_KINDS, "long_text"):
                 expr = f"IF(BINARY UPPER({c}) = BINARY {c}, LOWER({c}), UPPER({c}))"
             elif op == "deep_byte" and "b" in table.names:
                 name, c, where = "b", "t0.`b`", "LENGTH(`b`) > 9000"
@@ -347,8 +361,8 @@ def plant(rng: random.Random, schema: str, table: Table, events: int) -> tuple[l
         elif op == "respell_key":
             k = f"t0.`{table.key[-1]}`"
             expr = rng.choice([f"IF(BINARY UPPER({k}) = BINARY {k}, LOWER({k}), UPPER({k}))", f"CONCAT({k}, ' ')"])
-            if table.shape == "vbin":
-                expr = f"CONCAT({k}, ' ')"  # utf8mb4_bin pads: the same key to the replica's index
+            if table.shape in ("vbin", "l1comp"):
+                expr = f"CONCAT({k}, ' ')"  # a _bin collation pads: the same key to the replica's index
             sql.append(f"UPDATE IGNORE {t} AS t0 {at(rng.randrange(n))} SET {k} = {expr}")
             notes.append("respell key")
         elif op == "delete_copy" or op == "change_copy":
