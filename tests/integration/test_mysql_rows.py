@@ -132,6 +132,31 @@ def test_composite_varchar_binary_and_datetime_keys(pair: Pair, schema: str) -> 
     assert digests[f"{schema}.events"]["key"] == ["at"] and digests[f"{schema}.orders"]["replica_rows"] == 2000
 
 
+@pytest.mark.timeout(120)
+def test_float_and_bit_keys_are_walked_by_their_exact_values(pair: Pair, schema: str) -> None:
+    """A chunk's bound was read as the key column's own text: a FLOAT's keeps 6 digits, so 128 keys
+    between 100000 and 100001 read back as '100000', below the keys it stood for, and the walk found
+    that bound again for ever (the audit never ended); a BIT's is its raw bytes, which decoded to no
+    key (the audit stopped). Bounds are now the keys' exact values (a FLOAT as DOUBLE, a BIT as a number)."""
+    pair.on_master(
+        f"CREATE TABLE {schema}.f (k FLOAT NOT NULL PRIMARY KEY, v INT)",
+        f"INSERT INTO {schema}.f SELECT 100000 + seq * 0.0078125, seq FROM {schema}.seq_1_to_1000",
+        f"CREATE TABLE {schema}.b (a INT NOT NULL, k BIT(16) NOT NULL, v INT, PRIMARY KEY (a, k))",
+        f"INSERT INTO {schema}.b SELECT seq % 3, seq * 97, seq FROM {schema}.seq_1_to_600",
+    )
+    pair.on_replica_only(*(f"UPDATE {schema}.{t} SET v = -1 WHERE v IN (5, 500)" for t in ("f", "b")))
+
+    result = pair.audit([f"{schema}.f", f"{schema}.b"])
+
+    assert {(f.evidence["table"], f.key) for f in result.findings} == {
+        (f"{schema}.b", b"[2, 485]"),
+        (f"{schema}.b", b"[2, 48500]"),
+        (f"{schema}.f", b"[100000.0390625]"),
+        (f"{schema}.f", b"[100003.90625]"),
+    } and len(result.findings) == 4
+    assert result.metrics["chunks"] > 2 and result.metrics["uncovered"] == 0
+
+
 def test_non_ascii_keys_and_values_in_legacy_character_sets(pair: Pair, schema: str) -> None:
     """A composite key whose latin1 column holds 'é': MariaDB's `(a, b) IN ((..), (..))` compared it with
     the auditor's utf8mb4 literals byte for byte, so no differing row was read on either side and each

@@ -414,7 +414,10 @@ class TableSql:
         return f"SELECT COUNT(*), COALESCE(SUM({self.hash}), 0) FROM {self.source} WHERE {where}"
 
     def boundary(self, lower: Bound, upper: Bound, offset: int) -> str:
-        keys = ", ".join(quote_ident(k) for k in self.plan.key)
+        """The key `offset` rows past `lower`, in its normalised text (a FLOAT's as DOUBLE: its own text
+        keeps 6 digits, so a bound read back as '100000' fell below the keys it stood for and the walk
+        found it again, for ever; a BIT's as its number: its raw bytes decoded to no key at all)."""
+        keys = ", ".join(self.key_exprs)
         where = range_where(self.plan.key, lower, upper)
         return f"SELECT {keys} FROM {self.source} WHERE {where} ORDER BY {self.order} LIMIT 1 OFFSET {offset}"
 
