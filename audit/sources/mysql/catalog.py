@@ -335,7 +335,9 @@ def plan_table(master: TableDef, replica: TableDef, *, keyless: bool = False) ->
         # nullable on either side, so that both sides hash the same NULL flags
         replace(c, nullable=c.nullable or r_cols[c.name].nullable)
         for c in master.columns
-        if c.name in r_cols and not c.generated and not r_cols[c.name].generated
+        # a column the replica generates follows from the others (and no repair can write it); one the
+        # master generates and the replica stores (a migration that materialised it) may drift there
+        if c.name in r_cols and not r_cols[c.name].generated
     )
     shared = None if keyless else _shared_key(master, replica, {c.name for c in common})
     key = shared.columns if shared else ()

@@ -23,7 +23,8 @@ class Column:
     collation: str | None = None
     generated: bool = False
     expression: str | None = None
-    """GENERATION_EXPRESSION of a generated column (compared: its values are not)."""
+    """GENERATION_EXPRESSION of a generated column (compared; its values are, unless the replica
+    generates them too)."""
 
     def definition(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -86,7 +87,8 @@ class TablePlan:
     schema: str
     name: str
     columns: tuple[Column, ...]
-    """The compared columns (master's definitions), in the master's order; generated ones left out."""
+    """The compared columns (master's definitions), in the master's order; those the replica generates
+    left out."""
     key: tuple[str, ...]
     master: SideSql
     replica: SideSql
