@@ -258,8 +258,8 @@ class InRange:
         text = "_utf8mb4 X'" + str(value).encode("utf-8", errors="surrogateescape").hex() + "'"
         if kind == "dt":
             return f"CAST({text} AS DATETIME(6))"
-        name = scenarios.KEY_SHAPES[self.table.shape][i][0]
-        return f"{text} COLLATE {self.collations[side][name]}"
+        collation = self.collations[side][scenarios.KEY_SHAPES[self.table.shape][i][0]]
+        return f"CONVERT({text} USING {collation.split('_')[0]}) COLLATE {collation}"  # latin1 too
 
 
 def _summary(want: oracle.Expected) -> dict[str, Any]:
