@@ -119,3 +119,26 @@ def test_keyless_wide_rows_are_repaired_by_digest(pair: Pair, schema: str, tmp_p
     pair.replica.execute("SET SESSION sql_log_bin = 0", *plan)
 
     assert pair.audit([f"{schema}.wide"], SETTINGS).findings == []
+
+
+def test_a_short_value_written_as_a_long_values_digest_text_is_not_that_value(pair: Pair, schema: str) -> None:
+    """The row text holds a long value as `md5:<its MD5>`: a short value that reads exactly so hashed as the
+    long one, so the replica's forged copy passed as equal. Short values of that form are escaped."""
+    pair.on_master(f"CREATE TABLE {schema}.forged (id INT PRIMARY KEY, doc LONGTEXT, bin LONGBLOB)")
+    pair.on_master(f"INSERT INTO {schema}.forged VALUES (1, REPEAT('x', 9000), 'b'), (2, 'raw:s', REPEAT('y', 9000))")
+    pair.on_replica_only(
+        f"UPDATE {schema}.forged SET doc = CONCAT('md5:', MD5(doc)) WHERE id = 1",
+        f"UPDATE {schema}.forged SET bin = CONCAT('md5:', MD5(bin)) WHERE id = 2",
+    )
+    result = pair.audit([f"{schema}.forged"], SETTINGS)
+    (table,) = result.tables
+    assert table["master_digest"] != table["replica_digest"] and not table["equal"]
+    # held rows carry a long value's length too (`md5:<MD5>:<bytes>`): the forged text differs there
+    assert {f.key for f in result.findings} == {b"[1]", b"[2]"} and result.uncovered == []
+
+
+def test_short_values_that_begin_like_a_digest_are_equal_when_equal(pair: Pair, schema: str) -> None:
+    pair.on_master(f"CREATE TABLE {schema}.prefixes (id INT PRIMARY KEY, doc TEXT)")
+    pair.on_master(f"INSERT INTO {schema}.prefixes VALUES (1, 'md5:abc'), (2, 'raw:md5:abc'), (3, 'raw:'), (4, 'md5')")
+    result = pair.audit([f"{schema}.prefixes"], SETTINGS)
+    assert result.findings == [] and result.uncovered == [] and result.tables[0]["equal"]

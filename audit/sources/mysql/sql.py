@@ -50,6 +50,7 @@ LONG_TYPES = frozenset({"text", "mediumtext", "longtext", "json", "blob", "mediu
 """Types whose values may outgrow max_allowed_packet once concatenated into a row's text."""
 DIGESTED_BYTES = 8192
 DIGEST_PREFIX = b"md5:"
+ESCAPE_PREFIX = b"raw:"
 _HELD_DIGEST = re.compile(rb"md5:([0-9a-f]{32}):([0-9]+)")
 
 
@@ -256,8 +257,19 @@ def hashed_expr(column: Column, expr: str) -> str:
     A row text longer than the server's max_allowed_packet (two 9 MB TEXTs under the default 16 MB)
     makes CONCAT_WS NULL, and a NULL hash is summed as nothing: any change in such a row was invisible.
     Digesting long values keeps every row text small, on both sides alike, whatever their settings.
+    A short value that itself begins `md5:` (or `raw:`) is escaped as `raw:<value>`: written as a long
+    value's digest text, it hashed as that long value, and the difference was never seen.
     """
-    return _long_as_md5(column, bytes_expr(column, expr))
+    value = bytes_expr(column, expr)
+    if column.data_type not in LONG_TYPES:
+        return value
+    return _long_as_md5(column, value, short=_escaped(value))
+
+
+def _escaped(expr: str) -> str:
+    """`expr`, or `raw:<expr>` when it begins with a prefix the row text gives a meaning (md5:, raw:)."""
+    prefixes = f"_binary'{DIGEST_PREFIX.decode()}', _binary'{ESCAPE_PREFIX.decode()}'"
+    return f"IF(LEFT({expr}, 4) IN ({prefixes}), CONCAT(_binary'{ESCAPE_PREFIX.decode()}', {expr}), {expr})"
 
 
 def bytes_expr(column: Column, expr: str) -> str:
@@ -272,13 +284,14 @@ def bytes_expr(column: Column, expr: str) -> str:
     return expr
 
 
-def _long_as_md5(column: Column, expr: str, *more: str) -> str:
-    """`expr`, or for a long column's value over DIGESTED_BYTES `md5:<its MD5>` followed by `more`."""
+def _long_as_md5(column: Column, expr: str, *more: str, short: str | None = None) -> str:
+    """`expr` (or `short`, its form when not digested), or for a long column's value over DIGESTED_BYTES
+    `md5:<its MD5>` followed by `more`."""
     if column.data_type not in LONG_TYPES:
         return expr
     # binary, so that no column charset (latin1...) is an illegal mix with the digest's
     parts = ", ".join((f"_binary'{DIGEST_PREFIX.decode()}'", f"MD5({expr})", *more))
-    return f"IF(LENGTH({expr}) > {DIGESTED_BYTES}, CONCAT({parts}), {expr})"
+    return f"IF(LENGTH({expr}) > {DIGESTED_BYTES}, CONCAT({parts}), {short or expr})"
 
 
 def held_expr(column: Column, expr: str) -> str:
