@@ -391,7 +391,7 @@ class FleetKeyspaceCheck(Check):
         gone = {n for a, b in shard.slots for n in range(a, b + 1)} - (served or set())
         if served is None or not gone:  # no master now, or no answer: the reads say so (roles changed, ...)
             return cands
-        kept = _in_slots(cands, gone, inside=False)
+        kept = _outside_slots(cands, gone)
         if moved := cands.count() - kept.count():
             ctx.metrics["keys_in_moving_slots"] = int(ctx.metrics.get("keys_in_moving_slots") or 0) + moved
             said = f"{moved} differing keys moved out of their shard during the audit (resharding): not compared"
@@ -405,7 +405,7 @@ class FleetKeyspaceCheck(Check):
         unread = self._unread_slots(ctx)
         if not unread:
             return cands
-        kept = _in_slots(cands, unread, inside=False)
+        kept = _outside_slots(cands, unread)
         ctx.metrics["keys_in_unread_shards"] = cands.count() - kept.count()
         return kept
 
@@ -458,14 +458,14 @@ class FleetKeyspaceCheck(Check):
         return {**certified, "compare": self.extras.compare, "compare_meaning": COMPARE_MEANING[self.extras.compare]}
 
 
-def _in_slots(cands: DataFrame, slots: set[int], *, inside: bool) -> DataFrame:
-    """The candidates whose key's cluster slot is (`inside`) or is not in `slots`."""
+def _outside_slots(cands: DataFrame, slots: set[int]) -> DataFrame:
+    """The candidates whose key's cluster slot is not in `slots`."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType
 
     from audit.sources.redis.routing import key_slot
 
-    keep = lambda key: (key_slot(bytes(key)) in slots) is inside  # noqa: E731 (no hints: a plain UDF)
+    keep = lambda key: key_slot(bytes(key)) not in slots  # noqa: E731 (no hints: a plain UDF)
     return cands.where(F.udf(keep, BooleanType())(F.col("key")))
 
 
