@@ -75,6 +75,11 @@ class KeyState(NamedTuple):
     error: str | None
     read_at_ms: int
 
+    @classmethod
+    def vanished(cls, key: bytes, read_at_ms: int) -> KeyState:
+        """A key the server does not hold (read at `read_at_ms`)."""
+        return cls(key, "", None, None, 0, None, VANISHED, None, read_at_ms)
+
 
 def expiries_differ(a_ms: int | None, b_ms: int | None, tolerance_ms: int) -> bool:
     """Two reads' absolute expiry times differ: one has none, or they lie further apart than the
@@ -146,7 +151,7 @@ class Rows:
                 strict=True,
             )
         ]
-        gone = [KeyState(k, "", None, None, 0, None, VANISHED, None, 0) for k in self.vanished_keys]
+        gone = [KeyState.vanished(k, 0) for k in self.vanished_keys]
         return kept + gone
 
 

@@ -24,7 +24,7 @@ import hiredis
 
 from audit.sources.redis.client import open_pipe
 from audit.sources.redis.endpoints import node_url
-from audit.sources.redis.keys import ERROR, VANISHED, KeyReader, KeyState
+from audit.sources.redis.keys import ERROR, KeyReader, KeyState
 from audit.sources.redis.resp import Command, RespPipe, pack
 from audit.sources.redis.topology import SLOTS, NodeLine, Topology, parse_cluster_nodes
 
@@ -106,7 +106,7 @@ def _absent_if_asked(state: KeyState) -> KeyState:
     redirect = parse_redirect(state.error) if state.status == ERROR else None
     if redirect is None or redirect[0] != "ASK":
         return state  # MOVED: the slot has left the shard (left out by the caller), never "absent"
-    return KeyState(state.key, "", None, None, 0, None, VANISHED, None, state.read_at_ms)
+    return KeyState.vanished(state.key, state.read_at_ms)
 
 
 def split_packed(payload: bytes) -> list[list[bytes]]:
