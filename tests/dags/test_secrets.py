@@ -7,25 +7,58 @@ searched, for each password plain, percent-encoded and base64: stdout and stderr
 (summary.json, the manifest, Parquet files, report.html, the GX context and Data Docs, the history
 store) and the Airflow home (task logs, and the metadata database with XCom, asset events and rendered
 fields). The failures are where a URL is most tempting to print: the pair that cannot log in, the gate.
+
+The DAG is consistency_audit made by its factory with the retry delays cut to a second (a DAG file of
+the test's own, the documented `default_args` override): the pair that cannot log in is still retried
+twice, each attempt logged, without waiting out the real delays (30-60 s, then 60-120 s).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import subprocess
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
 from audit.local.redis_server import start_pair, wait_in_sync
-from tests.dags.test_dags import dags_test
 from tests.integration.helpers import latest_run, summary, write_inventory
 
 pytestmark = pytest.mark.airflow
 INVENTORY_SECRET = "Inv-S3cret-in-url"
 CONNECTION_SECRET = "Conn:S3cret@with/odd"
 WRONG_SECRET = "Wr0ng:S3cret@with/odd"
+DAG_FILE = '''"""Airflow DAG file: consistency_audit retrying after a second (a dag of a test)."""
+from datetime import timedelta
+
+from replica_audit_provider.dags import consistency_audit_dag
+
+quick = {"retry_delay": timedelta(seconds=1), "max_retry_delay": timedelta(seconds=2)}
+dag = consistency_audit_dag(dag_id="audit_retrying_quickly", schedule=None, default_args=quick)
+'''
+RUN = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+dag = DagBag(dag_folder=sys.argv[1]).dags["audit_retrying_quickly"]
+assert dag.default_args["retries"] == 2 and dag.default_args["retry_policy"] is not None
+run = dag.test(run_conf=json.loads(sys.argv[2]))
+print("DAG RUN STATE", run.state, flush=True)
+"""
+
+
+def run_dag(env: dict[str, str], dags: Path, conf: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The DAG of DAG_FILE run as `airflow dags test` runs one: in this process, task logs on stdout."""
+    (dags / "audit_retrying_quickly.py").write_text(DAG_FILE)
+    return subprocess.run(
+        [env["AIRFLOW_PYTHON"], "-c", RUN, str(dags), json.dumps(conf)],
+        env=dict(env, AIRFLOW__CORE__DAGS_FOLDER=str(dags)),
+        cwd=env["AIRFLOW_HOME"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def files_holding(root: Path, secret: bytes) -> list[str]:
@@ -63,12 +96,17 @@ def test_passwords_never_reach_any_output(airflow_env: dict[str, str], tmp_path:
                 {"name": "wrong-password", "kind": "redis", "master": "conn:wrong_master", "replica": url},
             ],
         )
-        done = dags_test(env, "consistency_audit", {"inventory": str(inv), "out": str(tmp_path / "out")})
+        dags = tmp_path / "dags"  # a DAGs folder of its own: the session's holds the repository's DAGs only
+        dags.mkdir()
+        done = run_dag(env, dags, {"inventory": str(inv), "out": str(tmp_path / "out")})
     finally:
         replica.stop()
         master.stop()
     said = done.stdout + done.stderr
-    assert done.returncode != 0, said[-3000:]
+    assert done.returncode == 0, said[-3000:]
+    assert "DAG RUN STATE failed" in done.stdout, said[-3000:]
+    # the pair that cannot log in: tried three times (retries 2), the policy asked after each attempt
+    assert said.count("action=retry") == 3, said[-6000:]
     root = latest_run(tmp_path / "out")
     pairs = {p["pair"]: p for p in summary(root)["pairs"]}
     assert pairs["with-secrets"]["status"] == "failed", pairs  # both secrets worked: audited, the gate failed
