@@ -5,6 +5,7 @@ and the keyspace + INFO checks through Pika faces over real redis-servers."""
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -63,8 +64,11 @@ def test_healthy_multi_db_pair_with_padding_zero_tails_and_lag(tmp_path, monkeyp
     s = summary(root)["pairs"][0]
     assert s["status"] == "passed"
     assert s["coverage"]["master_binlog_records"] == 9000 and s["coverage"]["binlog_unreplicated_records"] == 40
+    # what was compared, in the summary table's words: the master's records up to the slave's last one
+    assert s["compared"] == ["8,960 binlog records compared"]
     checks = s["checks"]
     assert checks["binlog"]["status"] == "done"
+    assert re.fullmatch(r"dbs \[0, 1, 2\], \d+\+\d+ files", checks["binlog"]["reason"]), checks["binlog"]["reason"]
     assert checks["keyspace"]["status"] == "skipped" and "files-only" in checks["keyspace"]["reason"]
     metrics = json.loads((root / "work" / "healthy" / "state.json").read_text())["metrics"]
     assert metrics["binlog_unreplicated_records"] == 40

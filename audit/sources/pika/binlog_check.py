@@ -185,6 +185,7 @@ class BinlogCheck(Check):
         "replica_binlog_bytes",
         "master_binlog_records",
         "replica_binlog_records",
+        "binlog_records_compared",
         "binlog_records_aligned",
         "binlog_records_shifted",
         "binlog_unreplicated_records",
@@ -238,7 +239,9 @@ class BinlogCheck(Check):
         ctx.data["crosscheck"] = crosscheck(meta)
         ctx.add_findings(crosscheck_findings(meta))
         self._note_file_size(ctx, meta)
-        ctx.done(f"dbs {meta['master']['dbs']}, {meta['master']['files']}+{meta['replica']['files']} files")
+        # meta[side]["files"] is the per-db file list; the counts are the metrics
+        files = [ctx.metrics[f"{side}_binlog_files"] for side in ("master", "replica")]
+        ctx.done(f"dbs {meta['master']['dbs']}, {files[0]}+{files[1]} files")
 
     @staticmethod
     def _note_past_cut(ctx: StageContext, side: str, logs: list[DbLog]) -> None:
@@ -296,13 +299,19 @@ class BinlogCheck(Check):
         ctx.data["frontier"] = {str(db): pos for db, pos in shipped_frontier(result.matched).items()}
         where = F.when(F.col("m_epos") == F.col("s_epos"), "same").otherwise("shifted")
         how = {r["w"]: r["n"] for r in result.matched.groupBy(where.alias("w")).agg(F.count("*").alias("n")).collect()}
-        for side, df in (("master", m), ("replica", s)):
-            ctx.metrics[f"{side}_binlog_records"] = df.where(F.col("row_kind") == "record").count()
+        records = {
+            side: df.where(F.col("row_kind") == "record").count() for side, df in zip(SIDES, (m, s), strict=True)
+        }
+        for side, n in records.items():
+            ctx.metrics[f"{side}_binlog_records"] = n
         lag_rows = result.lag.collect()
+        unreplicated = sum(int(r["records"]) for r in lag_rows)
         ctx.metrics["binlog_records_aligned"] = how.get("same", 0)  # same content at the same (filenum, offset)
         ctx.metrics["binlog_records_shifted"] = how.get("shifted", 0)  # same content elsewhere: a gap or replay
-        ctx.metrics["binlog_unreplicated_records"] = sum(r["records"] for r in lag_rows)
+        ctx.metrics["binlog_unreplicated_records"] = unreplicated
         ctx.metrics["binlog_unreplicated_bytes"] = sum(int(r["bytes"] or 0) for r in lag_rows)
+        # the master's records up to the slave's last one: the rest is lag, not compared (the summary's "compared")
+        ctx.metrics["binlog_records_compared"] = max(records["master"] - unreplicated, 0)
         ctx.metrics["binlog_diff_s"] = round(time.time() - started, 3)
         ctx.add_findings(self._producer_ahead(ctx, bases))
         ctx.add_findings(file_chain(m, s, {side: _meta(ctx, side) for side in SIDES}))
