@@ -114,9 +114,14 @@ def _not_covered(uncovered: list[Uncovered], state: PairState) -> list[str]:
 
 
 def compared_lines(coverage: dict[str, Any]) -> list[str]:
-    """`keys_compared: 1200` -> "1,200 keys compared", whatever a kind compares (rows, tables, bytes, records)."""
-    items = [(k.removesuffix("_compared").replace("_", " "), v) for k, v in coverage.items() if k.endswith("_compared")]
-    return [f"{int(v or 0):,} {what} compared" for what, v in items]
+    """`keys_compared: 1200` -> "1,200 keys compared", whatever a kind compares (rows, tables, bytes, records);
+    one of them in the singular ("1 table compared")."""
+    items = [
+        (k.removesuffix("_compared").replace("_", " "), int(v or 0))
+        for k, v in coverage.items()
+        if k.endswith("_compared")
+    ]
+    return [f"{n:,} {what.removesuffix('s') if n == 1 else what} compared" for what, n in items]
 
 
 def in_flight_lines(metrics: dict[str, Any]) -> list[str]:

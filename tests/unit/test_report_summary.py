@@ -22,3 +22,10 @@ from audit.report.summary import display_key, key_shape
 def test_a_key_is_shown_with_what_tells_it_apart(key: bytes, shown: str, shape: dict[str, object]) -> None:
     assert display_key(key) == shown
     assert key_shape(key) == shape
+
+
+def test_compared_lines_say_one_thing_in_the_singular() -> None:
+    from audit.report.summary import compared_lines
+
+    coverage = {"tables_compared": 1, "rows_compared": 1200, "bytes_compared": 0, "keys_compared": 1, "other": 1}
+    assert compared_lines(coverage) == ["1 table compared", "1,200 rows compared", "0 bytes compared", "1 key compared"]
