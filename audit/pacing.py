@@ -3,7 +3,8 @@
 The auditor never harms what it audits. A snapshot reads the keyspace in batches (one SCAN page each);
 :class:`Pacer` decides how many keys a batch asks for and how long to wait before sending it.
 
-Knobs (:class:`PaceSettings`; inventory settings of the same names):
+Knobs (:class:`PaceSettings`; inventory settings of the same names, but ``sample_every_s``, which the
+inventory calls ``pace_sample_every_s``):
 
 - ``max_keys_per_s`` (default None: no cap). A hard ceiling per server, enforced by a token bucket in
   keys with a burst of a tenth of a second: over any second the snapshot reads at most this many keys.
