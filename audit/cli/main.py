@@ -270,7 +270,9 @@ def _stage(
             failed.append(p.name)
     said = [f"done for {', '.join(done)}"] if done else []
     said += [f"failed for {', '.join(failed)}"] if failed else []
-    out.print(escape(f"{stage}: {'; '.join(said)}; run_id {run_dir.run_id}"))
+    err.print(escape(f"{stage}: {'; '.join(said)}; run_id {run_dir.run_id}"))
+    if stage == "snapshot":  # the id alone on stdout, never wrapped: RID=$(replica-audit snapshot ...)
+        sys.stdout.write(f"{run_dir.run_id}\n")
     raise typer.Exit(run_exit_code(codes))
 
 

@@ -71,8 +71,10 @@ def test_a_bug_in_one_pair_ends_that_pair_only(dirfiles_kind, tmp_path, monkeypa
 def test_a_stage_says_which_pairs_it_did_and_which_failed(dirfiles_kind, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     _bug_in_pair_bad("snapshot", monkeypatch)
     assert run_cli(["snapshot", "-i", str(two_pairs(tmp_path)), "-o", str(tmp_path / "out")], monkeypatch) == 4
-    said = capsys.readouterr().out
-    assert "snapshot: done for good; failed for bad; run_id " in said, said
+    said = capsys.readouterr()
+    assert "snapshot: done for good; failed for bad; run_id " in said.err, said
+    # stdout is the run id alone, whatever the pairs: RID=$(replica-audit snapshot ...) for the next stages
+    assert said.out == f"{latest_run(tmp_path / 'out').name}\n", said.out
 
 
 def test_json_and_quiet(dirfiles_kind, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
