@@ -89,3 +89,63 @@ def test_a_pairs_plan_has_no_sections(tmp_path: Path) -> None:
     text = write_plan(rows, tmp_path, pair="p", run_id="r", master="m", replica="r").path.read_text()
     assert "# on replica" not in text and "A fleet" not in text
     assert [parse_line(x) for x in text.splitlines() if parse_line(x)] == [("RESYNC", 0, b"k"), ("DELETE", 1, b"e")]
+
+
+def test_a_fleets_plan_has_one_section_per_replica_and_its_recipes_repair_each(tmp_path: Path) -> None:
+    # a replica's DELETE lines came in a second section of its own after every RESYNC line, so the header's
+    # recipes, which take every line of the file, had no section to run on: one replica's DELETEs went to all
+    source = RedisServer(free_port(), tmp_path / "source").start()
+    replicas = [RedisServer(free_port(), tmp_path / f"replica{i}").start() for i in range(2)]
+    try:
+        src = source.client()
+        src.set(b"a", b"1")
+        src.set(b"b", b"2")
+        r0, r1 = (r.client() for r in replicas)
+        r0.set(b"a", b"old")
+        r0.set(b"extra 0", b"x")
+        r1.set(b"a", b"1")
+        r1.set(b"extra 1", b"y")
+        shard = f"127.0.0.1:{source.port}"
+        on = [f"127.0.0.1:{r.port} (shard {shard})" for r in replicas]
+        rows = [  # ordered by target, as the fleet's writer reads them
+            {"category": "value_mismatch", "db": 0, "key": b"a", "target": on[0]},
+            {"category": "extra_on_replica", "db": 0, "key": b"extra 0", "target": on[0]},
+            {"category": "missing_on_replica", "db": 0, "key": b"b", "target": on[0]},
+            {"category": "extra_on_replica", "db": 0, "key": b"extra 1", "target": on[1]},
+            {"category": "missing_on_replica", "db": 0, "key": b"b", "target": on[1]},
+        ]
+        plan = write_plan(rows, tmp_path, pair="c", run_id="r", master="m", replica=FLEET_REPLICAS)
+        text = plan.path.read_text()
+        assert [line for line in text.splitlines() if line.startswith("# on replica ")] == [
+            f"# on replica {t}" for t in on
+        ]
+        header = [line.removeprefix("# ") for line in text.splitlines() if line.startswith("# ")]
+        cut = next(h for h in header if "sed -n" in h).split(": ", 1)[1]
+        recipes = [line.removeprefix("redis-cli: ") for line in header if line.startswith("redis-cli: grep ")]
+        for replica in replicas:
+            node = f"127.0.0.1:{replica.port}"
+            section = tmp_path / f"{replica.port}.plan"
+            subprocess.run(
+                [
+                    "bash",
+                    "-c",
+                    cut.replace("HOST:PORT", node).replace("NODE-PLAN", str(section)).replace("PLAN", str(plan.path)),
+                ],
+                check=True,
+                timeout=30,
+            )
+            for recipe in recipes:
+                command = (
+                    recipe.replace("PLAN", str(section))
+                    .replace("REPLICA-PORT", str(replica.port))
+                    .replace("-h REPLICA", f"-h 127.0.0.1 -p {replica.port}")
+                    .replace("MIGRATE REPLICA", "MIGRATE 127.0.0.1")
+                    .replace("-h MASTER", f"-h 127.0.0.1 -p {source.port}")
+                )
+                done = subprocess.run(["bash", "-c", command], capture_output=True, timeout=30, check=True)
+                assert b"ERR" not in done.stdout, (command, done.stdout)
+        for client in (r0, r1):
+            assert sorted(client.keys()) == [b"a", b"b"] and client.get(b"a") == b"1" and client.get(b"b") == b"2"
+    finally:
+        for server in (*replicas, source):
+            server.stop()

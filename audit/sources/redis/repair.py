@@ -17,7 +17,8 @@ Format (one key per line, UTF-8 text)::
   shard is in both sections);
 - `<key>` is in redis-cli's quoting (`"..."`, `\\"`, `\\\\`, `\\n`, `\\xHH`; :mod:`audit.sources.redis.display`),
   so it can follow a command on a redis-cli input line, spaces and binary bytes included; `#` lines are
-  comments. RESYNC lines come first, then DELETE lines, each in the order the findings came.
+  comments. RESYNC lines come first, then DELETE lines, each in the order the findings came; in a fleet's
+  plan, within each node's one section (cut it out with the header's `sed -n` line to run the recipes on it).
 
 Turning a plan into redis-cli input (`cut -f3-` keeps keys that contain spaces whole)::
 
@@ -34,6 +35,7 @@ key's MIGRATE to the node owning its slot, `audit.sources.redis.routing.key_slot
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -102,28 +104,43 @@ def _header(pair: str, run_id: str, master: str, replica: str, extra: Mapping[st
         lines.append(f"# {json.dumps(dict(extra), sort_keys=True, default=str)}")
     if replica == FLEET_REPLICAS:
         lines.append("# A fleet: the lines under '# on replica HOST:PORT (shard NAME)' are for that node.")
+        lines.append(_SECTION_CUT)
     return lines
 
+
+_SECTION_CUT = (
+    "# One section a node; the recipes above take one: "
+    "sed -n '/^# on replica HOST:PORT /,/^# on replica /p' PLAN > NODE-PLAN"
+)
+"""How to cut one node's section out of a fleet's plan, to feed the recipes as their PLAN (MASTER: its shard)."""
 
 FLEET_REPLICAS = "(the fleet's replicas)"
 """The header's replica for a fleet, whose lines are in a section per replica."""
 
 
 class _Sections:
-    """One stream of plan lines, a `# on replica ...` comment written before a line whose target differs
-    from the previous line's."""
+    """The plan's lines, a `# on replica ...` comment before the first line of each target: a section holds
+    its target's RESYNC lines, then its DELETE lines (spooled to `deletes` until the target changes)."""
 
-    def __init__(self, out: Any) -> None:
-        self.out = out
+    def __init__(self, out: Any, deletes: Any) -> None:
+        self.out, self.deletes = out, deletes
         self.target: str | None = None
-        self.lines = 0
+        self.lines = {RESYNC: 0, DELETE: 0}
 
-    def write(self, line: str, target: str | None) -> None:
+    def write(self, action: str, line: str, target: str | None) -> None:
         if target is not None and target != self.target:
+            self.close()
             self.out.write(f"# on replica {target}\n")
             self.target = target
-        self.out.write(line)
-        self.lines += 1
+        (self.out if action == RESYNC else self.deletes).write(line)
+        self.lines[action] += 1
+
+    def close(self) -> None:
+        """The section's DELETE lines, after its RESYNC lines."""
+        self.deletes.seek(0)
+        shutil.copyfileobj(self.deletes, self.out)
+        self.deletes.seek(0)
+        self.deletes.truncate()
 
 
 def write_plan(
@@ -148,17 +165,15 @@ def write_plan(
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as out, tempfile.TemporaryFile("w+", encoding="utf-8") as deletes:
         out.write("\n".join(_header(pair, run_id, master, replica, extra)) + "\n")
-        streams = {RESYNC: _Sections(out), DELETE: _Sections(deletes)}
+        sections = _Sections(out, deletes)
         for f in findings:
             category, db, key, target = _fields(f)
             action = ACTION_BY_CATEGORY.get(category or "")
             if action is None or key is None:
                 continue
-            streams[action].write(plan_line(action, int(db or 0), key) + "\n", target)
-        deletes.seek(0)
-        for line in deletes:
-            out.write(line)
-    return PlanCounts(path, streams[RESYNC].lines, streams[DELETE].lines)
+            sections.write(action, plan_line(action, int(db or 0), key) + "\n", target)
+        sections.close()
+    return PlanCounts(path, sections.lines[RESYNC], sections.lines[DELETE])
 
 
 def findings_rows(findings_path: str | Path, pair: str) -> Iterable[dict[str, Any]]:
