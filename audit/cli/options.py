@@ -54,7 +54,7 @@ HistoryOpt = Annotated[
     str | None,
     typer.Option(
         "--history",
-        help="results history store: sqlite:////abs/path (three slashes: relative), mysql://user:pw@host:port/db "
+        help="results history store: sqlite:////abs/path or sqlite:///rel/path, mysql://user:pw@host:port/db "
         "or conn:<airflow_conn_id> "
         "(default $REPLICA_AUDIT_HISTORY, else OUT/history.sqlite)",
     ),
