@@ -38,6 +38,7 @@ def daily_report(
     elif new_store:  # a mistyped --history: an empty store was just created there
         err.print(
             escape(
-                f"warning: history store {new_store} did not exist: the report holds no runs (a mistyped --history?)"
+                f"warning: history store {new_store} did not exist: the report holds no runs (a mistyped --history? "
+                "an empty store is there now, which later reports read quietly: delete it)"
             )
         )

@@ -422,6 +422,7 @@ def test_a_daily_report_of_a_history_store_that_did_not_exist_says_it_holds_no_r
     assert run_cli(args, monkeypatch) == 0
     err = " ".join(capsys.readouterr().err.split())
     assert f"history store {store} did not exist: the report holds no runs" in err
+    assert "an empty store is there now, which later reports read quietly: delete it" in err and store.is_file()
     assert run_cli(args, monkeypatch) == 0  # now it exists: a quiet day
     assert "did not exist" not in capsys.readouterr().err
 
