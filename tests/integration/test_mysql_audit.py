@@ -89,6 +89,8 @@ def test_a_healthy_pair_passes(servers, tmp_path, monkeypatch) -> None:  # type:
     root = latest_run(tmp_path / "out")
     assert [f for f in findings(root) if f["check"] == "rows"] == []
     assert summary(root)["pairs"][0]["checks"]["rows"]["status"] == "done"
+    # no plan for nothing to repair, as for a Redis pair: an empty one read as if something needed repair
+    assert not (root / "repair" / "ok.sql").exists() and summary(root)["pairs"][0]["artifacts"] == {}
 
 
 def test_post_migration_verification_certifies_tables_rows_and_digests(servers, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

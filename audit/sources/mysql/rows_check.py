@@ -73,6 +73,8 @@ class RowsCheck(Check):
         ctx.data["content"] = {side: result.content(side) for side in SIDES}
         if result.repair_path is not None and result.repair_statements:
             ctx.state.artifacts["repair plan"] = str(Path(result.repair_path).relative_to(ctx.run.root))
+        elif result.repair_path is not None:  # nothing to repair: no plan, as for a keyspace
+            Path(result.repair_path).unlink(missing_ok=True)
         ctx.done(f"{len(result.tables)} tables")
 
     def uncovered(self, metrics: Mapping[str, MetricValue]) -> list[Uncovered]:
