@@ -48,35 +48,40 @@ def tool_version() -> str:
         return "0+unknown"
 
 
-def start_run(inventory: Inventory, out: Path, run_id: str | None = None, reopen: bool = False) -> RunDir:
+def start_run(
+    inventory: Inventory, out: Path, run_id: str | None = None, reopen: bool = False, new: bool = False
+) -> RunDir:
     """The run's directory and manifest. `reopen` (a --resume) marks a finished run unfinished again until its
-    report (:func:`reopen_run`); a run a prune trimmed cannot be resumed."""
+    report (:func:`reopen_run`); a run a prune trimmed cannot be resumed. `new` (a `run` or `verify`) refuses
+    a run that exists: checked and created under OUT's runs lock, since two commands given one --run-id at
+    once both found it absent, then audited into one directory (one exit 4, the other a pass over both)."""
     run = RunDir(Path(out), run_id or new_run_id())
     try:
         run.root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"output directory {out}: cannot create {run.root}: {e.strerror}") from None
-    if not run.manifest.exists():
-        write_json(
-            run.manifest,
-            {
-                "run_id": run.run_id,
-                "started_at": utc_now_text(),
-                "inventory_digest": inventory.digest,
-                "tool_version": tool_version(),
-                "pairs": {
-                    p.name: {
-                        "kind": p.kind,
-                        "master": p.display_endpoint("master"),
-                        "replica": p.display_endpoint("replica"),
-                    }
-                    for p in inventory.pairs
-                },
-            },
-        )
-    elif reopen:
+    with runs_lock(run.out):
+        created = not run.manifest.exists()
+        if created:
+            write_json(run.manifest, _first_manifest(inventory, run))
+        elif new:
+            raise ConfigError(f"--run-id {run.run_id}: a run of that id is already in {out} (started meanwhile)")
+    if not created and reopen:
         reopen_run(run)
     return run
+
+
+def _first_manifest(inventory: Inventory, run: RunDir) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "started_at": utc_now_text(),
+        "inventory_digest": inventory.digest,
+        "tool_version": tool_version(),
+        "pairs": {
+            p.name: {"kind": p.kind, "master": p.display_endpoint("master"), "replica": p.display_endpoint("replica")}
+            for p in inventory.pairs
+        },
+    }
 
 
 def reopen_run(run: RunDir, stage: str | None = None, pair: str | None = None) -> None:

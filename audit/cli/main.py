@@ -162,7 +162,7 @@ def _warm_up(spark: bool) -> None:
 def _audit(
     inv: Inventory, pairs: list[Pair], out_dir: Path, run_id: str | None, resume: bool, history: str | None
 ) -> None:
-    run_dir = start_run(inv, out_dir, run_id, reopen=resume)
+    run_dir = start_run(inv, out_dir, run_id, reopen=resume, new=not resume)
     _say(f"run [bold]{run_dir.run_id}[/] → {run_dir.root}")
     try:
         _warm_up(any(kind_spec(p.kind).uses_spark for p in pairs))
@@ -420,7 +420,7 @@ def verify(
         settings=given["--setting"],
         options=given["--option"],
     )
-    run_dir = start_run(inv, out_dir, run_id)
+    run_dir = start_run(inv, out_dir, run_id, new=True)
     _say(f"verification [bold]{run_dir.run_id}[/] → {run_dir.root}")
     outcome = audit_pair(inv.pairs[0], run_dir, on_stage=lambda n, stage: _say(f"[dim]{n}: {stage}[/]"))
     if outcome.status == "error":
