@@ -92,11 +92,13 @@ def reopen_run(run: RunDir, stage: str | None = None, pair: str | None = None) -
 
     A run a prune trimmed cannot be resumed, nor a stage but `gate` re-run on it: the others read or
     rewrite the snapshots and work files the trim removed. A `stage` of a `pair` also marks itself running
-    (audit/stage_marks.py) until :func:`_unmark_stage`."""
+    (audit/stage_marks.py) until :func:`_unmark_stage`; it is refused while a stage of that pair still
+    runs, as a --resume is while any stage of the run does (:func:`_refuse_overlap`)."""
     with runs_lock(run.out):
         manifest = run.load_manifest()  # a damaged one is exit 2 naming it
         if not manifest:
             return  # no manifest: a prune never touches the run
+        _refuse_overlap(run, manifest, stage, pair)
         if (pruned := manifest.get("pruned")) and stage != "gate":
             what = f"--resume {run.run_id}" if stage is None else f"{stage} of run {run.run_id}"
             at = pruned.get("at") if isinstance(pruned, dict) else pruned
@@ -109,6 +111,17 @@ def reopen_run(run: RunDir, stage: str | None = None, pair: str | None = None) -
         if stage is not None and pair is not None:
             stage_marks.mark(manifest, pair, stage)
         write_json(run.manifest, manifest)
+
+
+def _refuse_overlap(run: RunDir, manifest: dict[str, Any], stage: str | None, pair: str | None) -> None:
+    """Two stages of one pair at once share its snapshots, work files and state: a snapshot run again deleted
+    the snapshots a slow diff was reading and read the servers anew beneath it, a resume ran a second diff
+    over the first. The one started last is refused (exit 2); the running one goes on."""
+    still = stage_marks.running(manifest, of_pair=pair)
+    if not still:
+        return
+    what = f"--resume {run.run_id}" if stage is None else f"{stage} of pair {pair} in run {run.run_id}"
+    raise ConfigError(f"{what}: not started, still running: {', '.join(still)}; wait for it to end")
 
 
 def _unmark_stage(run: RunDir, stage: str, pair: str) -> None:

@@ -79,14 +79,17 @@ def _alive(entry: dict[str, Any]) -> bool:
     return ticks is None or _start_ticks(pid) == ticks
 
 
-def running(manifest: dict[str, Any]) -> list[str]:
-    """The stages `manifest` marks that are provably still running, as "<stage> of pair <pair> (pid N)"."""
+def running(manifest: dict[str, Any], of_pair: str | None = None) -> list[str]:
+    """The stages `manifest` marks (of pair `of_pair`, or of any) that are provably still running, as
+    "<stage> of pair <pair> (pid N)"."""
     marks = manifest.get(RUNNING)
     if not isinstance(marks, dict):
         return []
     said = []
     for key, entry in sorted(marks.items()):
         pair, slash, stage = key.rpartition("/")  # as _key wrote it
+        if of_pair is not None and pair != of_pair:
+            continue
         if isinstance(entry, dict) and slash and _alive(entry):
             said.append(f"{stage} of pair {pair} (pid {entry['pid']})")
     return said

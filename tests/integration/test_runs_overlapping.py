@@ -7,14 +7,21 @@ The tests' own kind (tests/kinds/dirfiles.py) needs no server nor Spark; the oth
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 import audit.cli.main as cli
+from audit.layout import RunDir
+from audit.report.summary import pair_verdict
 from tests.conftest import REPO
 from tests.integration.helpers import run_cli
 from tests.integration.test_own_kind import inventory, make_dirs
@@ -51,3 +58,63 @@ def test_two_runs_given_one_run_id_at_once_never_share_its_directory(
     assert code == 2, said
     assert "--run-id daily: a run of that id is already in" in said
     assert json.loads(manifest.read_text())["stages_started"] == 4  # the other run's four stages only
+
+
+@contextmanager
+def _diff_still_running(inv: Path, out: Path, run_id: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`replica-audit diff` of run `run_id` in a process of its own, held inside the stage while the block
+    runs: the snapshot listing it reads is a FIFO the test writes only then, as a slow pair's diff works
+    for minutes. It then ends as it would have."""
+    listing = out / run_id / "snapshots" / "assets" / "master" / "files.json"
+    content = listing.read_bytes()
+    listing.unlink()
+    os.mkfifo(listing)
+    args = ["diff", "-i", str(inv), "-o", str(out), "--run-id", run_id]
+    proc = subprocess.Popen([*CLI, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                fd = os.open(listing, os.O_WRONLY | os.O_NONBLOCK)  # once the diff opened it to read
+                break
+            except OSError as e:
+                if e.errno != errno.ENXIO:  # ENXIO: no reader yet
+                    raise
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the diff never opened the listing"
+            time.sleep(0.05)
+        try:
+            yield proc
+        finally:
+            os.write(fd, content)
+            os.close(fd)
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize(
+    "again", [["snapshot", "--run-id", "r1"], ["run", "--resume", "r1"]], ids=["snapshot", "resume"]
+)
+def test_a_stage_of_a_pair_whose_stage_still_runs_is_refused_not_run_under_it(
+    again: list[str], dirfiles_kind: None, tmp_path: Path
+) -> None:
+    master, replica = make_dirs(tmp_path)
+    inv = inventory(tmp_path / "inv.yaml", master, replica)
+    out = tmp_path / "out"
+    assert _cli("snapshot", "-i", str(inv), "-o", str(out), "--run-id", "r1").returncode == 0
+    (replica / "same.txt").write_bytes(b"changed")  # what a snapshot started now would see
+
+    with _diff_still_running(inv, out, "r1") as diff:
+        # an operator re-runs the snapshot, or resumes the run, taking the slow diff for a dead one; it
+        # deleted the snapshots the diff was reading and snapshotted anew beneath it (exit 0), or ran a
+        # second diff on the listing the first one reads (a timeout here)
+        second = _cli(again[0], "-i", str(inv), "-o", str(out), *again[1:], timeout_s=60)
+        assert second.returncode == 2, second.stderr
+        assert f"still running: diff of pair assets (pid {diff.pid})" in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr
+    assert diff.returncode == 0, diff.communicate()
+    # the diff compared the snapshot it started on, and nothing else went on in the run meanwhile
+    assert pair_verdict(RunDir(out, "r1"), "assets")["status"] == "incomplete"
+    assert json.loads((out / "r1" / "manifest.json").read_text())["stages_started"] == 2
