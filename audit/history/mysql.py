@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -23,6 +23,10 @@ DEFAULT_PORT = 3306
 
 RETRY_ERRORS = (1205, 1213)
 """Lock wait timeout and deadlock: the append is retried (two tasks re-appending one run can collide)."""
+
+APPEND_LOCK_WAIT_S = 60
+"""How long an append waits for others to finish theirs (audit/history/store.py, _appending): well under
+HISTORY_READ_TIMEOUT_S, which would otherwise end the wait as a lost connection."""
 
 CONNECTION_ERRORS = (2003, 2006, 2013)
 """Cannot connect, server gone, connection lost: reported as SourceConnectError."""
@@ -178,3 +182,21 @@ class MySQLHistory(SqlHistory):
 
     def _retryable(self, error: BaseException) -> bool:
         return bool(error.args) and error.args[0] in RETRY_ERRORS
+
+    @contextmanager
+    def _appending(self) -> Iterator[None]:
+        """Appenders take turns on a named lock of the store's database. In REPEATABLE READ each new run's
+        DELETEs take gap locks where the others insert: reports of distinct runs appending at once
+        deadlocked, and InnoDB failed some again on every retry (2 runs of 30 lost, 3 at a time)."""
+        name = f"replica-audit history {self.target.database}"[:64]  # the server's limit for a lock name
+        got = self._query("SELECT GET_LOCK(?, ?) AS got", [name, APPEND_LOCK_WAIT_S])[0]["got"]
+        if got != 1:
+            raise SourceError(
+                f"history store mysql://{self.where}: other appends held its lock for {APPEND_LOCK_WAIT_S} s",
+                where=self.target.where,
+            )
+        try:
+            yield
+        finally:
+            with suppress(SourceError):  # a session lost meanwhile took its lock with it
+                self._query("SELECT RELEASE_LOCK(?) AS released", [name])

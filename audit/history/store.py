@@ -167,6 +167,12 @@ class SqlHistory(ABC):
     def _retryable(self, error: BaseException) -> bool:
         return False
 
+    @contextmanager
+    def _appending(self) -> Iterator[None]:
+        """Held around an append: where the backend's own locking lets appenders of distinct runs fail each
+        other, it makes them take turns. Nothing here: SQLite's BEGIN IMMEDIATE already does."""
+        yield
+
     # --- plumbing -----------------------------------------------------------------------------------
     def _sql(self, sql: str) -> str:
         return sql.replace("?", "%s") if self.PARAMSTYLE == "format" else sql
@@ -230,15 +236,16 @@ class SqlHistory(ABC):
     # --- writing ------------------------------------------------------------------------------------
     def append_run(self, run_dir: Path) -> int:
         record = read_run(Path(run_dir))
-        for attempt in range(self.APPEND_ATTEMPTS):
-            try:
-                with self._guard(), self._transaction() as cur:
-                    return self._write(cur, record)
-            except Exception as e:
-                cause = e.__cause__ if e.__cause__ is not None else e
-                if attempt + 1 < self.APPEND_ATTEMPTS and self._retryable(cause):
-                    continue
-                raise
+        with self._appending():
+            for attempt in range(self.APPEND_ATTEMPTS):
+                try:
+                    with self._guard(), self._transaction() as cur:
+                        return self._write(cur, record)
+                except Exception as e:
+                    cause = e.__cause__ if e.__cause__ is not None else e
+                    if attempt + 1 < self.APPEND_ATTEMPTS and self._retryable(cause):
+                        continue
+                    raise
         raise AssertionError("unreachable")
 
     def _write(self, cur: Any, record: RunRecord) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,7 @@ from typing import Any
 import pytest
 
 from audit import defaults
-from audit.errors import ConfigError, SourceConnectError
+from audit.errors import AuditError, ConfigError, SourceConnectError
 from audit.history import HistoryStore, MySQLHistory, open_history
 from audit.local.mariadb_server import MariaDBServer, free_port, mariadb_available
 from audit.local.redis_server import RedisServer
@@ -141,3 +143,49 @@ def test_a_connection_names_the_store_without_its_password_in_the_variable(
     assert mariadb.execute("SELECT run_id FROM runs", database=database) == [("r1",)]
     with pytest.raises(ConfigError, match=r"history: conn:nope: no Airflow connection"):
         open_history("conn:nope")
+
+
+def _copies(run: Path, where: Path, n: int) -> list[Path]:
+    """`n` runs like `run`, each under a run id of its own, as distinct audits' reports append them."""
+    copies = []
+    for i in range(n):
+        copy = where / f"20261127T2300{i:02d}Z-{i:04x}"
+        shutil.copytree(run, copy)
+        for name in ("manifest.json", "summary.json"):
+            path = copy / name
+            path.write_text(json.dumps({**json.loads(path.read_text()), "run_id": copy.name}))
+        copies.append(copy)
+    return copies
+
+
+def test_runs_appended_at_the_same_moment_are_all_kept(
+    mariadb: MariaDBServer, database: str, runs_dir: dict[str, Path], tmp_path: Path
+) -> None:
+    """Reports of distinct runs (several DAGs, or OUT directories, sharing one store) appending at once.
+    Run ids grow with time, so each new run's first DELETE locked the same gap at the end of the index and
+    InnoDB broke the inserts' deadlocks by failing appends: 2 of 30 runs lost with 3 appenders, each
+    retried twice, the history then missing runs that had happened."""
+    open_history(mariadb.url(database)).close()  # the schema first, as a deployment's first run would
+    appenders, rounds = 8, 4
+    runs = _copies(runs_dir["r2"], tmp_path, appenders * rounds)
+    errors: list[str] = []
+
+    def append(run: Path, start: threading.Barrier) -> None:
+        with open_history(mariadb.url(database)) as store:
+            start.wait()
+            try:
+                store.append_run(run)
+            except AuditError as e:
+                errors.append(f"{run.name}: {e}")
+
+    for r in range(rounds):
+        start = threading.Barrier(appenders)
+        threads = [threading.Thread(target=append, args=(run, start)) for run in runs[r::rounds]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    with open_history(mariadb.url(database)) as store:
+        assert sorted(r["run_id"] for r in store.runs()) == sorted(run.name for run in runs)
+        assert len(store.pair_history("cache")) == len(runs)
