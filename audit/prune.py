@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from audit import stage_marks
 from audit.errors import ConfigError
 from audit.layout import FINISHING, TIME_FORMAT, is_run_id, runs_lock, utc_now_text, write_json
 from audit.retention import BULKY, GX_RESULTS, NESTED, PRUNED_LOG, Decision, Policy, Run, decide
@@ -68,7 +69,8 @@ def _run_of(entry: Path) -> Run | None:
     # an unfinished run's age: from its start, or from the latest stage started on it (a resume, a re-run)
     starts = [t for t in (_time(manifest, "started_at"), _time(manifest, "stage_started_at")) if t is not None]
     ended = None if manifest.get(FINISHING) else _time(manifest, "ended_at")  # a report still writing: unfinished
-    return Run(entry.name, ended, bool(manifest.get("pruned")), max(starts, default=None))
+    running = tuple(stage_marks.running(manifest))
+    return Run(entry.name, ended, bool(manifest.get("pruned")), max(starts, default=None), running)
 
 
 def size_of(path: Path) -> int:

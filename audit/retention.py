@@ -8,11 +8,11 @@ Safety rules: a run is a real directory directly under OUT (never a symlink, nev
 stage (and `--resume`) removes as it starts, and no `finishing` (the report's, until its last file is
 written): an unfinished run is running, interrupted, or had a stage re-run since its report, and is never
 touched, unless `keep_unfinished_days` is set and both the run and its latest stage started longer ago than
-that (it is then deleted whole). Ages come from `ended_at`, not from file times. The newest finished run (and
-the `keep_last` newest) are always kept. Deletion never follows a symlink and never leaves OUT. The
-results history store is not touched: trends survive pruning. `OUT/verifications` (NESTED), when a real
-directory, is an output directory of its own and is pruned by the same policy as OUT, by the same rules
-(its own newest run, GX context and log of pruned runs).
+that and no stage still runs on it (it is then deleted whole). Ages come from `ended_at`, not from file
+times. The newest finished run (and the `keep_last` newest) are always kept. Deletion never follows a
+symlink and never leaves OUT. The results history store is not touched: trends survive pruning.
+`OUT/verifications` (NESTED), when a real directory, is an output directory of its own and is pruned by the
+same policy as OUT, by the same rules (its own newest run, GX context and log of pruned runs).
 """
 
 from __future__ import annotations
@@ -71,6 +71,8 @@ class Run:
     started_at: datetime | None = None
     """From its manifest, when the run or its latest stage started (`started_at`, `stage_started_at`): the
     age of an unfinished run (None: unknown, and such a run is kept)."""
+    running: tuple[str, ...] = ()
+    """The stages its manifest marks that still run (audit/stage_marks.py): such a run is kept, whatever its age."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,9 @@ def decide(runs: Iterable[Run], policy: Policy, now: datetime) -> Decision:
     protected = {r.run_id for r in finished[: max(1, policy.keep_last)]}
     delete, trim, keep = [], [], {}
     for r in sorted(runs, key=lambda r: r.run_id):
-        if r.ended_at is None:
+        if r.running:  # a stage working for longer than --keep-unfinished-days is not a killed run
+            keep[r.run_id] = f"not finished, still running: {', '.join(r.running)}"
+        elif r.ended_at is None:
             if _older(r.started_at, policy.keep_unfinished_days, now):
                 delete.append(r.run_id)
             else:

@@ -482,6 +482,33 @@ def test_a_stage_rerun_on_a_finished_run_keeps_it_from_prune_while_it_runs_and_u
     assert not (out / "mid").exists() and "deleted run mid" in capsys.readouterr().out
 
 
+def test_a_run_whose_stage_still_runs_is_kept_whatever_keep_unfinished_days_says(  # type: ignore[no-untyped-def]
+    out, tmp_path, monkeypatch, capsys
+) -> None:
+    _, fifo, stage = _snapshot_waiting_on_a_fifo(tmp_path, out)
+    try:
+        pipe = _writer_once_read(fifo, stage)
+        try:  # a snapshot working for two days (a huge keyspace, a slow source) is not a killed one
+            _age(out, "mid", None, started_days=2)
+            assert run_cli(["prune", "-o", str(out), "--keep-unfinished-days", "1"], monkeypatch) == 0
+            said = capsys.readouterr()
+            # it deleted the run under the snapshot, which then failed on its own files (exit 3)
+            assert (out / "mid" / "manifest.json").is_file(), said.out
+            assert (
+                f"kept mid: not finished, still running: snapshot of pair assets (pid {stage.pid})"
+                in said.err.replace("\n", " ")
+            )
+        finally:
+            os.write(pipe, b"late")
+            os.close(pipe)
+        assert stage.wait(timeout=120) == 0, stage.communicate()[1][-3000:]
+    finally:
+        if stage.poll() is None:
+            stage.kill()
+            stage.wait()
+    assert not (out / "unfinished").exists()  # the run no stage runs on (killed 100 days ago) went
+
+
 def test_a_stage_killed_outright_leaves_a_mark_that_no_longer_counts(  # type: ignore[no-untyped-def]
     out, tmp_path, monkeypatch
 ) -> None:
