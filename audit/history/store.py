@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from audit.errors import ConfigError
+from audit.errors import ConfigError, SourceError
 from audit.history.record import RunRecord, format_time, read_run
 from audit.layout import utc_now_text
 from audit.urls import redact_url
@@ -216,22 +216,35 @@ class SqlHistory(ABC):
             raise
 
     def create_schema(self) -> None:
-        """Create the tables if missing (idempotent) and refuse a store written by a newer schema."""
-        with self._guard(), self._transaction() as cur:
-            for statement in self.DDL:
-                cur.execute(statement)
-            # two first appenders may race here: the loser's insert is ignored, not an error
-            cur.execute(
-                self._sql(f"{self.INSERT_IGNORE} INTO history_meta (name, value) VALUES (?, ?)"),
-                ("schema_version", str(SCHEMA_VERSION)),
-            )
-            cur.execute(self._sql("SELECT value FROM history_meta WHERE name = ?"), ("schema_version",))
-            row = cur.fetchone()
-            if int(row[0]) > SCHEMA_VERSION:
-                raise ConfigError(
-                    f"history store {self.where}: schema version {row[0]} is newer than this "
-                    f"replica-audit's ({SCHEMA_VERSION}); upgrade replica-audit to append to it"
+        """Create the tables if missing (idempotent) and refuse a store written by a newer schema. A store
+        that has them is only read here: a reader (the daily report, a report's charts) took the write lock
+        to create them, and waited out another writer's (30 s on SQLite, whose WAL lets readers read) to
+        fail with "database is locked"."""
+        version = self._schema_version()
+        if version is None:
+            with self._guard(), self._transaction() as cur:
+                for statement in self.DDL:
+                    cur.execute(statement)
+                # two first appenders may race here: the loser's insert is ignored, not an error
+                cur.execute(
+                    self._sql(f"{self.INSERT_IGNORE} INTO history_meta (name, value) VALUES (?, ?)"),
+                    ("schema_version", str(SCHEMA_VERSION)),
                 )
+                cur.execute(self._sql("SELECT value FROM history_meta WHERE name = ?"), ("schema_version",))
+                version = int(cur.fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise ConfigError(
+                f"history store {self.where}: schema version {version} is newer than this "
+                f"replica-audit's ({SCHEMA_VERSION}); upgrade replica-audit to append to it"
+            )
+
+    def _schema_version(self) -> int | None:
+        """The store's schema version, None before its tables are created (its version is written last)."""
+        try:
+            rows = self._query("SELECT value FROM history_meta WHERE name = ?", ["schema_version"])
+        except SourceError:
+            return None  # no table yet; anything else, the creation below says
+        return int(rows[0]["value"]) if rows else None
 
     # --- writing ------------------------------------------------------------------------------------
     def append_run(self, run_dir: Path) -> int:

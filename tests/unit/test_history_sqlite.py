@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -364,6 +365,25 @@ def test_concurrent_appends_from_separate_connections(tmp_path: Path, runs_dir: 
     with open_history(url) as store:
         assert [r["run_id"] for r in store.runs()] == ["r1", "r2", "r3"]
         assert len(store.pair_history("cache")) == 3
+
+
+def test_a_reader_reads_while_another_process_holds_the_write_lock(tmp_path: Path, runs_dir: dict[str, Path]) -> None:
+    """The daily report and a report's charts only read; WAL lets them read while a writer holds the file
+    (an operator's `sqlite3` session, a long append). Opening the store took the write lock to create the
+    schema: the daily report waited 30 s, then failed with exit 3 ("database is locked")."""
+    url = f"sqlite:///{tmp_path}/h.sqlite"
+    with open_history(url) as store:
+        store.append_run(runs_dir["r1"])
+    holder = sqlite3.connect(tmp_path / "h.sqlite", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        with open_history(url) as store:
+            assert [r["run_id"] for r in store.runs()] == ["r1"]
+        assert time.monotonic() - started < 5
+    finally:
+        holder.rollback()
+        holder.close()
 
 
 def test_store_written_by_a_newer_version_is_refused(tmp_path: Path) -> None:
