@@ -131,13 +131,20 @@ def _progress() -> tuple[Any, Any]:
     return bar, advance
 
 
-def _print_summary(summary: dict[str, Any], run_root: Path, **wording: Callable[..., str]) -> None:
-    """`wording`: print_summary's `prose` and `said` (a verification's words for the sides)."""
+def _print_summary(summary: dict[str, Any], run_root: Path, again: bool = True, **wording: Callable[..., str]) -> None:
+    """`wording`: print_summary's `prose` and `said` (a verification's words for the sides). `again`: a
+    `report` of the run can append it to the history later (a verification has no inventory to give it)."""
     history = summary.pop("history", None) or {}
-    if history.get("status") == "error":  # the verdict stands; the daily report will lack this run
+    if history.get("status") == "error":  # the verdict stands; the daily report lacks this run until appended
+        later = (
+            f"; append it later with `replica-audit report --run-id {run_root.name}` (same --inventory, --out "
+            "and --history)"
+            if again
+            else ""
+        )
         err.print(
             f"[yellow]results history {escape(str(history.get('store')))}: not written:[/] "
-            f"{escape(str(history.get('message')))}"
+            f"{escape(str(history.get('message')) + later)}"
         )
     if _Output.json:
         sys.stdout.write(json.dumps(summary, sort_keys=True, default=str) + "\n")
@@ -430,7 +437,7 @@ def verify(
         sys.stdout.write(json.dumps(cert, sort_keys=True, default=str) + "\n")
     elif not _Output.quiet:
         summary = json.loads(run_dir.summary.read_text())
-        _print_summary(summary, run_dir.root, prose=in_verification_prose, said=in_verification_terms)
+        _print_summary(summary, run_dir.root, False, prose=in_verification_prose, said=in_verification_terms)
         from audit.cli.render import print_certificate
 
         print_certificate(out, cert, run_dir.root / "certificate.json")

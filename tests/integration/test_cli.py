@@ -280,6 +280,9 @@ def test_a_history_store_that_cannot_be_written_is_said(dirfiles_kind, tmp_path,
     assert run_cli(args, monkeypatch) == 0  # the verdict stands
     err = " ".join(capsys.readouterr().err.split())
     assert "results history" in err and "not written" in err and ":pw@" not in err
+    # the run is missing from the history (the daily report's trends) until it is appended: say how
+    run_id = latest_run(tmp_path / "out").name
+    assert f"append it later with `replica-audit report --run-id {run_id}`" in err, err
     assert run_cli([*args, "--json"], monkeypatch) == 0
     assert "history" not in json.loads(capsys.readouterr().out)  # --json prints summary.json as written
 
