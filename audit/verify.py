@@ -333,7 +333,8 @@ def finish_verification(
     inventory: Inventory, run: RunDir, *, strictness: str | None, history: str | None = None
 ) -> dict[str, Any]:
     """summary.json, report.html and the history entry (:func:`audit.pipeline.finish_run`), then the
-    certificate; returns the certificate."""
+    certificate; returns the certificate, with the history's outcome under `history` (not in the file), which
+    the caller says when the store could not be written, as for a run."""
     from audit.pipeline import finishing_run
 
     if len(inventory.pairs) != 1:
@@ -341,7 +342,7 @@ def finish_verification(
     pair = inventory.pairs[0]
     # the run is finished only once its certificate is written: until then no prune may trim the snapshots
     # the certificate's digests read
-    with finishing_run(inventory, run, list(inventory.pairs), history):
+    with finishing_run(inventory, run, list(inventory.pairs), history) as summary:
         path = write_certificate(
             run,
             pair,
@@ -349,4 +350,4 @@ def finish_verification(
             thresholds=pair.gate.model_dump(include=set(verification_gate_keys(pair.kind))),
         )
     cert: dict[str, Any] = json.loads(path.read_text())
-    return cert
+    return {**cert, "history": summary["history"]}

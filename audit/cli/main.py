@@ -131,21 +131,9 @@ def _progress() -> tuple[Any, Any]:
     return bar, advance
 
 
-def _print_summary(summary: dict[str, Any], run_root: Path, again: bool = True, **wording: Callable[..., str]) -> None:
-    """`wording`: print_summary's `prose` and `said` (a verification's words for the sides). `again`: a
-    `report` of the run can append it to the history later (a verification has no inventory to give it)."""
-    history = summary.pop("history", None) or {}
-    if history.get("status") == "error":  # the verdict stands; the daily report lacks this run until appended
-        later = (
-            f"; append it later with `replica-audit report --run-id {run_root.name}` (same --inventory, --out "
-            "and --history)"
-            if again
-            else ""
-        )
-        err.print(
-            f"[yellow]results history {escape(str(history.get('store')))}: not written:[/] "
-            f"{escape(str(history.get('message')) + later)}"
-        )
+def _print_summary(summary: dict[str, Any], run_root: Path, **wording: Callable[..., str]) -> None:
+    """`wording`: print_summary's `prose` and `said` (a verification's words for the sides)."""
+    _say_history(summary.pop("history", None) or {}, run_root)
     if _Output.json:
         sys.stdout.write(json.dumps(summary, sort_keys=True, default=str) + "\n")
         return
@@ -154,6 +142,24 @@ def _print_summary(summary: dict[str, Any], run_root: Path, again: bool = True, 
     from audit.cli.render import print_summary
 
     print_summary(out, summary, run_root, **wording)
+
+
+def _say_history(history: dict[str, Any], run_root: Path, again: bool = True) -> None:
+    """A history store that could not take the run, on stderr whatever the output mode: the verdict stands,
+    and the daily report lacks the run until it is appended. `again`: a `report` of the run can append it
+    later (a verification has no inventory to give it)."""
+    if history.get("status") != "error":
+        return
+    later = (
+        f"; append it later with `replica-audit report --run-id {run_root.name}` (same --inventory, --out "
+        "and --history)"
+        if again
+        else ""
+    )
+    err.print(
+        f"[yellow]results history {escape(str(history.get('store')))}: not written:[/] "
+        f"{escape(str(history.get('message')) + later)}"
+    )
 
 
 def _warm_up(spark: bool) -> None:
@@ -433,11 +439,12 @@ def verify(
     if outcome.status == "error":
         err.print(f"[red]{name}: could not be verified:[/] {escape(in_verification_terms(outcome.message, name))}")
     cert = finish_verification(inv, run_dir, strictness=strictness, history=history)
+    _say_history(cert.pop("history", None) or {}, run_dir.root, again=False)
     if _Output.json:
         sys.stdout.write(json.dumps(cert, sort_keys=True, default=str) + "\n")
     elif not _Output.quiet:
         summary = json.loads(run_dir.summary.read_text())
-        _print_summary(summary, run_dir.root, False, prose=in_verification_prose, said=in_verification_terms)
+        _print_summary(summary, run_dir.root, prose=in_verification_prose, said=in_verification_terms)
         from audit.cli.render import print_certificate
 
         print_certificate(out, cert, run_dir.root / "certificate.json")

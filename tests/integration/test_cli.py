@@ -366,6 +366,19 @@ def test_a_verification_under_the_id_of_one_that_exists_is_refused(tmp_path, mon
     assert (out / "cutover" / "manifest.json").read_text() == before
 
 
+@pytest.mark.parametrize("mode", [[], ["--json"], ["--quiet"]], ids=["table", "json", "quiet"])
+def test_a_verification_the_history_store_could_not_take_is_said(mode, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # `verify` dropped the history's outcome: a certificate missing from the history said nothing anywhere
+    # but in its manifest, as `run` and `report` say it
+    args = ["verify", "--source", "redis://127.0.0.1:1", "--target", "redis://127.0.0.1:2", "-o", str(tmp_path)]
+    assert run_cli([*args, "--history", "mysql://u:pw@127.0.0.1:1/db", *mode], monkeypatch) == 3  # nothing listens
+    said = capsys.readouterr()
+    err = " ".join(said.err.split())
+    assert "results history mysql://u:***@127.0.0.1:1/db: not written" in err and ":pw@" not in err, err
+    if mode == ["--json"]:
+        assert "history" not in json.loads(said.out)  # the certificate as written
+
+
 @pytest.mark.parametrize("target", ["no.such.module", "json", "audit.sources.redis.kind:NOPE"])
 def test_a_kind_registered_by_a_name_that_loads_nothing_is_a_config_error(
     target: str, tmp_path, monkeypatch, capsys

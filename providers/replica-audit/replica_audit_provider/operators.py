@@ -295,6 +295,9 @@ class VerificationCertificateOperator(_AuditOperator):
             cert = finish_verification(inv, run, strictness=self.verification.get("strictness"), history=store_url)
         except AuditError as e:
             raise AirflowFailException(str(e)) from None
+        history = cert.pop("history", None) or {}
+        if history.get("status") == "error":
+            self.log.warning("results history %s: not written: %s", history.get("store"), history.get("message"))
         where = run.root / "certificate.json"
         self.log.info(
             "verification %s: %s, digests %s; certificate %s",
