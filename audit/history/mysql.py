@@ -28,6 +28,9 @@ APPEND_LOCK_WAIT_S = 60
 """How long an append waits for others to finish theirs (audit/history/store.py, _appending): well under
 HISTORY_READ_TIMEOUT_S, which would otherwise end the wait as a lost connection."""
 
+NOT_SUPPORTED = 1235
+"""ER_NOT_SUPPORTED_YET: what MariaDB Galera answers GET_LOCK with (MDEV-30473)."""
+
 CONNECTION_ERRORS = (2003, 2006, 2013)
 """Cannot connect, server gone, connection lost: reported as SourceConnectError."""
 
@@ -112,6 +115,12 @@ def parse_mysql_url(url: str) -> MySQLTarget:
     )
 
 
+def _refused(error: SourceError, code: int) -> bool:
+    """Whether the driver error behind `error` (from _guard) is the server's error `code`."""
+    cause = error.__cause__
+    return cause is not None and bool(cause.args) and cause.args[0] == code
+
+
 def _message(error: Exception, password: str) -> str:
     args = error.args
     text = str(args[1]) if len(args) >= 2 else str(error)
@@ -189,7 +198,15 @@ class MySQLHistory(SqlHistory):
         DELETEs take gap locks where the others insert: reports of distinct runs appending at once
         deadlocked, and InnoDB failed some again on every retry (2 runs of 30 lost, 3 at a time)."""
         name = f"replica-audit history {self.target.database}"[:64]  # the server's limit for a lock name
-        got = self._query("SELECT GET_LOCK(?, ?) AS got", [name, APPEND_LOCK_WAIT_S])[0]["got"]
+        try:
+            got = self._query("SELECT GET_LOCK(?, ?) AS got", [name, APPEND_LOCK_WAIT_S])[0]["got"]
+        except SourceError as e:
+            if not _refused(e, NOT_SUPPORTED):
+                raise
+            got = NOT_SUPPORTED
+        if got == NOT_SUPPORTED:
+            yield  # a Galera node refuses named locks: the appends' own retries are all there is
+            return
         if got != 1:
             raise SourceError(
                 f"history store mysql://{self.where}: other appends held its lock for {APPEND_LOCK_WAIT_S} s",
