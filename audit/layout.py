@@ -52,9 +52,10 @@ a run a stage has just started on."""
 
 
 FINISHING = "finishing"
-"""A mark in manifest.json beside `ended_at` while the report still writes (report.html, the history entry, a
-verification's certificate, which reads the snapshots): a prune takes such a run for unfinished, so it never
-trims or deletes what is being read or written (audit/pipeline.py, finishing_run; audit/prune.py)."""
+"""A mark in manifest.json from a report's start until its last file is written (the summary, report.html, the
+history entry, a verification's certificate, which reads the snapshots): a prune takes such a run for
+unfinished, so it never trims or deletes what is being read or written, a finished run reported again included
+(audit/pipeline.py, finishing_run; audit/prune.py)."""
 
 
 @contextlib.contextmanager

@@ -362,7 +362,7 @@ def finishing_run(
     """summary.json, report.html, the manifest's end, and the run appended to the results history; then what
     the `with` block writes (a verification's certificate). Gives the summary and the history's outcome.
 
-    From the manifest's end until the block is done, the manifest also says FINISHING, so a prune (which
+    From the report's start until the block is done, the manifest says FINISHING, so a prune (which
     takes the run for unfinished meanwhile) never trims or deletes what is still being read or written; a
     block that raises leaves the run so, like a report that crashed. The manifest is written under OUT's
     runs lock, and not at all if a stage started on the run since it was read here (:func:`_write_end`):
@@ -374,7 +374,7 @@ def finishing_run(
     from audit.report.html import render_report
     from audit.report.summary import build_summary
 
-    manifest = run.load_manifest()
+    manifest = _start_finishing(run)
     opened = _opening(manifest)
     summary = build_summary(run, pairs, run_pairs=list(manifest.get("pairs") or ()))
     write_json(run.summary, summary)
@@ -388,6 +388,19 @@ def finishing_run(
         not_ended = _write_end(run, opened, {"history": recorded}, drop=(FINISHING,))
     if not_ended is not None:
         log.warning("run %s: %s: it stays unfinished until its next report", run.run_id, not_ended)
+
+
+def _start_finishing(run: RunDir) -> dict[str, Any]:
+    """The manifest marked FINISHING before the report reads anything, under OUT's runs lock: a finished run
+    reported again (to append it to the history, say) was deleted by a prune under its report, which then
+    wrote its summary and report.html into a directory with no manifest. A run already gone is exit 2."""
+    with runs_lock(run.out):
+        manifest = run.load_manifest()
+        if not manifest:
+            raise StageInputError(f"run {run.run_id}: no manifest.json in {run.root} (pruned?); start a new run")
+        manifest[FINISHING] = True
+        write_json(run.manifest, manifest)
+    return manifest
 
 
 def record_history(run: RunDir, url: str | None) -> dict[str, Any]:

@@ -509,6 +509,38 @@ def test_a_run_whose_stage_still_runs_is_kept_whatever_keep_unfinished_days_says
     assert not (out / "unfinished").exists()  # the run no stage runs on (killed 100 days ago) went
 
 
+def test_a_run_whose_report_runs_again_is_kept_until_that_report_ends(out, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    # `report --run-id old` again (to append it to the history, say) while a prune of old runs ran: the
+    # prune deleted the run under the report, which then wrote its summary and report.html into a
+    # directory with no manifest, one no prune would ever take for a run
+    state = out / "old" / "work" / "assets" / "state.json"
+    content = state.read_bytes()
+    state.unlink()
+    os.mkfifo(state)  # the report waits there, reading it
+    report = _cli_apart(["report", "-i", str(tmp_path / "inv.yaml"), "-o", str(out), "--run-id", "old", "-q"])
+    try:
+        pipe = _writer_once_read(state, report)
+        try:
+            assert run_cli(["prune", "-o", str(out), "--keep-days", "5"], monkeypatch) == 0
+            said = capsys.readouterr()
+            assert (out / "old" / "manifest.json").is_file(), said.out
+            assert "kept old: not finished" in said.err.replace("\n", " "), said.err
+        finally:
+            os.write(pipe, content)
+            os.close(pipe)
+            kept = state.with_name("state.json.kept")
+            kept.write_bytes(content)
+            kept.replace(state)  # read again later as the file it was
+        assert report.wait(timeout=120) == 1, report.communicate()[1][-3000:]
+    finally:
+        if report.poll() is None:
+            report.kill()
+            report.wait()
+    assert _manifest(out, "old")["ended_at"] and "finishing" not in _manifest(out, "old")
+    assert run_cli(["prune", "-o", str(out), "--keep-days", "5"], monkeypatch) == 0  # now its age alone decides
+    assert "kept old" in capsys.readouterr().err.replace("\n", " ")  # it ended now, so it is young again
+
+
 def test_a_stage_killed_outright_leaves_a_mark_that_no_longer_counts(  # type: ignore[no-untyped-def]
     out, tmp_path, monkeypatch
 ) -> None:
