@@ -58,6 +58,12 @@ unfinished, so it never trims or deletes what is being read or written, a finish
 (audit/pipeline.py, finishing_run; audit/prune.py)."""
 
 
+RUNS_LOCK_WAIT_S = 300.0
+"""The longest a command waits for OUT's runs lock. Its holders keep it for a manifest's write, or a prune for
+one run's deletion (seconds); one holding it past this is stopped or hung (a dead mount), and a command that
+waited for it for ever, saying nothing, is what an operator cannot tell from a slow audit."""
+
+
 @contextlib.contextmanager
 def runs_lock(out: Path) -> Iterator[None]:
     try:
@@ -65,11 +71,27 @@ def runs_lock(out: Path) -> Iterator[None]:
     except OSError as e:  # an output directory made read-only: the operator's to fix
         raise ConfigError(f"output {out}: cannot open {RUNS_LOCK}: {e.strerror or e}") from None
     with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        _take(lock, Path(out) / RUNS_LOCK)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _take(lock: Any, path: Path) -> None:
+    """flock `lock`, waiting at most RUNS_LOCK_WAIT_S (flock itself has no timeout)."""
+    deadline = time.monotonic() + RUNS_LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise ConfigError(
+                    f"output {path}: held by another process for {RUNS_LOCK_WAIT_S:.0f} s (a prune or a stage "
+                    "stopped or hung?); nothing was changed"
+                ) from None
+            time.sleep(0.05)
 
 
 def new_run_id() -> str:

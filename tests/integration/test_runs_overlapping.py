@@ -118,3 +118,33 @@ def test_a_stage_of_a_pair_whose_stage_still_runs_is_refused_not_run_under_it(
     # the diff compared the snapshot it started on, and nothing else went on in the run meanwhile
     assert pair_verdict(RunDir(out, "r1"), "assets")["status"] == "incomplete"
     assert json.loads((out / "r1" / "manifest.json").read_text())["stages_started"] == 2
+
+
+def test_a_runs_lock_held_for_ever_is_an_error_naming_it_not_a_hang(
+    dirfiles_kind: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A process holding OUT/.runs.lock and never letting go (stopped, or hung on a dead mount) made every
+    command on OUT wait for ever, saying nothing."""
+    import audit.layout
+
+    master, replica = make_dirs(tmp_path)
+    inv = inventory(tmp_path / "inv.yaml", master, replica)
+    out = tmp_path / "out"
+    out.mkdir()
+    hold = (
+        "import fcntl, sys, time; f = open(sys.argv[1], 'a+b'); fcntl.flock(f, fcntl.LOCK_EX); "
+        "print(1, flush=True); time.sleep(600)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out / ".runs.lock")], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"1\n"
+        monkeypatch.setattr(audit.layout, "RUNS_LOCK_WAIT_S", 2.0)
+        started = time.monotonic()
+        code = run_cli(["run", "-i", str(inv), "-o", str(out), "--run-id", "r1", "--quiet"], monkeypatch)
+        assert time.monotonic() - started < 60
+    finally:
+        holder.kill()
+        holder.wait()
+    said = capsys.readouterr().err
+    assert code == 2, said
+    assert f"{out.resolve()}/.runs.lock" in said and "held by another process" in said and "Traceback" not in said
