@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from audit.errors import ConfigError, StageInputError
+from audit.errors import AuditError, ConfigError, StageInputError
 
 if TYPE_CHECKING:
     from audit.kernel.state import PairState
@@ -63,6 +63,10 @@ RUNS_LOCK_WAIT_S = 300.0
 one run's deletion (seconds); one holding it past this is stopped or hung (a dead mount), and a command that
 waited for it for ever, saying nothing, is what an operator cannot tell from a slow audit."""
 
+GX_LOCK_WAIT_S = 600.0
+"""The longest a gate or a prune waits for the Data Docs' lock (`OUT/gx/.lock`). A gate holds it for one pair's
+validation and its Data Docs pages (seconds); parallel Airflow tasks queue on it, so its bound is longer."""
+
 
 @contextlib.contextmanager
 def runs_lock(out: Path) -> Iterator[None]:
@@ -71,25 +75,27 @@ def runs_lock(out: Path) -> Iterator[None]:
     except OSError as e:  # an output directory made read-only: the operator's to fix
         raise ConfigError(f"output {out}: cannot open {RUNS_LOCK}: {e.strerror or e}") from None
     with lock:
-        _take(lock, Path(out) / RUNS_LOCK)
+        flock_within(lock, Path(out) / RUNS_LOCK, RUNS_LOCK_WAIT_S, "a prune or a stage")
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _take(lock: Any, path: Path) -> None:
-    """flock `lock`, waiting at most RUNS_LOCK_WAIT_S (flock itself has no timeout)."""
-    deadline = time.monotonic() + RUNS_LOCK_WAIT_S
+def flock_within(lock: Any, path: Path, wait_s: float, holders: str, error: type[AuditError] = ConfigError) -> None:
+    """flock `lock` (the open file `path`), waiting at most `wait_s`, else `error`: flock itself has no
+    timeout, and a holder that is stopped or hung (a dead mount) made every command waiting on it hang too,
+    saying nothing. `holders`: who takes the lock, for the error."""
+    deadline = time.monotonic() + wait_s
     while True:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise ConfigError(
-                    f"output {path}: held by another process for {RUNS_LOCK_WAIT_S:.0f} s (a prune or a stage "
-                    "stopped or hung?); nothing was changed"
+                raise error(
+                    f"output {path}: held by another process for {wait_s:.0f} s ({holders}: stopped or hung?); "
+                    "nothing was changed"
                 ) from None
             time.sleep(0.05)
 

@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from audit import stage_marks
+from audit import layout, stage_marks
 from audit.errors import ConfigError
-from audit.layout import FINISHING, TIME_FORMAT, is_run_id, runs_lock, utc_now_text, write_json
+from audit.layout import FINISHING, TIME_FORMAT, flock_within, is_run_id, runs_lock, utc_now_text, write_json
 from audit.retention import BULKY, GX_RESULTS, NESTED, PRUNED_LOG, Decision, Policy, Run, decide
 
 
@@ -289,7 +289,7 @@ def _gx_lock(out: Path) -> Iterator[None]:
         yield
         return
     with open(out / "gx" / ".lock", "a+b") as lock:  # the lock audit/gate/gx.py takes
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        flock_within(lock, out / "gx" / ".lock", layout.GX_LOCK_WAIT_S, "a gate or a prune")
         try:
             yield
         finally:

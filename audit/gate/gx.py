@@ -37,10 +37,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from audit import layout
 from audit.background import Preload
 from audit.errors import ConfigError, GateError
 from audit.kernel.suite import parameter_name
-from audit.layout import write_text
+from audit.layout import flock_within, write_text
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 SITE = "replica_audit"
@@ -158,7 +159,7 @@ def _locked(context_dir: Path) -> Iterator[None]:
     """This process's threads and other processes (parallel Airflow tasks) one at a time in the context."""
     context_dir.mkdir(parents=True, exist_ok=True)
     with _lock, open(context_dir / ".lock", "a+b") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        flock_within(lock_file, context_dir / ".lock", layout.GX_LOCK_WAIT_S, "a gate or a prune", GateError)
         try:
             yield
         finally:

@@ -120,6 +120,22 @@ def test_a_stage_of_a_pair_whose_stage_still_runs_is_refused_not_run_under_it(
     assert json.loads((out / "r1" / "manifest.json").read_text())["stages_started"] == 2
 
 
+@contextmanager
+def held_for_ever(lock: Path) -> Iterator[None]:
+    """Another process holding the flock on `lock` (stopped, or hung on a dead mount) until the block ends."""
+    hold = (
+        "import fcntl, sys, time; f = open(sys.argv[1], 'a+b'); fcntl.flock(f, fcntl.LOCK_EX); "
+        "print(1, flush=True); time.sleep(600)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(lock)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"1\n"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_runs_lock_held_for_ever_is_an_error_naming_it_not_a_hang(
     dirfiles_kind: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -131,20 +147,36 @@ def test_a_runs_lock_held_for_ever_is_an_error_naming_it_not_a_hang(
     inv = inventory(tmp_path / "inv.yaml", master, replica)
     out = tmp_path / "out"
     out.mkdir()
-    hold = (
-        "import fcntl, sys, time; f = open(sys.argv[1], 'a+b'); fcntl.flock(f, fcntl.LOCK_EX); "
-        "print(1, flush=True); time.sleep(600)"
-    )
-    holder = subprocess.Popen([sys.executable, "-c", hold, str(out / ".runs.lock")], stdout=subprocess.PIPE)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == b"1\n"
+    with held_for_ever(out / ".runs.lock"):
         monkeypatch.setattr(audit.layout, "RUNS_LOCK_WAIT_S", 2.0)
         started = time.monotonic()
         code = run_cli(["run", "-i", str(inv), "-o", str(out), "--run-id", "r1", "--quiet"], monkeypatch)
         assert time.monotonic() - started < 60
-    finally:
-        holder.kill()
-        holder.wait()
     said = capsys.readouterr().err
     assert code == 2, said
     assert f"{out.resolve()}/.runs.lock" in said and "held by another process" in said and "Traceback" not in said
+
+
+def test_a_data_docs_lock_held_for_ever_fails_the_gate_and_the_prune_naming_it_not_a_hang(
+    dirfiles_kind: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OUT/gx/.lock, which gates (validating, writing Data Docs) and prunes (dropping a run's results) take
+    in turn: held for ever by another process, every gate and prune waited for ever, saying nothing. The
+    pair is in error and the run incomplete (exit 3: the gate could not run), the prune an error (exit 2)."""
+    import audit.layout
+
+    master, replica = make_dirs(tmp_path)
+    inv = inventory(tmp_path / "inv.yaml", master, replica)
+    out = tmp_path / "out"
+    (out / "gx").mkdir(parents=True)
+    lock = out / "gx" / ".lock"
+    monkeypatch.setattr(audit.layout, "GX_LOCK_WAIT_S", 2.0)
+    with held_for_ever(lock):
+        started = time.monotonic()
+        code = run_cli(["run", "-i", str(inv), "-o", str(out), "--run-id", "r1", "--quiet"], monkeypatch)
+        pruned = run_cli(["prune", "-o", str(out), "--keep-days", "1"], monkeypatch)
+        assert time.monotonic() - started < 120
+    said = capsys.readouterr().err
+    assert (code, pruned) == (3, 2), said
+    assert said.count(f"{lock.resolve()}: held by another process") == 2 and "Traceback" not in said, said
+    assert json.loads((out / "r1" / "summary.json").read_text())["pairs"][0]["status"] == "error"
