@@ -56,6 +56,10 @@ class Policy:
                 usable = False
             if not usable:
                 raise ConfigError(f"--{name.replace('_', '-')} {value}: expected a number of 0 or more")
+        if self.keep_last < 1:  # 0 kept the newest run all the same, and said nothing of it
+            raise ConfigError(
+                f"--keep-last {self.keep_last}: expected 1 or more (the newest finished run is always kept)"
+            )
         if self.keep_days is None and self.keep_snapshot_days is None and self.keep_unfinished_days is None:
             raise ConfigError(
                 "prune: give --keep-days, --keep-snapshot-days or --keep-unfinished-days (nothing to prune by)"
@@ -87,7 +91,7 @@ def decide(runs: Iterable[Run], policy: Policy, now: datetime) -> Decision:
     """Which runs to delete whole, which to trim to their results, and why each other one is kept."""
     runs = list(runs)
     finished = sorted((r for r in runs if r.ended_at is not None), key=lambda r: (r.ended_at, r.run_id), reverse=True)
-    protected = {r.run_id for r in finished[: max(1, policy.keep_last)]}
+    protected = {r.run_id for r in finished[: policy.keep_last]}
     delete, trim, keep = [], [], {}
     for r in sorted(runs, key=lambda r: r.run_id):
         if r.running:  # a stage working for longer than --keep-unfinished-days is not a killed run

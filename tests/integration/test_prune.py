@@ -389,6 +389,7 @@ def test_a_path_that_cannot_be_deleted_is_named_and_exits_2(out, monkeypatch, ca
         (["--keep-days", "abc"], "'--keep-days'"),
         (["--keep-snapshot-days", "1e400"], "--keep-snapshot-days inf: expected"),
         (["--keep-days", "1", "--keep-last", "-1"], "--keep-last -1: expected"),
+        (["--keep-days", "1", "--keep-last", "0"], "--keep-last 0: expected 1 or more"),
         ([], "give --keep-days, --keep-snapshot-days or --keep-unfinished-days"),
     ],
 )

@@ -36,7 +36,7 @@ def test_only_one_age_given() -> None:
 
 def test_the_newest_finished_run_is_kept_whatever_its_age_and_unfinished_runs_always() -> None:
     old = [ended(400, "x"), ended(300, "y"), ended(None, "z")]
-    d = decide(old, Policy(keep_days=0, keep_snapshot_days=0, keep_last=0), NOW)
+    d = decide(old, Policy(keep_days=0, keep_snapshot_days=0, keep_last=1), NOW)
     assert d.delete == ("x",) and d.trim == () and set(d.keep) == {"y", "z"}
 
 

@@ -57,7 +57,8 @@ def _retention_param(variable: str, default: float | None, description: str, who
     except ValueError:
         raise ValueError(f"{variable}={value!r}: expected a number of days (or of runs)") from None
     kind = "integer" if whole else "number"
-    return Param(given, type=[kind] if whole else ["null", kind], minimum=0, description=description)
+    # a count of runs to keep starts at 1: the newest finished run is always kept
+    return Param(given, type=[kind] if whole else ["null", kind], minimum=1 if whole else 0, description=description)
 
 
 def consistency_audit_dag(dag_id: str = "consistency_audit", **dag_kwargs: Any) -> DAG:
