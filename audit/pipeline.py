@@ -54,21 +54,25 @@ def start_run(
     """The run's directory and manifest. `reopen` (a --resume) marks a finished run unfinished again until its
     report (:func:`reopen_run`); a run a prune trimmed cannot be resumed. `new` (a `run` or `verify`) refuses
     a run that exists: checked and created under OUT's runs lock, since two commands given one --run-id at
-    once both found it absent, then audited into one directory (one exit 4, the other a pass over both)."""
-    run = RunDir(Path(out), run_id or new_run_id())
-    try:
-        run.root.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"output directory {out}: cannot create {run.root}: {e.strerror}") from None
-    with runs_lock(run.out):
-        created = not run.manifest.exists()
-        if created:
-            write_json(run.manifest, _first_manifest(inventory, run))
-        elif new:
-            raise ConfigError(f"--run-id {run.run_id}: a run of that id is already in {out} (started meanwhile)")
-    if not created and reopen:
-        reopen_run(run)
-    return run
+    once both found it absent, then audited into one directory (one exit 4, the other a pass over both). With
+    no `run_id`, one is drawn (:func:`audit.layout.new_run_id`) until it names no run."""
+    while True:
+        run = RunDir(Path(out), run_id or new_run_id())
+        try:
+            run.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"output directory {out}: cannot create {run.root}: {e.strerror}") from None
+        with runs_lock(run.out):
+            created = not run.manifest.exists()
+            if created:
+                write_json(run.manifest, _first_manifest(inventory, run))
+            elif run_id is None:
+                continue  # an id drawn here that another command drew in the same second: never share its run
+            elif new:
+                raise ConfigError(f"--run-id {run.run_id}: a run of that id is already in {out} (started meanwhile)")
+        if not created and reopen:
+            reopen_run(run)
+        return run
 
 
 def _first_manifest(inventory: Inventory, run: RunDir) -> dict[str, Any]:

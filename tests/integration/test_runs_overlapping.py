@@ -60,6 +60,33 @@ def test_two_runs_given_one_run_id_at_once_never_share_its_directory(
     assert json.loads(manifest.read_text())["stages_started"] == 4  # the other run's four stages only
 
 
+@pytest.mark.parametrize("command", ["run", "snapshot"])
+def test_a_drawn_run_id_another_command_drew_too_is_drawn_again(
+    command: str,
+    dirfiles_kind: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Two commands started in the same second may draw one run id (its 4 hex digits alike): the second
+    refused it, naming a --run-id never given (`run`), or went on in the first's directory (`snapshot`)."""
+    import audit.pipeline
+
+    master, replica = make_dirs(tmp_path)
+    inv = inventory(tmp_path / "inv.yaml", master, replica)
+    out = tmp_path / "out"
+    first = _cli("run", "-i", str(inv), "-o", str(out), "--run-id", "20310102T000000Z-abcd", "--quiet")
+    assert first.returncode == 0, first.stderr
+    before = (out / "20310102T000000Z-abcd" / "manifest.json").read_text()
+    drawn = iter(["20310102T000000Z-abcd", "20310102T000000Z-abce"])
+    monkeypatch.setattr(audit.pipeline, "new_run_id", lambda: next(drawn))
+    code = run_cli([command, "-i", str(inv), "-o", str(out)], monkeypatch)
+    said = capsys.readouterr()
+    assert code == 0, said.err
+    assert (out / "20310102T000000Z-abcd" / "manifest.json").read_text() == before  # the first run, untouched
+    assert json.loads((out / "20310102T000000Z-abce" / "manifest.json").read_text())["stages_started"] >= 1
+
+
 @contextmanager
 def _diff_still_running(inv: Path, out: Path, run_id: str) -> Iterator[subprocess.Popen[bytes]]:
     """`replica-audit diff` of run `run_id` in a process of its own, held inside the stage while the block
