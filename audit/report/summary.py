@@ -100,6 +100,8 @@ def pair_verdict(run: RunDir, pair: str) -> dict[str, Any]:
         "counts": {c: int(n) for c, n in sorted(state.counts.items())},
         "failed_checks": sorted({str(f.column) for f in gate.failed}) if gate else [],
         "keys_compared": state.metrics.get("keys_compared"),
+        # what any kind compared (rows and tables, records, bytes, keys): keys_compared is a keyspace's only
+        "compared": {k: int(v) for k, v in sorted(state.metrics.items()) if k.endswith("_compared") and v is not None},
         "error": state.error.message if state.error else None,
     }
 

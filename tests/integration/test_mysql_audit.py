@@ -8,7 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from audit.layout import RunDir
 from audit.local.mariadb_server import MariaDBServer, free_port, mariadb_available, start_pair, wait_in_sync
+from audit.report.summary import pair_verdict
 from tests.integration.helpers import findings, latest_run, run_cli, summary, write_inventory
 
 pytestmark = [
@@ -74,6 +76,8 @@ def test_planted_rows_and_an_errant_transaction_fail_the_gate(servers, tmp_path,
     assert json.loads(mismatch["detail"])["columns"] == ["total"]
     s = summary(root)["pairs"][0]
     assert s["status"] == "failed" and s["coverage"]["rows_compared"] == 2000
+    verdict = pair_verdict(RunDir(root.parent, root.name), "shop-db")  # an asset event's extra
+    assert verdict["compared"]["rows_compared"] == 2000 and verdict["keys_compared"] is None
     assert {f["column"] for f in s["gate"]["failed"]} == {"missing_row", "row_mismatch", "errant_gtid"}
     plan = root / s["artifacts"]["repair plan"]
     text = plan.read_text()
