@@ -186,7 +186,7 @@ def parse(flavor: Flavor, text: str) -> GtidSet:
     return parse_mariadb(text) if flavor == "mariadb" else parse_mysql(text)
 
 
-def mariadb_errant(replica_state: str, master_state: str, replica_slave_pos: str) -> GtidSet:
+def mariadb_errant(replica_state: str, master_state: str, replica_slave_pos: str, other_masters: str = "") -> GtidSet:
     """Transactions the replica binlogged under a (domain, server) its master never wrote so far.
 
     `replica_state`/`master_state` are `@@gtid_binlog_state`. For each (domain, server) entry of the
@@ -195,8 +195,17 @@ def mariadb_errant(replica_state: str, master_state: str, replica_slave_pos: str
     replicated position), so an errant write that the master later "overtook" with the same seq
     (which strict mode refuses to apply) is still seen. When the replica has already applied seqs of
     the master beyond it, only that last errant GTID can be named (a lower bound on the count).
+
+    `other_masters` is what the replica's other connections received (their `Gtid_IO_Pos`, multi-source
+    replication): a domain this master never wrote, up to the seq another master sent in it, reached the
+    replica's binlog by replication (`log_slave_updates`), not by a write there: it was reported errant.
     """
     master = {(d, s): q for d, s, q in parse_mariadb_list(master_state)}
+    master_domains = {d for d, _ in master}
+    received: dict[int, int] = {}
+    for d, _s, q in parse_mariadb_list(other_masters):
+        if d not in master_domains:
+            received[d] = max(received.get(d, 0), q)
     known_servers = {(d, s) for d, s in master}
     replicated: dict[int, int] = {}
     for d, s, q in [*parse_mariadb_list(replica_slave_pos), *parse_mariadb_list(replica_state)]:
@@ -205,7 +214,7 @@ def mariadb_errant(replica_state: str, master_state: str, replica_slave_pos: str
     sets: dict[str, Intervals] = {}
     servers: dict[str, int] = {}
     for d, s, q in parse_mariadb_list(replica_state):
-        if q <= master.get((d, s), 0):
+        if q <= master.get((d, s), 0) or q <= received.get(d, 0):
             continue
         # once the replica has applied the master's later seqs of the domain (no log_slave_updates: the
         # usual case), the run cannot be placed: the state keeps only each server's last GTID, which

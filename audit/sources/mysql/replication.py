@@ -257,7 +257,7 @@ def audit_connected(
     lost, lag = split_missing(m0 - r1, r1, up, ignored)
     findings += range_findings("missing_gtid", lost, master_set=m0_text, replica_set=r1_text)
     if flavor == "mariadb":
-        errant = gtid.mariadb_errant(r1_state, m1_state, r1_text)
+        errant = gtid.mariadb_errant(r1_state, m1_state, r1_text, _received_from_others(replica, row))
     else:
         errant = r1 - gtid.parse(flavor, m1_text)
     findings += range_findings("errant_gtid", errant.ranges(), master_set=m1_text)
@@ -294,6 +294,14 @@ def audit_connected(
     if seconds is not None:
         metrics["lag_seconds"] = seconds
     return ReplicationAudit(findings, metrics, state, True)
+
+
+def _received_from_others(replica: Server, row: Status) -> str:
+    """The GTIDs the replica's other connections (multi-source) received, read after its binlog state:
+    a connection's IO thread receives a transaction before it is applied and binlogged there."""
+    name = row.get("Connection_name")
+    rows = [r for r in read_status(replica) if r.get("Connection_name") != name]
+    return ",".join(r.get("Gtid_IO_Pos") or "" for r in rows)
 
 
 def _number(value: str | None) -> float | None:
