@@ -86,3 +86,13 @@ def test_mariadb_no_errant_when_the_replica_only_replays() -> None:
     assert not gtid.mariadb_errant("", "0-1-120", "0-1-120")
     # a former master's own writes that this master has too (after a switchover) are not errant
     assert not gtid.mariadb_errant("0-2-50,0-1-100", "0-2-50,0-1-120", "0-1-100")
+
+
+def test_another_connections_domain_is_not_errant_up_to_what_it_received() -> None:
+    # the hub binlogs master A's domain 0 and, through connection 'b', master B's domain 1
+    assert gtid.mariadb_errant("0-1-9,1-3-5", "0-1-9", "0-1-9,1-3-5", other_masters="1-3-5").ranges() == []
+    beyond = gtid.mariadb_errant("0-1-9,1-3-5,1-2-6", "0-1-9", "0-1-9,1-3-5", other_masters="1-3-5")
+    assert [(r.source, r.start, r.end) for r in beyond.ranges()] == [("1", 6, 6)]  # written on the hub itself
+    # a connection's position in this master's own domain excuses nothing there
+    own = gtid.mariadb_errant("0-1-9,0-2-10", "0-1-9", "0-1-9", other_masters="0-1-9,0-2-10")
+    assert [(r.start, r.end) for r in own.ranges()] == [(10, 10)]

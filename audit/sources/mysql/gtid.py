@@ -219,7 +219,7 @@ def mariadb_errant(replica_state: str, master_state: str, replica_slave_pos: str
         # once the replica has applied the master's later seqs of the domain (no log_slave_updates: the
         # usual case), the run cannot be placed: the state keeps only each server's last GTID, which
         # is errant all the same (it was dropped here, and the errant write vanished from the audit)
-        start = min(q, max(replicated.get(d, 0), master.get((d, s), 0)) + 1)
+        start = min(q, max(replicated.get(d, 0), received.get(d, 0), master.get((d, s), 0)) + 1)
         key = str(d)
         sets[key] = normalize([*sets.get(key, ()), (start, q)])
         servers[key] = s
