@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from audit.sources.mysql import gtid
+from audit.sources.mysql.filters import ReplicationFilters
 from audit.sources.mysql.replication import (
     MasterIdentity,
     following,
@@ -50,3 +51,25 @@ def test_a_tail_on_a_running_link_is_lag_a_hole_or_a_stopped_link_is_loss() -> N
     m, r = gtid.parse_mariadb("0-1-10,5-1-3"), gtid.parse_mariadb("0-1-8")
     lost, lag = split_missing(m - r, r, up=True, ignored_sources=frozenset({"5"}))
     assert [r.first for r in lost] == ["5-1-1"] and [r.first for r in lag] == ["0-1-9"]
+
+
+def _rules(**lists: str) -> ReplicationFilters:
+    return ReplicationFilters.from_status({f"Replicate_{k}": v for k, v in lists.items()})
+
+
+def test_replication_filters_follow_the_servers_order_of_rules() -> None:
+    assert not _rules() and _rules().excluding("s", "t") is None
+    ignore = _rules(Ignore_Table="s.a,s.b", Wild_Ignore_Table="s.tmp\\_%,log%.%")
+    assert ignore.excluding("s", "b") == "replicate_ignore_table = s.b"
+    assert ignore.excluding("s", "tmp_1") == "replicate_wild_ignore_table = s.tmp\\_%"
+    assert ignore.excluding("s", "tmpx1") is None  # `\_` is a literal underscore
+    assert ignore.excluding("log2024", "x") == "replicate_wild_ignore_table = log%.%"
+    assert ignore.excluding("s", "c") is None
+    do = _rules(Do_Table="s.a", Wild_Do_Table="s.keep%", Wild_Ignore_Table="s.%")
+    assert do.excluding("s", "a") is None and do.excluding("s", "keep1") is None  # a do rule is read first
+    assert do.excluding("s", "z") == "replicate_wild_ignore_table = s.%"
+    assert "not s2.a" in (_rules(Do_Table="s.a").excluding("s2", "a") or "")
+    assert _rules(Do_DB="s,u").excluding("t", "a") == "replicate_do_db = s,u (not t)"
+    assert _rules(Do_DB="s", Ignore_Table="s.a").excluding("s", "a") == "replicate_ignore_table = s.a"
+    assert _rules(Ignore_DB="x").excluding("x", "a") == "replicate_ignore_db = x"
+    assert ReplicationFilters.from_status({"Replicate_Ignore_Table": "S.A"}, fold=True).excluding("s", "a")

@@ -23,7 +23,9 @@ from audit.sources.mysql import catalog, padded_keys
 from audit.sources.mysql.chunks import ZERO, ChunkDone, Digest, Sides, Uncovered
 from audit.sources.mysql.client import Server, connect_pair
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings, parse_tables
+from audit.sources.mysql.filters import ReplicationFilters
 from audit.sources.mysql.repair import RepairPlan, WholeRows, phase
+from audit.sources.mysql.replication import following, master_identity, read_status
 from audit.sources.mysql.row_diff import RowDiff
 from audit.sources.mysql.rows import RecheckResult, recheck, to_finding
 from audit.sources.mysql.spark_job import Job, TaskError, TaskStats, events, plan_segments
@@ -89,6 +91,8 @@ class RowsAudit:
     """Server versions, by side."""
     repair_path: Path | None = None
     repair_statements: int = 0
+    filtered: list[dict[str, str]] = field(default_factory=list)
+    """Tables the replica's replication filters keep from it, each with the filter: not compared."""
 
     def content(self, side: str) -> dict[str, Any]:
         """One side's content for a verification certificate: rows and digest per table, and overall.
@@ -232,6 +236,8 @@ def audit_tables(
                 "the auditor needs SELECT on the tables to audit",
                 where=master_ep.where,
             )
+        filtered = _filtered(master, replica, master_ep, names, folds[1]) if check_replication else {}
+        names = [n for n in names if n not in filtered]
         m_defs = catalog.load_definitions(master, [n for n in names if n in m_list], m_list, own[0])
         r_defs = catalog.load_definitions(replica, [n for n in names if n in r_list], r_list, own[1])
         plans, schema_findings = catalog.compare_catalogs(names, m_defs, r_defs)
@@ -296,6 +302,7 @@ def audit_tables(
         finally:
             whole.close()
     metrics = _metrics(run, rechecked, plans, m_list, r_list, names, counts, started, len(segments))
+    metrics["tables_filtered"] = len(filtered)
     run.overflow.close()
     return RowsAudit(
         findings=findings,
@@ -306,7 +313,20 @@ def audit_tables(
         servers=servers,
         repair_path=repair_path,
         repair_statements=statements,
+        filtered=[{"table": f"{s}.{t}", "filter": why} for (s, t), why in filtered.items()],
     )
+
+
+def _filtered(
+    master: Server, replica: Server, master_ep: MySQLEndpoint, names: list[catalog.TableName], fold: bool
+) -> dict[catalog.TableName, str]:
+    """The tables the replica does not replicate from this master by design (filters.py), each with why."""
+    row = following(read_status(replica), master_identity(master, master_ep))
+    rules = ReplicationFilters.from_status(row, fold) if row else None
+    if not rules:
+        return {}
+    found = {n: rules.excluding(*n) for n in names}
+    return {n: f"the replica's {why}: it does not replicate the table" for n, why in found.items() if why}
 
 
 def _in_flight_reason(diff: RowDiff) -> str:

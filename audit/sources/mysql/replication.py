@@ -171,7 +171,7 @@ class ReplicationAudit:
     """False when the replica follows another master (wrong_master): its rows are not to be diffed."""
 
 
-def _identity(master: Server, endpoint: MySQLEndpoint) -> MasterIdentity:
+def master_identity(master: Server, endpoint: MySQLEndpoint) -> MasterIdentity:
     uuid = master.text("SELECT @@GLOBAL.server_uuid") if master.flavor == "mysql" else None
     return MasterIdentity(endpoint.host, endpoint.port, master.text("SELECT @@GLOBAL.server_id"), uuid)
 
@@ -223,7 +223,7 @@ def audit_connected(
     max_lag_gtids: int | None,
 ) -> ReplicationAudit:
     flavor = master.flavor
-    ident = _identity(master, m_ep)
+    ident = master_identity(master, m_ep)
     m0_text = master.gtid_position()
     rows = read_status(replica)
     r0_text = _applied(replica)

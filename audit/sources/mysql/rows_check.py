@@ -29,6 +29,7 @@ class RowsCheck(Check):
         "tables_replica",
         "tables_compared",
         "tables_keyless",
+        "tables_filtered",
         "chunks",
         "chunks_equal",
         "chunks_different",
@@ -70,6 +71,7 @@ class RowsCheck(Check):
                 ctx.state.servers.setdefault(side, {})["version"] = result.servers.get(side)
         ctx.data["tables"] = result.tables
         ctx.data["uncovered"] = result.uncovered[:UNCOVERED_SHOWN]
+        ctx.data["filtered"] = result.filtered
         ctx.data["content"] = {side: result.content(side) for side in SIDES}
         if result.repair_path is not None and result.repair_statements:
             ctx.state.artifacts["repair plan"] = str(Path(result.repair_path).relative_to(ctx.run.root))
@@ -81,7 +83,14 @@ class RowsCheck(Check):
         n = int(metrics.get("uncovered") or 0)
         rows = int(metrics.get("uncovered_rows") or 0)
         unrechecked = int(metrics.get("rows_unrechecked") or 0)
+        filtered = int(metrics.get("tables_filtered") or 0)
         return [
+            Uncovered(
+                filtered,
+                f"{filtered} tables the replica's replication filters keep from it, not compared by design: "
+                "see the pair's state, check_data.rows.filtered",
+                gated=False,
+            ),
             Uncovered(n, f"{n} table ranges or rows not compared ({rows} rows): see the pair's state, check_data.rows"),
             Uncovered(
                 unrechecked,
