@@ -1,5 +1,5 @@
 """Kind mysql on replication set-ups beyond one master and one GTID replica, on real MariaDB servers:
-a replica fed by two masters (multi-source, named connections)."""
+a replica fed by two masters (multi-source, named connections), one of its connections delayed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from audit.local.mariadb_server import REPL_USER, MariaDBServer, follow, free_port, mariadb_available, wait_in_sync
+from audit.local.mariadb_server import (
+    REPL_USER,
+    MariaDBServer,
+    follow,
+    free_port,
+    mariadb_available,
+    wait_in_sync,
+    wait_link_up,
+)
 from audit.sources.mysql.endpoint import MySQLSettings
 from audit.sources.mysql.engine import audit_tables
 from audit.sources.mysql.replication import replication_findings
@@ -82,3 +90,21 @@ def test_a_write_on_the_multi_source_replica_is_still_errant(multi_source) -> No
         assert len(errant) == 1 and errant[0].count == 2 and errant[0].start.startswith("0-2-")
     finally:
         r.execute("RESET MASTER")
+
+
+def test_a_delayed_replica_leaves_written_chunks_uncovered_saying_it_is_delayed(multi_source) -> None:  # type: ignore[no-untyped-def]
+    a, _b, r = multi_source
+    wait_in_sync(a, r)
+    r.execute("STOP SLAVE ''", "CHANGE MASTER '' TO MASTER_DELAY = 60", "START SLAVE ''")
+    try:
+        wait_link_up(r)
+        a.execute("UPDATE sa.t SET v = v + 1 WHERE id <= 5", "DELETE FROM sa.t WHERE id = 900")
+        rows = audit_tables(None, a.create_auditor(), r.create_auditor(), ["sa.*"], SETTINGS)
+        assert rows.findings == [] and rows.uncovered, "a delayed replica is no proof of a divergence"
+        assert all("MASTER_DELAY = 60 s" in u["reason"] for u in rows.uncovered), rows.uncovered
+        lagging = replication_findings(a.create_auditor(), r.create_auditor(), SETTINGS).findings
+        assert [f.category for f in lagging] == ["lagging"] and lagging[0].evidence["sql_delay"] == 60
+    finally:
+        r.execute("STOP SLAVE ''", "CHANGE MASTER '' TO MASTER_DELAY = 0", "START SLAVE ''")
+        wait_link_up(r)
+        wait_in_sync(a, r)

@@ -63,6 +63,8 @@ class Digest:
 
 
 ZERO = Digest(0, 0)
+BEHIND = "the replica had not applied the master's GTID position"
+"""How an uncovered range or row behind the replica's apply starts (the engine adds MASTER_DELAY to it)."""
 
 
 @dataclass(frozen=True)
@@ -246,7 +248,7 @@ class TableWork:
                 yield ChunkDone(self.index, lower, upper, m, r, "equal", seconds)
             elif reached is False:
                 yield ChunkDone(self.index, lower, upper, m, r, "uncovered", seconds)
-                reason = f"the replica had not applied the master's GTID position within {self.settings.gtid_wait_s}s"
+                reason = f"{BEHIND} within {self.settings.gtid_wait_s}s"
                 yield Uncovered(self.index, lower, upper, reason, max(m.count, r.count))
             else:
                 yield from self._explained(lower, upper, m, r, seconds)

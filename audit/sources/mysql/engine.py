@@ -20,12 +20,12 @@ from typing import IO, TYPE_CHECKING, Any
 from audit.errors import AuditError, ConfigError, SnapshotError, SourceConnectError, SourceError
 from audit.findings import Finding
 from audit.sources.mysql import catalog, padded_keys
-from audit.sources.mysql.chunks import ZERO, ChunkDone, Digest, Sides, Uncovered
+from audit.sources.mysql.chunks import BEHIND, ZERO, ChunkDone, Digest, Sides, Uncovered
 from audit.sources.mysql.client import Server, connect_pair
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings, parse_tables
 from audit.sources.mysql.filters import ReplicationFilters
 from audit.sources.mysql.repair import RepairPlan, WholeRows, phase
-from audit.sources.mysql.replication import following, master_identity, read_status
+from audit.sources.mysql.replication import Status, following, master_identity, read_status
 from audit.sources.mysql.row_diff import RowDiff
 from audit.sources.mysql.rows import RecheckResult, recheck, to_finding
 from audit.sources.mysql.spark_job import Job, TaskError, TaskStats, events, plan_segments
@@ -236,7 +236,8 @@ def audit_tables(
                 "the auditor needs SELECT on the tables to audit",
                 where=master_ep.where,
             )
-        filtered = _filtered(master, replica, master_ep, names, folds[1]) if check_replication else {}
+        link = following(read_status(replica), master_identity(master, master_ep)) if check_replication else None
+        filtered = _filtered(link, names, folds[1])
         names = [n for n in names if n not in filtered]
         m_defs = catalog.load_definitions(master, [n for n in names if n in m_list], m_list, own[0])
         r_defs = catalog.load_definitions(replica, [n for n in names if n in r_list], r_list, own[1])
@@ -268,7 +269,7 @@ def audit_tables(
         run.results[i].uncovered.append(reason)
         run.uncovered.append({"table": plans[i].display, "rows": run.results[i].compared, "reason": reason})
         run.results[i].compared = 0  # its rows are not judged
-    behind = f"the replica had not applied the master's GTID position within {settings.gtid_wait_s}s when re-read"
+    behind = f"{BEHIND} within {settings.gtid_wait_s}s when re-read"
     for d, reason in [
         *((d, _in_flight_reason(d)) for d in rechecked.in_flight),
         *((d, behind) for d in rechecked.behind),
@@ -277,6 +278,7 @@ def audit_tables(
         run.results[d.table].compared -= undecided
         entry = {"table": plans[d.table].display, "row": _bound(d.key), "rows": undecided, "reason": reason}
         run.uncovered.append(entry)
+    _say_delay(run.uncovered, link)
     checked = settings.recheck_rounds > 0
 
     def kept() -> Iterator[tuple[RowDiff, bool]]:
@@ -317,11 +319,17 @@ def audit_tables(
     )
 
 
-def _filtered(
-    master: Server, replica: Server, master_ep: MySQLEndpoint, names: list[catalog.TableName], fold: bool
-) -> dict[catalog.TableName, str]:
+def _say_delay(uncovered: list[dict[str, Any]], row: Status | None) -> None:
+    """A replica delayed on purpose (MASTER_DELAY) is behind the master by design, every wait for its
+    position bound to time out: the reason says so, where it read as a replica that had fallen behind."""
+    delay = int((row or {}).get("SQL_Delay") or 0)
+    for entry in uncovered:
+        if delay and str(entry.get("reason", "")).startswith(BEHIND):
+            entry["reason"] += f" (the replica applies MASTER_DELAY = {delay} s after the master, by design)"
+
+
+def _filtered(row: Status | None, names: list[catalog.TableName], fold: bool) -> dict[catalog.TableName, str]:
     """The tables the replica does not replicate from this master by design (filters.py), each with why."""
-    row = following(read_status(replica), master_identity(master, master_ep))
     rules = ReplicationFilters.from_status(row, fold) if row else None
     if not rules:
         return {}

@@ -276,6 +276,7 @@ def audit_connected(
                 count=behind_after or behind_before,
                 evidence={
                     "seconds_behind_master": seconds,
+                    "sql_delay": int(row.get("SQL_Delay") or 0),  # MASTER_DELAY: behind by design
                     "gtids_behind": behind_before,
                     "gtids_behind_after_wait": behind_after,
                     "gtid_wait_s": settings.gtid_wait_s,
