@@ -244,12 +244,8 @@ class TableWork:
             # the checksums' time, which sizes the next chunk: not the wait for a lagging replica, which
             # shrank every chunk to min_chunk_rows, each then waiting again (a second each once behind)
             seconds = time.perf_counter() - t0 - self._waited
-            if m == r:
-                yield ChunkDone(self.index, lower, upper, m, r, "equal", seconds)
-            elif reached is False:
-                yield ChunkDone(self.index, lower, upper, m, r, "uncovered", seconds)
-                reason = f"{BEHIND} within {self.settings.gtid_wait_s}s"
-                yield Uncovered(self.index, lower, upper, reason, max(m.count, r.count))
+            if m == r or reached is False:
+                yield from self._settled(lower, upper, m, r, seconds)
             else:
                 yield from self._explained(lower, upper, m, r, seconds)
         except BaseException:
@@ -262,15 +258,37 @@ class TableWork:
         """The differing rows of a chunk whose digests differ, then its ChunkDone: `different`, or
         `uncovered` when no row was found to differ. In one pair of snapshots that is no convergence
         but a lookup that missed (a key read back on neither side, as MariaDB's row IN did for latin1
-        'é'): it was taken for equal rows, a silent miss; it is now uncovered, which the gate sees."""
-        found = 0
-        for diff in self._differing_rows(lower, upper, m, r):
-            found += 1
-            yield diff
-        yield ChunkDone(self.index, lower, upper, m, r, "different" if found else "uncovered", seconds)
-        if not found:
-            reason = "its digests differ, but no row read by key differed on the two sides"
-            yield Uncovered(self.index, lower, upper, reason, max(m.count, r.count))
+        'é'): it was taken for equal rows, a silent miss; it is now uncovered, which the gate sees.
+        A table whose engine reads no snapshot (MyISAM, Aria, MEMORY) is read as it is written, its
+        digests and rows at different moments: such a chunk is read again, in new snapshots at a new
+        position, up to `recheck_rounds` times (a healthy copy written during the audit was uncovered)."""
+        for attempt in range(self.settings.recheck_rounds + 1):
+            if attempt:
+                m, r, reached = self._open_and_checksum(lower, upper)
+                if m == r or reached is False:
+                    yield from self._settled(lower, upper, m, r, seconds)
+                    return
+            found = 0
+            for diff in self._differing_rows(lower, upper, m, r):
+                found += 1
+                yield diff
+            if found:
+                yield ChunkDone(self.index, lower, upper, m, r, "different", seconds)
+                return
+        yield ChunkDone(self.index, lower, upper, m, r, "uncovered", seconds)
+        reads = self.settings.recheck_rounds + 1
+        reason = f"its digests differ, but no row read by key differed on the two sides (in {reads} reads)"
+        yield Uncovered(self.index, lower, upper, reason, max(m.count, r.count))
+
+    def _settled(self, lower: Bound, upper: Bound, m: Digest, r: Digest, seconds: float) -> Iterator[Event]:
+        """A chunk read equal, or uncovered: the replica had not reached the master's position."""
+        if m == r:
+            yield ChunkDone(self.index, lower, upper, m, r, "equal", seconds)
+            return
+        yield ChunkDone(self.index, lower, upper, m, r, "uncovered", seconds)
+        yield Uncovered(
+            self.index, lower, upper, f"{BEHIND} within {self.settings.gtid_wait_s}s", max(m.count, r.count)
+        )
 
     def _differing_rows(self, lower: Bound, upper: Bound, m: Digest, r: Digest) -> Iterator[RowDiff]:
         if not self.plan.key:
