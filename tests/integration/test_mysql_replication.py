@@ -117,3 +117,29 @@ def test_errant_transaction_on_the_replica(servers: tuple[MariaDBServer, MariaDB
     assert len(errant) == 1 and errant[0].count == 2
     assert errant[0].start.startswith("0-2-") and errant[0].end.startswith("0-2-")  # server 2: the replica
     assert errant[0].end_num - errant[0].start_num == 1 and result.metrics["errant_gtids"] == 2
+
+
+def test_a_domain_the_replica_ignores_is_missing_gtids_though_its_position_counts_them(
+    servers: tuple[MariaDBServer, MariaDBServer, str, str],
+) -> None:
+    """IGNORE_DOMAIN_IDS: the replica never applies the domain's transactions, yet its gtid_slave_pos
+    records them as reached: the check said nothing (the doc's 'filtered domain' missing_gtid), while
+    the rows they wrote differ on the replica."""
+    master, replica, m_url, r_url = servers
+    wait_in_sync(master, replica)
+    replica.execute("STOP SLAVE", "CHANGE MASTER TO IGNORE_DOMAIN_IDS = (7)", "START SLAVE")
+    try:
+        wait_link_up(replica)
+        master.execute(
+            "SET SESSION gtid_domain_id = 7", "INSERT INTO shop.t VALUES (7000)", "INSERT INTO shop.t VALUES (7001)"
+        )
+        wait_in_sync(master, replica)  # the replica's position reaches 7-1-2: it skipped them
+        result = replication_findings(m_url, r_url, SETTINGS)
+        assert replica.execute("SELECT COUNT(*) FROM shop.t WHERE id IN (7000, 7001)") == [(0,)]
+    finally:
+        replica.execute("STOP SLAVE", "CHANGE MASTER TO IGNORE_DOMAIN_IDS = ()", "START SLAVE")
+        wait_link_up(replica)
+        master.execute("SET SESSION sql_log_bin = 0", "DELETE FROM shop.t WHERE id IN (7000, 7001)")
+    missing = [f for f in result.findings if f.category == "missing_gtid"]
+    assert [(f.start, f.end, f.count) for f in missing] == [("7-1-1", "7-1-2", 2)]
+    assert result.metrics["missing_gtids"] == 2

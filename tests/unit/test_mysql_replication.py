@@ -73,3 +73,14 @@ def test_replication_filters_follow_the_servers_order_of_rules() -> None:
     assert _rules(Do_DB="s", Ignore_Table="s.a").excluding("s", "a") == "replicate_ignore_table = s.a"
     assert _rules(Ignore_DB="x").excluding("x", "a") == "replicate_ignore_db = x"
     assert ReplicationFilters.from_status({"Replicate_Ignore_Table": "S.A"}, fold=True).excluding("s", "a")
+
+
+def test_domains_a_connection_does_not_replicate_leave_the_position_it_claims() -> None:
+    from audit.sources.mysql.replication import _ignored_domains, _without_domains
+
+    master = gtid.parse("mariadb", "0-1-9,1-3-4,2-5-7")
+    assert _ignored_domains({"Replicate_Ignore_Domain_Ids": "2"}, master) == {"2"}
+    assert _ignored_domains({"Replicate_Do_Domain_Ids": "0,1"}, master) == {"2"}
+    assert _ignored_domains({}, master) == frozenset()
+    # domain 2 skipped (its seq 7 claimed, never applied); domain 1 came through another connection up to 3
+    assert _without_domains("0-1-9,1-3-4,2-5-7", frozenset({"1", "2"}), "1-3-3") == "0-1-9,1-3-3"

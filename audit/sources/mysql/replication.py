@@ -253,7 +253,9 @@ def audit_connected(
     state.update(replica_applied_end=r1_text, master_gtid_end=m1_text, replica_binlog_state=r1_state)
 
     r1 = gtid.parse(flavor, r1_text)
-    ignored = frozenset(d.strip() for d in (row.get("Replicate_Ignore_Domain_Ids") or "").split(",") if d.strip())
+    ignored = _ignored_domains(row, m0)
+    if ignored:
+        r1 = gtid.parse(flavor, _without_domains(r1_text, ignored, _received_from_others(replica, row)))
     lost, lag = split_missing(m0 - r1, r1, up, ignored)
     findings += range_findings("missing_gtid", lost, master_set=m0_text, replica_set=r1_text)
     if flavor == "mariadb":
@@ -295,6 +297,27 @@ def audit_connected(
     if seconds is not None:
         metrics["lag_seconds"] = seconds
     return ReplicationAudit(findings, metrics, state, True)
+
+
+def _ignored_domains(row: Status, master: gtid.GtidSet) -> frozenset[str]:
+    """The master's domains this connection does not replicate (IGNORE_DOMAIN_IDS, or outside
+    DO_DOMAIN_IDS)."""
+
+    def listed(name: str) -> frozenset[str]:
+        return frozenset(d.strip() for d in (row.get(name) or "").split(",") if d.strip())
+
+    do = listed("Replicate_Do_Domain_Ids")
+    outside = frozenset(d for d in master.sets if do and d not in do)
+    return listed("Replicate_Ignore_Domain_Ids") | outside
+
+
+def _without_domains(position: str, domains: frozenset[str], others: str) -> str:
+    """A MariaDB replica's position without `domains`, save what other connections received in them:
+    a connection that ignores a domain still moves gtid_slave_pos past its transactions, which it never
+    applies (they were counted as applied, and no missing_gtid was reported)."""
+    keep = [g for g in gtid.parse_mariadb_list(position) if str(g[0]) not in domains]
+    keep += [g for g in gtid.parse_mariadb_list(others) if str(g[0]) in domains]
+    return ",".join(f"{d}-{s}-{q}" for d, s, q in keep)
 
 
 def _received_from_others(replica: Server, row: Status) -> str:
