@@ -477,3 +477,18 @@ def test_columns_named_like_the_auditors_aliases_do_not_hide_differences(pair: P
         ("row_mismatch", b'["k42"]', None),
         ("row_mismatch", b'["k7"]', None),
     ]
+
+
+def test_a_view_or_a_sequence_named_in_tables_is_refused_as_such_not_said_not_to_exist(pair: Pair, schema: str) -> None:
+    from audit.errors import ConfigError
+
+    pair.on_master(
+        f"CREATE TABLE {schema}.t (id INT PRIMARY KEY)",
+        f"CREATE VIEW {schema}.v AS SELECT id FROM {schema}.t",
+        f"CREATE SEQUENCE {schema}.sq",
+    )
+    with pytest.raises(ConfigError, match=rf"tables\[1\]: {schema}.v is a VIEW on the master: only base tables"):
+        pair.audit([f"{schema}.t", f"{schema}.v"])
+    with pytest.raises(ConfigError, match=rf"tables\[0\]: {schema}.sq is a SEQUENCE on the master"):
+        pair.audit([f"{schema}.sq"])
+    assert pair.audit([f"{schema}.*"]).metrics["tables_compared"] == 1  # a glob takes base tables only

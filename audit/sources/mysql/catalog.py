@@ -110,12 +110,27 @@ def select_tables(
 
 def probe_missing(servers: Sequence[Server], patterns: Sequence[TablePattern], visible: set[TableName]) -> None:
     """A table named outright that no side lists: SourceError if the auditor may not read it (MySQL and
-    MariaDB hide such tables from information_schema), else left to select_tables (does not exist)."""
-    for pattern in patterns:
+    MariaDB hide such tables from information_schema), ConfigError if it is no base table (a VIEW or a
+    SEQUENCE: it was said not to exist), else left to select_tables (does not exist)."""
+    for i, pattern in enumerate(patterns):
         if pattern.is_glob or (pattern.schema, pattern.table) in visible:
             continue
         for server in servers:
-            _probe(server, (pattern.schema, pattern.table))
+            if _probe(server, (pattern.schema, pattern.table)):
+                kind = _table_type(server, (pattern.schema, pattern.table))
+                raise ConfigError(
+                    f"tables[{i}]: {pattern.text} is a {kind} on the {server.side}: only base tables are "
+                    "compared (a view's rows are its base tables', a sequence's state is not rows)"
+                )
+
+
+def _table_type(server: Server, name: TableName) -> str:
+    row = server.one(
+        f"SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = {literal(name[0])} "
+        f"AND TABLE_NAME = {literal(name[1])}",
+        "reading a table's type",
+    )
+    return str(decode_texts(row)[0]) if row else "table of another kind"
 
 
 def probe_one_sided(
@@ -130,12 +145,13 @@ def probe_one_sided(
                 _probe(server, name)
 
 
-def _probe(server: Server, name: TableName) -> None:
-    """Read `name` (no row): SourceError when the auditor may not, nothing when it does not exist there."""
+def _probe(server: Server, name: TableName) -> bool:
+    """Read `name` (no row): SourceError when the auditor may not, False when it does not exist there."""
     try:
         server.query(f"SELECT 1 FROM {table_ref(*name)} LIMIT 0", "reading a table")
     except TableGone:
-        pass  # no such table there
+        return False  # no such table there
+    return True
 
 
 def load_definitions(
