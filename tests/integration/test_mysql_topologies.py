@@ -20,6 +20,7 @@ from audit.local.mariadb_server import (
 from audit.sources.mysql.endpoint import MySQLSettings
 from audit.sources.mysql.engine import audit_tables
 from audit.sources.mysql.replication import replication_findings
+from tests.integration.helpers import findings, latest_run, run_cli, write_inventory
 
 pytestmark = [
     pytest.mark.integration,
@@ -89,7 +90,7 @@ def test_a_write_on_the_multi_source_replica_is_still_errant(multi_source) -> No
         errant = [f for f in result.findings if f.category == "errant_gtid"]
         assert len(errant) == 1 and errant[0].count == 2 and errant[0].start.startswith("0-2-")
     finally:
-        r.execute("RESET MASTER")
+        r.execute("SET SESSION sql_log_bin = 0", "DELETE FROM sa.t WHERE id IN (5000, 5001)", "RESET MASTER")
 
 
 def test_a_delayed_replica_leaves_written_chunks_uncovered_saying_it_is_delayed(multi_source) -> None:  # type: ignore[no-untyped-def]
@@ -108,3 +109,25 @@ def test_a_delayed_replica_leaves_written_chunks_uncovered_saying_it_is_delayed(
         r.execute("STOP SLAVE ''", "CHANGE MASTER '' TO MASTER_DELAY = 0", "START SLAVE ''")
         wait_link_up(r)
         wait_in_sync(a, r)
+
+
+def test_the_cli_passes_a_healthy_multi_source_hub_for_each_master(multi_source, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    a, b, r = multi_source
+    wait_in_sync(a, r)
+    wait_in_sync(b, r)
+    settings = {"recheck_interval_s": 0.05, "gtid_wait_s": 3}
+    hub = r.create_auditor()  # one password: each call sets a new one
+    entries = [
+        {
+            "name": f"hub-{n}",
+            "kind": "mysql",
+            "master": m.create_auditor(),
+            "replica": hub,
+            "tables": [f"{s}.*"],
+            "settings": settings,
+        }
+        for n, m, s in (("a", a, "sa"), ("b", b, "sb"))
+    ]
+    inv = write_inventory(tmp_path / "inv.yaml", entries)
+    assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 0
+    assert findings(latest_run(tmp_path / "out")) == []
