@@ -131,3 +131,18 @@ def test_the_cli_passes_a_healthy_multi_source_hub_for_each_master(multi_source,
     inv = write_inventory(tmp_path / "inv.yaml", entries)
     assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 0
     assert findings(latest_run(tmp_path / "out")) == []
+
+
+def test_a_stopped_sql_thread_leaves_written_chunks_uncovered_saying_it_is_stopped(multi_source) -> None:  # type: ignore[no-untyped-def]
+    a, _b, r = multi_source
+    wait_in_sync(a, r)
+    r.execute("STOP SLAVE '' SQL_THREAD")
+    try:
+        a.execute("UPDATE sa.t SET v = v + 1 WHERE id <= 5")
+        rows = audit_tables(None, a.create_auditor(), r.create_auditor(), ["sa.*"], SETTINGS)
+    finally:
+        r.execute("START SLAVE '' SQL_THREAD")
+        wait_link_up(r)
+        wait_in_sync(a, r)
+    assert rows.findings == [] and rows.uncovered
+    assert all("the replica's SQL thread is not running" in u["reason"] for u in rows.uncovered), rows.uncovered

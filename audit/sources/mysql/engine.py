@@ -257,6 +257,8 @@ def audit_tables(
             "chunks_s": t_recheck - t_chunks,
             "recheck_s": time.time() - t_recheck,
         }
+        if check_replication:  # read again: how the link stands once the replica has been waited for
+            link = following(read_status(replica), master_identity(master, master_ep))
         altered = _altered_tables((master, replica), plans, names, (m_list, r_list), (own[0], own[1]))
         servers = {"master": master.version, "replica": replica.version}
     finally:
@@ -278,7 +280,7 @@ def audit_tables(
         run.results[d.table].compared -= undecided
         entry = {"table": plans[d.table].display, "row": _bound(d.key), "rows": undecided, "reason": reason}
         run.uncovered.append(entry)
-    _say_delay(run.uncovered, link)
+    _say_why_behind(run.uncovered, link)
     checked = settings.recheck_rounds > 0
 
     def kept() -> Iterator[tuple[RowDiff, bool]]:
@@ -319,13 +321,23 @@ def audit_tables(
     )
 
 
-def _say_delay(uncovered: list[dict[str, Any]], row: Status | None) -> None:
-    """A replica delayed on purpose (MASTER_DELAY) is behind the master by design, every wait for its
-    position bound to time out: the reason says so, where it read as a replica that had fallen behind."""
-    delay = int((row or {}).get("SQL_Delay") or 0)
+def _say_why_behind(uncovered: list[dict[str, Any]], row: Status | None) -> None:
+    """Why the replica had not reached the master's position, when its status tells: a delay on purpose
+    (MASTER_DELAY: behind by design) or a stopped thread (with its error); the reason read as a replica
+    that had merely fallen behind."""
+    why = _behind_because(row or {})
     for entry in uncovered:
-        if delay and str(entry.get("reason", "")).startswith(BEHIND):
-            entry["reason"] += f" (the replica applies MASTER_DELAY = {delay} s after the master, by design)"
+        if why and str(entry.get("reason", "")).startswith(BEHIND):
+            entry["reason"] += f" ({why})"
+
+
+def _behind_because(row: Status) -> str:
+    stopped = [t for t in ("IO", "SQL") if row.get(f"Slave_{t}_Running") not in (None, "Yes")]
+    if stopped:
+        error = row.get("Last_SQL_Error") or row.get("Last_IO_Error") or "no error given"
+        return f"the replica's {' and '.join(stopped)} thread is not running: {error}"
+    delay = int(row.get("SQL_Delay") or 0)
+    return f"the replica applies MASTER_DELAY = {delay} s after the master, by design" if delay else ""
 
 
 def _filtered(row: Status | None, names: list[catalog.TableName], fold: bool) -> dict[catalog.TableName, str]:
