@@ -88,3 +88,15 @@ def test_a_divergence_in_a_replicated_table_is_found_beside_filtered_ones(loaded
     code, _pair, found = _run(loaded, tmp_path, monkeypatch)
     assert code == 1
     assert sorted((f["category"], f["key"]) for f in found) == [("missing_row", b"[700]"), ("row_mismatch", b"[17]")]
+
+
+def test_a_pair_whose_every_table_is_filtered_compares_nothing_and_says_so(loaded: Pair) -> None:
+    result = loaded.audit(["s.ign", "s.skip1"])
+    assert result.findings == [] and result.metrics["tables_compared"] == 0
+    assert result.filtered == [
+        {"table": "s.ign", "filter": "the replica's replicate_ignore_table = s.ign: it does not replicate the table"},
+        {
+            "table": "s.skip1",
+            "filter": "the replica's replicate_wild_ignore_table = s.skip%: it does not replicate the table",
+        },
+    ]
