@@ -13,7 +13,7 @@ import pytest
 
 from audit.local.mariadb_server import mariadb_available, wait_in_sync
 from audit.sources.mysql.chunks import TableWork
-from tests.integration.mysql_pair import Pair, start_module_pair
+from tests.integration.mysql_pair import FAST, Pair, start_module_pair
 
 pytestmark = [
     pytest.mark.integration,
@@ -96,3 +96,44 @@ def test_healthy_non_transactional_tables_under_writes_give_nothing_and_planted_
     result = audit_under_writes(30)
     found = sorted(((f.evidence or {}).get("table"), f.category, f.key) for f in result.findings)
     assert found == [(f"{schema}.{e}", "row_mismatch", b"[1995]") for e in sorted(ENGINES)]
+
+
+def test_a_keyless_myisam_row_written_during_the_recheck_scans_is_not_confirmed_at_once(
+    pair: Pair, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recheck judged the master quiet from its position when its 'snapshots' opened, before the
+    scans; a MyISAM scan sees what is written during it: a copy the master wrote mid-scan, not yet
+    applied by the replica, was a missing_row at once. Now the master's position is read after the
+    scans too: written, the row is undecided in its one round (uncovered), never a divergence."""
+    from audit.sources.mysql import recheck_keyless
+
+    pair.on_master(
+        f"CREATE TABLE {schema}.kl (id INT, v INT) ENGINE=MyISAM",
+        f"INSERT INTO {schema}.kl SELECT seq % 50, 1 FROM {schema}.seq_1_to_500",
+    )
+    pair.on_replica_only(f"DELETE FROM {schema}.kl WHERE id = 7 LIMIT 1")  # a candidate for the recheck
+    real_copies, real_recheck = TableWork.copies, recheck_keyless.recheck_keyless
+    state = {"recheck": False, "done": False}
+
+    def recheck(*args, **kw):  # type: ignore[no-untyped-def]
+        state["recheck"] = True
+        return real_recheck(*args, **kw)
+
+    def copies(self):  # type: ignore[no-untyped-def]
+        if state["recheck"] and not state["done"]:
+            state["done"] = True  # the replica is healthy again; the master writes one more copy as the scans run
+            pair.on_replica_only(f"INSERT INTO {schema}.kl VALUES (7, 1)")
+            pair.replica.execute("STOP SLAVE SQL_THREAD")
+            pair.master.execute(f"INSERT INTO {schema}.kl VALUES (7, 1)")
+        try:
+            return real_copies(self)
+        finally:
+            if state["done"]:
+                pair.replica.execute("START SLAVE SQL_THREAD")
+
+    monkeypatch.setattr(recheck_keyless, "recheck_keyless", recheck)
+    monkeypatch.setattr("audit.sources.mysql.rows.recheck_keyless", recheck)
+    monkeypatch.setattr(TableWork, "copies", copies)
+    result = pair.audit([f"{schema}.kl"], FAST.model_copy(update={"recheck_rounds": 1}))  # one round: judged at once
+    assert state["done"] and result.findings == [], result.findings
+    assert [(u["rows"], u["reason"][:34]) for u in result.uncovered] == [(1, "differed while the master was bein")]
