@@ -14,6 +14,7 @@ the same time; a big key's extra pages (:meth:`RespPipe.call`) can be read while
 
 from __future__ import annotations
 
+import select
 import socket
 import time
 from collections import deque
@@ -59,6 +60,7 @@ class RespPipe:
             raise RuntimeError("redis-py connection has no socket; pin redis<9 (see constraints.txt)")
         self._sock: socket.socket = sock
         self._reader = hiredis.Reader()
+        self._selected: bytes | None = None  # the db of the last SELECT sent, chosen again on a new connection
         self._next_ticket = 0
         self._in_flight: deque[tuple[int, int]] = deque()  # (ticket, reply count), in send order
         self._done: dict[int, list[Any]] = {}  # replies read past while waiting for a later ticket
@@ -72,6 +74,7 @@ class RespPipe:
         ticket = self._next_ticket
         self._next_ticket += 1
         if n_replies:
+            self._revive_if_closed()
             self._sock.sendall(payload)
             self._in_flight.append((ticket, n_replies))
             self.commands_sent += n_replies
@@ -93,11 +96,33 @@ class RespPipe:
                 self._done[ticket] = []
         data = b"".join([p for p, n in parts if n])
         if data:
+            self._revive_if_closed()
             self._sock.sendall(data)
         return tickets
 
     def send(self, commands: Sequence[Command]) -> int:
+        if len(commands) == 1 and commands[0][0] == b"SELECT":  # always sent alone
+            self._selected = commands[0][1]
         return self.send_packed(pack(commands) if commands else b"", len(commands))
+
+    def _revive_if_closed(self) -> None:
+        """Connect again if the server closed this connection while nothing was in flight.
+
+        A server with `timeout N` closes a client idle for N seconds, and the recheck's pipes wait between
+        rounds (`recheck_interval_s`, the replica's ack): every read after the wait failed, ending the audit
+        with no verdict. Only reads are sent, so a new connection (AUTH, the URL's db, READONLY: redis-py's
+        set-up) that SELECTs the pipe's db again loses nothing. With requests in flight a closed connection
+        stays an error: their replies are lost."""
+        if self._in_flight or not select.select([self._sock], [], [], 0)[0]:
+            return  # readable with nothing asked for: the server's EOF (or TLS close_notify) is waiting
+        self._conn.disconnect()
+        self._conn.connect()
+        self._sock = self._conn._sock
+        self._reader = hiredis.Reader()
+        if self._selected is not None:
+            self._sock.sendall(pack([(b"SELECT", self._selected)]))
+            if isinstance(reply := self._read(1)[0], hiredis.ReplyError):
+                raise reply
 
     def recv(self, ticket: int) -> list[Any]:
         """The replies of `ticket`, reading (and keeping) those of earlier tickets first."""
@@ -133,8 +158,14 @@ class RespPipe:
             data = self._sock.recv(_READ_SIZE)
             self.wait_s += time.perf_counter() - started
             if not data:
-                raise ConnectionError("server closed the connection")
+                raise ConnectionError(f"{self.where} closed the connection")
             reader.feed(data)
+
+    @property
+    def where(self) -> str:
+        """The server's host:port (a unix socket's path), for errors: the driver's own words name none."""
+        c = self._conn
+        return str(getattr(c, "path", "") or f"{getattr(c, 'host', '?')}:{getattr(c, 'port', '?')}")
 
     def close(self) -> None:
         self._conn.disconnect()
