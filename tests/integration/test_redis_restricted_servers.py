@@ -35,3 +35,29 @@ def test_idle_clients_closed_by_timeout_between_recheck_rounds_do_not_end_the_au
     finally:
         replica.stop()
         master.stop()
+
+
+def test_a_replica_that_drops_the_auditor_for_its_output_buffer_limit_says_so_and_smaller_batches_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # managed services cap a normal client's pending replies; the snapshot keeps three batches in flight
+    # (1000 keys, value pages of 10k elements), past 64 kB here: the replica drops the connection. The
+    # error said "Connection reset by peer" and nothing about the limit, or what to lower
+    limit = ["--client-output-buffer-limit", "normal 64kb 32kb 1"]
+    master, replica = start_pair(tmp_path / "s", replica_extra=limit)
+    try:
+        load_sample(master.client(), n_keys=5000, big_hash_fields=3000)
+        wait_in_sync(master, replica)
+        planted = plant_divergences(replica.client())
+        pair = {"name": "p", "kind": "redis", "master": master.url, "replica": replica.url}
+        inv = write_inventory(tmp_path / "inv.yaml", [pair])
+        assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 3
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"replica {replica.url}: snapshot interrupted" in err and "client-output-buffer-limit normal" in err
+        small = write_inventory(tmp_path / "small.yaml", [pair], scan_count=50, big_key_elements=100)
+        assert run_cli(["run", "-i", str(small), "-o", str(tmp_path / "out2")], monkeypatch) == 1
+        root = latest_run(tmp_path / "out2")
+        assert {(f["category"], f["key"]) for f in findings(root)} == {(p.category, p.key) for p in planted}
+    finally:
+        replica.stop()
+        master.stop()

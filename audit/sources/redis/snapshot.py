@@ -230,8 +230,8 @@ def snapshot_side(
         raise SnapshotError(f"{side} {endpoint}: {e}", where=endpoint) from None
     except (OSError, ConnectionError, redis.RedisError) as e:
         raise SnapshotError(
-            f"{side} {endpoint}: snapshot interrupted: {e} (what was read is kept: snapshotting this run again "
-            "continues from there)",
+            f"{side} {endpoint}: snapshot interrupted: {e}{_dropped_hint(e)} (what was read is kept: snapshotting "
+            "this run again continues from there)",
             where=endpoint,
         ) from None
     finally:
@@ -266,6 +266,18 @@ def snapshot_side(
     write_text(out_dir / META_FILE, json.dumps(meta, indent=1, sort_keys=True))  # whole or not at all
     Checkpoint.mark_complete(out_dir, dbs, sink.parts, stats)
     return meta
+
+
+def _dropped_hint(error: BaseException) -> str:
+    """Why a server that is up drops the auditor mid-read: "Connection reset by peer" alone sent operators
+    looking at the network, while the usual cause is the server's own limit on a client's pending replies."""
+    if not isinstance(error, (ConnectionResetError, BrokenPipeError)) and "closed the connection" not in str(error):
+        return ""
+    return (
+        "; if the server stayed up it dropped the auditor: a `client-output-buffer-limit normal` smaller than"
+        " the replies of the batches in flight (lower `scan_count` and `big_key_elements`), `maxmemory-clients`,"
+        " or CLIENT KILL; its log says which"
+    )
 
 
 class _Sampler:
