@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,32 @@ def test_a_replica_that_drops_the_auditor_for_its_output_buffer_limit_says_so_an
         assert run_cli(["run", "-i", str(small), "-o", str(tmp_path / "out2")], monkeypatch) == 1
         root = latest_run(tmp_path / "out2")
         assert {(f["category"], f["key"]) for f in findings(root)} == {(p.category, p.key) for p in planted}
+    finally:
+        replica.stop()
+        master.stop()
+
+
+def test_an_idle_healthy_pair_with_a_long_ping_period_is_not_lagging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a master with no writes only pings its replicas every `repl-ping-replica-period` (10 s by default,
+    # some raise it); `master_last_io_seconds_ago` then climbs to it on a replica that holds every write.
+    # Taken as the lag in seconds it failed the gate ("lagging", lag_seconds 8 > 5) with a lag of 0 bytes
+    master, replica = start_pair(tmp_path / "s")
+    try:
+        m = master.client()
+        m.config_set("repl-ping-replica-period", "60")
+        m.set("k", "v")
+        wait_in_sync(master, replica)
+        r = replica.client()
+        while int(r.info("replication")["master_last_io_seconds_ago"]) < 7:
+            time.sleep(0.2)
+        pair = {"name": "p", "kind": "redis", "master": master.url, "replica": replica.url}
+        pair["gate"] = {"max_lag_seconds": 5}
+        inv = write_inventory(tmp_path / "inv.yaml", [pair])
+        assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 0
+        s = summary(latest_run(tmp_path / "out"))["pairs"][0]
+        assert s["status"] == "passed" and s["metrics"]["lag_seconds"] == 0
     finally:
         replica.stop()
         master.stop()

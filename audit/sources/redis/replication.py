@@ -77,6 +77,10 @@ def lag_of(sample: Sample, replica_port: int) -> tuple[int | None, int | None]:
         r_off = as_int(entry.get("offset"))
     lag_bytes = None if m_off is None or r_off is None else m_off - r_off
     lag_s = as_int(sample.replica.get("master_last_io_seconds_ago"))
+    if lag_bytes is not None and lag_bytes <= 0 and sample.replica.get("master_link_status") == "up":
+        # it has applied every write: a master with none to send pings only every repl-ping-replica-period
+        # (10 s by default, raised by some), so the seconds since it last heard are silence, not lag
+        lag_s = 0
     return lag_bytes, lag_s
 
 
