@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.local.redis_server import start_pair, wait_in_sync
+from audit.local.redis_server import RedisServer, free_port, start_pair, wait_in_sync, wait_link_up
 from audit.local.sample import load_sample, plant_divergences
 from tests.integration.helpers import findings, latest_run, run_cli, summary, write_inventory
 
@@ -85,6 +85,31 @@ def test_an_idle_healthy_pair_with_a_long_ping_period_is_not_lagging(
         assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 0
         s = summary(latest_run(tmp_path / "out"))["pairs"][0]
         assert s["status"] == "passed" and s["metrics"]["lag_seconds"] == 0
+    finally:
+        replica.stop()
+        master.stop()
+
+
+def test_a_replica_with_fewer_databases_than_its_master_is_a_source_error_not_an_inventory_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the master has `databases 64` and keys in db 40; the replica, left at 16, refuses the stream's
+    # SELECT 40 (and applies the writes that follow to the db it had). The dbs came from INFO keyspace,
+    # not from the inventory, yet the audit ended exit 2, "dbs: db 40: the server has no such db": an
+    # operator's mistake in an inventory that names no db
+    master = RedisServer(free_port(), tmp_path / "m", ["--databases", "64"]).start()
+    replica = RedisServer(free_port(), tmp_path / "r", ["--replicaof", "127.0.0.1", str(master.port)]).start()
+    try:
+        wait_link_up(replica)
+        master.client(0).set("in-db-0", "v")
+        master.client(40).set("in-db-40", "v")
+        wait_in_sync(master, replica)
+        pair = {"name": "p", "kind": "redis", "master": master.url, "replica": replica.url}
+        inv = write_inventory(tmp_path / "inv.yaml", [pair])
+        assert run_cli(["run", "-i", str(inv), "-o", str(tmp_path / "out")], monkeypatch) == 3
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"replica {replica.url}: dbs: db 40: the server has no such db" in err
+        assert "fewer databases than" in err
     finally:
         replica.stop()
         master.stop()

@@ -21,7 +21,7 @@ import redis
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-from audit.errors import SourceConnectError, SourceError
+from audit.errors import ConfigError, SourceConnectError, SourceError
 from audit.kernel.check import Check, Uncovered
 from audit.kernel.context import StageContext
 from audit.kernel.identity import refuse_one_server
@@ -46,7 +46,7 @@ from audit.sources.redis.info import keyspace_dbs, parse_info
 from audit.sources.redis.keyfilter import KeyFilter, KeysSpec
 from audit.sources.redis.model import KeyspaceSettings
 from audit.sources.redis.resp import RespPipe
-from audit.sources.redis.snapshot import KEYS_FILE, SnapshotOptions
+from audit.sources.redis.snapshot import KEYS_FILE, NO_SUCH_DB, SnapshotOptions
 from audit.urls import shown_server_url
 
 SIDES = ("master", "replica")
@@ -154,12 +154,17 @@ class KeyspaceCheck(Check):
         label = ctx.pair.name
         # Both sides at once (a process each): the reads of one key on the two sides are close in time,
         # so fewer in-flight writes show up as differences, and the wall time halves.
-        metas = snapshot_sides(
-            jobs,
-            self.extras.filtered(s.snapshot_options()),
-            processes=s.snapshot_processes,
-            on_keys=(lambda side, n: progress(f"{label} {side}", n, totals[side])) if progress else None,
-        )
+        try:
+            metas = snapshot_sides(
+                jobs,
+                self.extras.filtered(s.snapshot_options()),
+                processes=s.snapshot_processes,
+                on_keys=(lambda side, n: progress(f"{label} {side}", n, totals[side])) if progress else None,
+            )
+        except ConfigError as e:
+            if self.dbs or NO_SUCH_DB not in str(e):
+                raise  # a db the inventory names: the operator's mistake (exit 2)
+            raise fewer_databases(ctx.pair.name, e, listed) from None
         for side, meta in metas.items():
             st = meta["stats"]
             ctx.metrics[f"{side}_keys_scanned"] = st["keys_scanned"]
@@ -293,6 +298,18 @@ class KeyspaceCheck(Check):
 
         certified = side_certificate(Path(run.snapshot(state.pair, side)), state, side, self.extras.compare)
         return {**certified, "compare": self.extras.compare, "compare_meaning": COMPARE_MEANING[self.extras.compare]}
+
+
+def fewer_databases(pair: str, error: ConfigError, listed: Mapping[str, Mapping[int, int]]) -> SourceError:
+    """A db one server's INFO keyspace lists that the other refuses: the servers differ in `databases`.
+    A replica with fewer cannot hold the master's keys there (it refuses the stream's SELECT and applies
+    what follows to the db it had): the servers' set-up, not the inventory, which named no db."""
+    holders = ", ".join(f"the {side}'s INFO keyspace lists dbs {sorted(dbs)}" for side, dbs in listed.items() if dbs)
+    return SourceError(
+        f"pair {pair}: {error} ({holders}): the two servers are set up with different `databases`, and the one"
+        " with fewer databases than the other cannot hold its keys there; set `databases` alike (or give `dbs`"
+        " to audit the dbs both have)"
+    )
 
 
 def recheck_failed(pair: str, error: BaseException, servers: Iterable[tuple[str, str]]) -> SourceError:

@@ -60,6 +60,10 @@ META_FILE = "snapshot.json"
 _DICTIONARY_COLUMNS = ["type", "status", "error"]  # the others are near-unique: a dictionary only costs
 
 
+NO_SUCH_DB = "the server has no such db"
+"""How a SELECT the server refuses as out of range is reported (keyspace_check tells whose mistake it is)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotOptions:
     """How one side is read. `qps` is the deprecated command cap (qps / 4 keys/s); see audit.pacing."""
@@ -346,7 +350,7 @@ class _Scan:
         reply = pipe.call((b"SELECT", b"%d" % self.db))
         if isinstance(reply, Exception):
             if "out of range" in str(reply) or "invalid DB index" in str(reply):  # Redis's words, Pika's
-                raise ConfigError(f"dbs: db {self.db}: the server has no such db ({reply})")
+                raise ConfigError(f"dbs: db {self.db}: {NO_SUCH_DB} ({reply})")
             raise SnapshotError(f"SELECT {self.db} failed: {reply}")
         scan_t: int | None = pipe.send_packed(self._scan_cmd(start), 1)
         heads: tuple[list[bytes], list[bytes], int, float, bytes] | None = None  # keys, bulks, ticket, sent, after
