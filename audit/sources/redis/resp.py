@@ -45,6 +45,11 @@ def command_prefix(name: bytes, argc: int) -> bytes:
     return b"*%d\r\n%b" % (argc, bulk(name))
 
 
+IDLE_PROBE_S = 0.5
+"""A pipe idle this long is probed for a close before it sends (one select call): not on every batch of a
+snapshot, and not on a TLS connection's first send, whose unread session tickets also read as readable."""
+
+
 class RespPipe:
     """Send batches of commands, get lists of replies (``hiredis.ReplyError`` for error replies)."""
 
@@ -61,6 +66,7 @@ class RespPipe:
         self._sock: socket.socket = sock
         self._reader = hiredis.Reader()
         self._selected: bytes | None = None  # the db of the last SELECT sent, chosen again on a new connection
+        self._sent_at = time.monotonic()  # the last send: a connection busy since is not probed for a close
         self._next_ticket = 0
         self._in_flight: deque[tuple[int, int]] = deque()  # (ticket, reply count), in send order
         self._done: dict[int, list[Any]] = {}  # replies read past while waiting for a later ticket
@@ -113,7 +119,11 @@ class RespPipe:
         with no verdict. Only reads are sent, so a new connection (AUTH, the URL's db, READONLY: redis-py's
         set-up) that SELECTs the pipe's db again loses nothing. With requests in flight a closed connection
         stays an error: their replies are lost."""
-        if self._in_flight or not select.select([self._sock], [], [], 0)[0]:
+        now, sent_at = time.monotonic(), self._sent_at
+        self._sent_at = now
+        if self._in_flight or now - sent_at < IDLE_PROBE_S:
+            return  # busy: no server closes a client idle for less than a second (`timeout` counts seconds)
+        if not select.select([self._sock], [], [], 0)[0]:
             return  # readable with nothing asked for: the server's EOF (or TLS close_notify) is waiting
         self._conn.disconnect()
         self._conn.connect()
