@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from audit.errors import SourceError
 from audit.local.redis_server import RedisServer
 from audit.sources.redis.client import connect
 from audit.sources.redis.keys import OK, UNSTABLE, VANISHED, KeyReader
@@ -370,3 +371,18 @@ def test_a_failed_side_stops_the_other_in_threads_mode(redis_pair, tmp_path) -> 
         assert not (tmp_path / "master" / "snapshot.json").exists(), "the master side read its whole keyspace"
     finally:
         c.flushdb()
+
+
+def test_a_db_the_server_refuses_to_select_is_an_error_naming_it_not_a_read_of_the_last_db(server) -> None:  # type: ignore[no-untyped-def]
+    # the recheck and the fleet readers SELECT a key's db and read on: a refused SELECT was not looked at,
+    # so the key was read in whatever db the pipe had selected before
+    server.client(9).set(b"in-db-9", b"x")
+    pipe = RespPipe(connect(server.url, role="test"))
+    try:
+        pipe.select(9)
+        with pytest.raises(SourceError, match=rf"127\.0\.0\.1:{server.port}: SELECT 4096 refused: .*out of range"):
+            pipe.select(4096)
+        pipe.select(10)
+        assert pipe.call((b"EXISTS", b"in-db-9")) == 0  # the pipe goes on, in the db it was asked for
+    finally:
+        pipe.close()

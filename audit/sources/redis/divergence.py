@@ -41,7 +41,7 @@ def selecting(master: RespPipe, replica: RespPipe) -> PipesFor:
 
     def pipes(db: int, _key: bytes) -> tuple[RespPipe, RespPipe]:
         for p in (master, replica):
-            p.execute([(b"SELECT", b"%d" % db)])
+            p.select(db)
         return master, replica
 
     return pipes

@@ -47,7 +47,7 @@ def pipes_for(master: Any, replica: Any) -> Any:
 
     def one(reader: Any, db: int, key: bytes) -> RespPipe:
         if isinstance(reader, SingleServer):
-            reader.pipe.execute([(b"SELECT", b"%d" % db)])
+            reader.pipe.select(db)
             return reader.pipe
         pipe: RespPipe = reader.pipe_for(key)
         return pipe

@@ -137,7 +137,7 @@ def judge(
     if type_ not in _FULL_READ:
         return None
     for pipe in (master, replica):
-        pipe.execute([(b"SELECT", b"%d" % db)])
+        pipe.select(db)
     samples: list[Sample] = []
     deadline = time.monotonic() + timeout_s
     m_pacer, r_pacer = paced

@@ -125,7 +125,7 @@ def read_keys(reader: Reader, keys: Iterable[Key], pacer: Pacer | None = None) -
     out: dict[Key, KeyState] = {}
     for db, db_keys in sorted(by_db.items()):
         if isinstance(reader, KeyReader):
-            reader.pipe.execute([(b"SELECT", b"%d" % db)])
+            reader.pipe.select(db)
         for i in range(0, len(db_keys), _BATCH):
             batch = db_keys[i : i + _BATCH]
             if pacer is not None:

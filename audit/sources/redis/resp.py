@@ -24,6 +24,8 @@ from typing import Any
 import hiredis
 import redis
 
+from audit.errors import SourceError
+
 Command = Sequence[bytes]
 
 _READ_SIZE = 1 << 20
@@ -146,6 +148,13 @@ class RespPipe:
         return self.recv(self.send([command]))[0]
 
     # -- one batch at a time --------------------------------------------------------------------------
+
+    def select(self, db: int) -> None:
+        """SELECT `db`, an error naming the server if it refuses: the reads that follow would read the db
+        selected before, taking its keys (or their absence) for this db's."""
+        reply = self.execute([(b"SELECT", b"%d" % db)])[0]
+        if isinstance(reply, hiredis.ReplyError):
+            raise SourceError(f"{self.where}: SELECT {db} refused: {reply}", where=self.where)
 
     def execute(self, commands: Sequence[Command]) -> list[Any]:
         if not commands:
