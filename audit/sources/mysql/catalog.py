@@ -116,21 +116,28 @@ def probe_missing(servers: Sequence[Server], patterns: Sequence[TablePattern], v
         if pattern.is_glob or (pattern.schema, pattern.table) in visible:
             continue
         for server in servers:
-            if _probe(server, (pattern.schema, pattern.table)):
-                kind = _table_type(server, (pattern.schema, pattern.table))
+            readable = _probe(server, (pattern.schema, pattern.table))
+            kind = _table_type(server, (pattern.schema, pattern.table)) if readable else None
+            # readable but not listed: a VIEW or SEQUENCE, or a base table under a case-folding server
+            # (lower_case_table_names), found by another spelling, which select_tables matches as such
+            if kind in NOT_ROWS:
                 raise ConfigError(
                     f"tables[{i}]: {pattern.text} is a {kind} on the {server.side}: only base tables are "
                     "compared (a view's rows are its base tables', a sequence's state is not rows)"
                 )
 
 
-def _table_type(server: Server, name: TableName) -> str:
+NOT_ROWS = ("VIEW", "SEQUENCE")
+"""information_schema's TABLE_TYPEs that are no base table: named in `tables:`, refused as such."""
+
+
+def _table_type(server: Server, name: TableName) -> str | None:
     row = server.one(
         f"SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = {literal(name[0])} "
         f"AND TABLE_NAME = {literal(name[1])}",
         "reading a table's type",
     )
-    return str(decode_texts(row)[0]) if row else "table of another kind"
+    return str(decode_texts(row)[0]) if row else None
 
 
 def probe_one_sided(
