@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -437,6 +438,24 @@ def _snapshot_waiting_on_a_fifo(tmp_path: Path, out: Path) -> tuple[Path, Path, 
     return inv, master / "slow.fifo", _cli_apart(["snapshot", "-i", str(inv), "-o", str(out), "--run-id", "mid"])
 
 
+@contextmanager
+def _stage_mid_snapshot(fifo: Path, stage: subprocess.Popen[str]) -> Iterator[None]:
+    """The block runs while the stage waits on `fifo` mid-snapshot; then the FIFO is written, and the stage
+    must end well (it is killed if the block failed first)."""
+    try:
+        pipe = _writer_once_read(fifo, stage)
+        try:
+            yield
+        finally:
+            os.write(pipe, b"late")
+            os.close(pipe)
+        assert stage.wait(timeout=120) == 0, stage.communicate()[1][-3000:]
+    finally:
+        if stage.poll() is None:
+            stage.kill()
+            stage.wait()
+
+
 def _manifest(out: Path, run_id: str) -> dict[str, str]:
     loaded: dict[str, str] = json.loads((out / run_id / "manifest.json").read_text())
     return loaded
@@ -446,26 +465,16 @@ def test_a_stage_rerun_on_a_finished_run_keeps_it_from_prune_while_it_runs_and_u
     out, tmp_path, monkeypatch, capsys, caplog
 ) -> None:
     inv, fifo, stage = _snapshot_waiting_on_a_fifo(tmp_path, out)  # mid ended 10 days ago
-    try:
-        pipe = _writer_once_read(fifo, stage)
-        try:  # the stage is mid-snapshot
-            assert run_cli(["prune", "-o", str(out), "--keep-days", "0", "--keep-snapshot-days", "0"], monkeypatch) == 0
-            assert "kept mid: not finished" in capsys.readouterr().err.replace("\n", " ")
-            assert (out / "mid" / "manifest.json").is_file() and (out / "mid" / "snapshots").is_dir()
-            # a report by hand meanwhile (of the run as it is: the pair mid-snapshot, its earlier conclusions
-            # forgotten, so exit 3) once ended the run under the stage, for a prune to delete; it now names
-            # the stage and leaves it unfinished
-            assert run_cli(["report", "-i", str(inv), "-o", str(out), "--run-id", "mid"], monkeypatch) == 3
-            assert f"still running: snapshot of pair assets (pid {stage.pid})" in caplog.text
-            assert "ended_at" not in _manifest(out, "mid")
-        finally:
-            os.write(pipe, b"late")
-            os.close(pipe)
-        assert stage.wait(timeout=120) == 0, stage.communicate()[1][-3000:]
-    finally:
-        if stage.poll() is None:
-            stage.kill()
-            stage.wait()
+    with _stage_mid_snapshot(fifo, stage):  # the stage is mid-snapshot
+        assert run_cli(["prune", "-o", str(out), "--keep-days", "0", "--keep-snapshot-days", "0"], monkeypatch) == 0
+        assert "kept mid: not finished" in capsys.readouterr().err.replace("\n", " ")
+        assert (out / "mid" / "manifest.json").is_file() and (out / "mid" / "snapshots").is_dir()
+        # a report by hand meanwhile (of the run as it is: the pair mid-snapshot, its earlier conclusions
+        # forgotten, so exit 3) once ended the run under the stage, for a prune to delete; it now names
+        # the stage and leaves it unfinished
+        assert run_cli(["report", "-i", str(inv), "-o", str(out), "--run-id", "mid"], monkeypatch) == 3
+        assert f"still running: snapshot of pair assets (pid {stage.pid})" in caplog.text
+        assert "ended_at" not in _manifest(out, "mid")
     assert not (out / "old").exists()  # what was not running went
 
     # the stage ended, the run stays unfinished until its report: its summary no longer says what it holds
@@ -487,26 +496,16 @@ def test_a_run_whose_stage_still_runs_is_kept_whatever_keep_unfinished_days_says
     out, tmp_path, monkeypatch, capsys
 ) -> None:
     _, fifo, stage = _snapshot_waiting_on_a_fifo(tmp_path, out)
-    try:
-        pipe = _writer_once_read(fifo, stage)
-        try:  # a snapshot working for two days (a huge keyspace, a slow source) is not a killed one
-            _age(out, "mid", None, started_days=2)
-            assert run_cli(["prune", "-o", str(out), "--keep-unfinished-days", "1"], monkeypatch) == 0
-            said = capsys.readouterr()
-            # it deleted the run under the snapshot, which then failed on its own files (exit 3)
-            assert (out / "mid" / "manifest.json").is_file(), said.out
-            assert (
-                f"kept mid: not finished, still running: snapshot of pair assets (pid {stage.pid})"
-                in said.err.replace("\n", " ")
-            )
-        finally:
-            os.write(pipe, b"late")
-            os.close(pipe)
-        assert stage.wait(timeout=120) == 0, stage.communicate()[1][-3000:]
-    finally:
-        if stage.poll() is None:
-            stage.kill()
-            stage.wait()
+    # a snapshot working for two days (a huge keyspace, a slow source) is not a killed one
+    with _stage_mid_snapshot(fifo, stage):
+        _age(out, "mid", None, started_days=2)
+        assert run_cli(["prune", "-o", str(out), "--keep-unfinished-days", "1"], monkeypatch) == 0
+        said = capsys.readouterr()
+        # it deleted the run under the snapshot, which then failed on its own files (exit 3)
+        assert (out / "mid" / "manifest.json").is_file(), said.out
+        assert f"kept mid: not finished, still running: snapshot of pair assets (pid {stage.pid})" in said.err.replace(
+            "\n", " "
+        )
     assert not (out / "unfinished").exists()  # the run no stage runs on (killed 100 days ago) went
 
 

@@ -16,6 +16,19 @@ from audit.sources.redis.repair import FLEET_REPLICAS, parse_line, write_plan
 pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli not installed")
 
 
+def run_recipe(recipe: str, plan: Path, replica_port: int, master_port: int) -> None:
+    """One of the plan header's redis-cli recipes, its placeholders filled in for loopback servers."""
+    command = (
+        recipe.replace("PLAN", str(plan))
+        .replace("REPLICA-PORT", str(replica_port))
+        .replace("-h REPLICA", f"-h 127.0.0.1 -p {replica_port}")
+        .replace("MIGRATE REPLICA", "MIGRATE 127.0.0.1")
+        .replace("-h MASTER", f"-h 127.0.0.1 -p {master_port}")
+    )
+    done = subprocess.run(["bash", "-c", command], capture_output=True, timeout=30, check=True)
+    assert b"ERR" not in done.stdout, (command, done.stdout)
+
+
 def test_the_header_recipes_delete_the_extra_keys_and_copy_the_missing_ones(tmp_path: Path) -> None:
     # the header showed only the DEL recipe; docs/redis-fleets.md promised MIGRATE from the source too
     source = RedisServer(free_port(), tmp_path / "source").start()
@@ -36,15 +49,7 @@ def test_the_header_recipes_delete_the_extra_keys_and_copy_the_missing_ones(tmp_
         recipes = [r for r in recipes if r.startswith("grep ")]
         assert [r.split()[1] for r in recipes] == ["'^DELETE", "'^RESYNC"]
         for recipe in recipes:
-            command = (
-                recipe.replace("PLAN", str(plan.path))
-                .replace("REPLICA-PORT", str(target.port))
-                .replace("-h REPLICA", f"-h 127.0.0.1 -p {target.port}")
-                .replace("MIGRATE REPLICA", "MIGRATE 127.0.0.1")
-                .replace("-h MASTER", f"-h 127.0.0.1 -p {source.port}")
-            )
-            done = subprocess.run(["bash", "-c", command], capture_output=True, timeout=30, check=True)
-            assert b"ERR" not in done.stdout, (command, done.stdout)
+            run_recipe(recipe, plan.path, target.port, source.port)
         assert sorted(dst.keys()) == [b"changed", b"gone key"]
         assert dst.get(b"changed") == b"new" and dst.get(b"gone key") == b"v1"
         assert dst.pttl(b"gone key") > 500_000  # copied with its TTL
@@ -135,15 +140,7 @@ def test_a_fleets_plan_has_one_section_per_replica_and_its_recipes_repair_each(t
                 timeout=30,
             )
             for recipe in recipes:
-                command = (
-                    recipe.replace("PLAN", str(section))
-                    .replace("REPLICA-PORT", str(replica.port))
-                    .replace("-h REPLICA", f"-h 127.0.0.1 -p {replica.port}")
-                    .replace("MIGRATE REPLICA", "MIGRATE 127.0.0.1")
-                    .replace("-h MASTER", f"-h 127.0.0.1 -p {source.port}")
-                )
-                done = subprocess.run(["bash", "-c", command], capture_output=True, timeout=30, check=True)
-                assert b"ERR" not in done.stdout, (command, done.stdout)
+                run_recipe(recipe, section, replica.port, source.port)
         for client in (r0, r1):
             assert sorted(client.keys()) == [b"a", b"b"] and client.get(b"a") == b"1" and client.get(b"b") == b"2"
     finally:
