@@ -23,9 +23,9 @@ from audit.sources.mysql import catalog, padded_keys
 from audit.sources.mysql.chunks import BEHIND, ZERO, ChunkDone, Digest, Sides, Uncovered
 from audit.sources.mysql.client import Server, connect_pair
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings, parse_tables
-from audit.sources.mysql.filters import ReplicationFilters
+from audit.sources.mysql.filters import ReplicationFilters, Status
 from audit.sources.mysql.repair import RepairPlan, WholeRows, phase
-from audit.sources.mysql.replication import Status, following, master_identity, read_status
+from audit.sources.mysql.replication import following, master_identity, read_status
 from audit.sources.mysql.row_diff import RowDiff
 from audit.sources.mysql.rows import RecheckResult, recheck, to_finding
 from audit.sources.mysql.spark_job import Job, TaskError, TaskStats, events, plan_segments
@@ -236,7 +236,8 @@ def audit_tables(
                 "the auditor needs SELECT on the tables to audit",
                 where=master_ep.where,
             )
-        link = following(read_status(replica), master_identity(master, master_ep)) if check_replication else None
+        ident = master_identity(master, master_ep) if check_replication else None
+        link = following(read_status(replica), ident) if ident else None
         filtered = _filtered(link, names, folds[1])
         names = [n for n in names if n not in filtered]
         m_defs = catalog.load_definitions(master, [n for n in names if n in m_list], m_list, own[0])
@@ -257,8 +258,8 @@ def audit_tables(
             "chunks_s": t_recheck - t_chunks,
             "recheck_s": time.time() - t_recheck,
         }
-        if check_replication:  # read again: how the link stands once the replica has been waited for
-            link = following(read_status(replica), master_identity(master, master_ep))
+        if ident:  # read again: how the link stands once the replica has been waited for
+            link = following(read_status(replica), ident)
         altered = _altered_tables((master, replica), plans, names, (m_list, r_list), (own[0], own[1]))
         servers = {"master": master.version, "replica": replica.version}
     finally:

@@ -19,7 +19,8 @@ Status = dict[str, str | None]
 _FIELDS = ("Do_DB", "Ignore_DB", "Do_Table", "Ignore_Table", "Wild_Do_Table", "Wild_Ignore_Table")
 
 
-def _items(row: Status, name: str) -> tuple[str, ...]:
+def status_list(row: Status, name: str) -> tuple[str, ...]:
+    """A comma-separated list of the replica's status (`Replicate_<name>`: Do_DB, Ignore_Domain_Ids, ...)."""
     return tuple(v.strip() for v in (row.get(f"Replicate_{name}") or "").split(",") if v.strip())
 
 
@@ -45,7 +46,7 @@ class ReplicationFilters:
 
     @classmethod
     def from_status(cls, row: Status, fold: bool = False) -> ReplicationFilters:
-        return cls({f: _items(row, f) for f in _FIELDS}, fold)
+        return cls({f: status_list(row, f) for f in _FIELDS}, fold)
 
     def __bool__(self) -> bool:
         return any(self.lists.values())

@@ -27,8 +27,8 @@ from audit.findings import Finding
 from audit.sources.mysql import gtid
 from audit.sources.mysql.client import Server, connect_pair
 from audit.sources.mysql.endpoint import MySQLEndpoint, MySQLSettings
+from audit.sources.mysql.filters import Status, status_list
 
-Status = dict[str, str | None]
 _RENAMES = (("Replica_", "Slave_"), ("Source_", "Master_"), ("_Source", "_Master"), ("_Replica", "_Slave"))
 
 
@@ -252,14 +252,16 @@ def audit_connected(
     m1_state = _binlog_state(master) if flavor == "mariadb" else ""
     state.update(replica_applied_end=r1_text, master_gtid_end=m1_text, replica_binlog_state=r1_state)
 
+    # read once, after the replica's binlog state; domain lists and multi-source are MariaDB's
+    others = _received_from_others(replica, row) if flavor == "mariadb" else ""
     r1 = gtid.parse(flavor, r1_text)
     ignored = _ignored_domains(row, m0)
     if ignored:
-        r1 = gtid.parse(flavor, _without_domains(r1_text, ignored, _received_from_others(replica, row)))
+        r1 = gtid.parse(flavor, _without_domains(r1_text, ignored, others))
     lost, lag = split_missing(m0 - r1, r1, up, ignored)
     findings += range_findings("missing_gtid", lost, master_set=m0_text, replica_set=r1_text)
     if flavor == "mariadb":
-        errant = gtid.mariadb_errant(r1_state, m1_state, r1_text, _received_from_others(replica, row))
+        errant = gtid.mariadb_errant(r1_state, m1_state, r1_text, others)
     else:
         errant = r1 - gtid.parse(flavor, m1_text)
     findings += range_findings("errant_gtid", errant.ranges(), master_set=m1_text)
@@ -303,12 +305,9 @@ def _ignored_domains(row: Status, master: gtid.GtidSet) -> frozenset[str]:
     """The master's domains this connection does not replicate (IGNORE_DOMAIN_IDS, or outside
     DO_DOMAIN_IDS)."""
 
-    def listed(name: str) -> frozenset[str]:
-        return frozenset(d.strip() for d in (row.get(name) or "").split(",") if d.strip())
-
-    do = listed("Replicate_Do_Domain_Ids")
+    do = frozenset(status_list(row, "Do_Domain_Ids"))
     outside = frozenset(d for d in master.sets if do and d not in do)
-    return listed("Replicate_Ignore_Domain_Ids") | outside
+    return frozenset(status_list(row, "Ignore_Domain_Ids")) | outside
 
 
 def _without_domains(position: str, domains: frozenset[str], others: str) -> str:
